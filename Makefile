@@ -1,0 +1,37 @@
+# `make run`: set everything up and serve the dashboard on http://127.0.0.1:8000
+# `make test`: set everything up and run the whole test suite
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test migrate bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@ $(VENV)/.installed-run
+
+migrate: $(VENV)/.installed-run
+	$(BIN)/python manage.py migrate --noinput
+
+run: migrate
+	$(BIN)/python manage.py local_setup
+	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+test: $(VENV)/.installed-test
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+bench: $(VENV)/.installed-test
+	$(BIN)/python bench/ingest.py
+
+clean:
+	rm -rf $(VENV) var *.egg-info

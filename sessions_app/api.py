@@ -1,0 +1,332 @@
+"""The JSON API (api.md): thin endpoints over services and selectors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any, Literal
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest
+from ninja import Field, NinjaAPI, Query, Router, Schema, Status
+from ninja.errors import ValidationError as NinjaValidationError
+from ninja.security import HttpBearer, django_auth
+from pydantic import StrictInt
+
+from sessions_app import selectors, services
+from sessions_app.log import blob as log_blob
+from sessions_app.log import events as log_events
+from sessions_app.models import SESSION_ID_PATTERN, ApiToken, Session, hash_token
+
+SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
+
+
+class BearerToken(HttpBearer):
+    def authenticate(self, request: HttpRequest, token: str):
+        row = (
+            ApiToken.objects.select_related("user")
+            .filter(token_sha256=hash_token(token), user__is_active=True)
+            .first()
+        )
+        if row is None:
+            return None
+        request.user = row.user
+        return row.user
+
+
+class ApiError(Exception):
+    """A domain error: a status, a machine-readable code, words, extra fields."""
+
+    def __init__(self, status: int, error: str, detail: str, **fields: Any):
+        super().__init__(detail)
+        self.status, self.error, self.detail, self.fields = status, error, detail, fields
+
+
+api = NinjaAPI(
+    title="Turnlog API",
+    version="1",
+    urls_namespace="api-v1",
+    description=(
+        "Append-only logs of AI-agent sessions. Semantics: session-log.md; contract: api.md. "
+        f"Limits: at most {settings.TURNLOG_MAX_BATCH_EVENTS} events per batch and "
+        f"{settings.TURNLOG_MAX_REQUEST_BYTES} bytes per request (413 too_large beyond)."
+    ),
+    auth=[BearerToken(), django_auth],
+)
+
+
+def error_response(request, status: int, error: str, detail: str, **fields):
+    return api.create_response(request, {"detail": detail, "error": error, **fields}, status=status)
+
+
+@api.exception_handler(ApiError)
+def on_api_error(request, exc: ApiError):
+    return error_response(request, exc.status, exc.error, exc.detail, **exc.fields)
+
+
+@api.exception_handler(services.SessionNotFound)
+def on_not_found(request, exc):
+    return error_response(request, 404, "not_found", str(exc))
+
+
+@api.exception_handler(services.SessionExists)
+def on_exists(request, exc):
+    return error_response(request, 409, "session_exists", str(exc))
+
+
+@api.exception_handler(services.SeqConflict)
+def on_seq_conflict(request, exc):
+    return error_response(request, 409, "seq_conflict", str(exc), next_seq=exc.next_seq)
+
+
+@api.exception_handler(services.IdempotencyKeyReused)
+def on_key_reused(request, exc):
+    return error_response(request, 409, "idempotency_key_reused", str(exc))
+
+
+@api.exception_handler(log_events.InvalidEvent)
+def on_invalid_event(request, exc):
+    return error_response(request, 422, "invalid_event", exc.detail, index=exc.index, reason=exc.reason)
+
+
+@api.exception_handler(RequestDataTooBig)
+def on_too_big(request, exc):
+    limit = settings.TURNLOG_MAX_REQUEST_BYTES
+    return error_response(request, 413, "too_large", f"the request body is over the limit of {limit} bytes")
+
+
+@api.exception_handler(NinjaValidationError)
+def on_validation_error(request, exc: NinjaValidationError):
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in error.get('loc', ()))}: {error.get('msg', 'invalid')}"
+        for error in exc.errors
+    )
+    return error_response(request, 422, "invalid_request", problems or "the request is invalid", errors=exc.errors)
+
+
+# Schemas ---------------------------------------------------------------
+
+
+class ParentOut(Schema):
+    session_id: str
+    seed_length: int
+
+
+class SessionOut(Schema):
+    id: str
+    agent_name: str
+    metadata: dict
+    created_at: str
+    last_event_at: str | None
+    event_count: int
+    parent: ParentOut | None
+    open_turns: list[int]
+    interrupted: bool
+
+
+class SessionIn(Schema):
+    id: str | None = Field(None, description="1-128 of A-Z a-z 0-9 . _ : - ; generated when absent")
+    agent_name: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class SessionPageOut(Schema):
+    items: list[SessionOut]
+    next_cursor: str | None
+
+
+class EventOut(Schema):
+    seq: int
+    type: str
+    time: str
+    data: dict[str, Any]
+
+
+class EventIn(Schema):
+    type: str
+    data: dict[str, Any]
+    time: str | None = None
+
+
+class AppendIn(Schema):
+    # Items stay untyped here so that the core's validation names the index
+    # and reason of a bad event (422 invalid_event) instead of pydantic.
+    events: list[Any] = Field(..., description="Events to append: objects shaped like EventIn")
+    expected_seq: StrictInt | None = None
+
+
+class AppendOut(Schema):
+    first_seq: int
+    next_seq: int
+
+
+class EventsOut(Schema):
+    events: list[EventOut]
+    next_seq: int
+
+
+class MessageOut(Schema):
+    seq: int
+    role: str
+    content: Any = None
+    tool_calls: list[Any]
+    tool_call_id: str | None = None
+    name: Any = None
+    metadata: Any = None
+    reasoning_content: Any = None
+    created_at: str
+
+
+class MessagesOut(Schema):
+    messages: list[MessageOut]
+
+
+class ImportOut(Schema):
+    session: SessionOut
+    warnings: list[str]
+
+
+class ErrorOut(Schema):
+    detail: str
+    error: str | None = None
+
+
+def session_to_wire(session: Session) -> dict:
+    return {
+        "id": session.id,
+        "agent_name": session.agent_name,
+        "metadata": session.metadata,
+        "created_at": log_events.format_time(session.created_at),
+        "last_event_at": log_events.format_time(session.last_event_at) if session.last_event_at else None,
+        "event_count": session.event_count,
+        "parent": session.parent_ref,
+        "open_turns": session.open_turns,
+        "interrupted": session.interrupted,
+    }
+
+
+def checked_session_id(value: str) -> str:
+    if not SESSION_ID_RE.fullmatch(value):
+        raise ApiError(422, "invalid_session_id", f"session id {value!r} must be 1 to 128 characters of A-Z a-z 0-9 . _ : -")
+    return value
+
+
+ERRORS = {404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
+router = Router(tags=["sessions"])
+
+
+@router.post("/sessions", response={201: SessionOut, 409: ErrorOut, 422: ErrorOut})
+def create_session(request, payload: SessionIn):
+    session = services.create_session(
+        session_id=checked_session_id(payload.id) if payload.id is not None else None,
+        agent_name=payload.agent_name or "",
+        metadata=payload.metadata,
+    )
+    return Status(201, session_to_wire(session))
+
+
+@router.get("/sessions", response={200: SessionPageOut, 422: ErrorOut})
+def list_sessions(
+    request,
+    interrupted: bool | None = None,
+    q: str = "",
+    limit: int = Query(50, ge=1, le=200),
+    cursor: str | None = None,
+):
+    try:
+        page = selectors.list_sessions(interrupted=interrupted, q=q, limit=limit, cursor=cursor)
+    except selectors.InvalidCursor as exc:
+        raise ApiError(422, "invalid_cursor", str(exc)) from None
+    return {"items": [session_to_wire(s) for s in page.items], "next_cursor": page.next_cursor}
+
+
+# Registered before /sessions/{session_id} so that URL does not swallow it.
+IMPORT_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"type": "object", "description": "A version 1 or 2 blob"}}},
+    }
+}
+
+
+@router.post(
+    "/sessions/import",
+    response={201: ImportOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut},
+    openapi_extra=IMPORT_BODY,
+)
+def import_session(request, id: str | None = None):
+    """Create a session from a blob. Seqs are reassigned; dropped events are listed in warnings."""
+    try:
+        blob = json.loads(request.body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(422, "invalid_json", f"the body is not JSON: {exc}") from None
+    try:
+        session, warnings = services.import_blob(blob=blob, session_id=checked_session_id(id) if id else None)
+    except log_blob.UnsupportedVersion as exc:
+        raise ApiError(422, "unsupported_version", str(exc)) from None
+    return Status(201, {"session": session_to_wire(session), "warnings": warnings})
+
+
+@router.get("/sessions/{session_id}", response={200: SessionOut, 404: ErrorOut})
+def get_session(request, session_id: str):
+    return session_to_wire(selectors.get_session(session_id))
+
+
+@router.post("/sessions/{session_id}/events", response={201: AppendOut, **ERRORS})
+def append_events(request, session_id: str, payload: AppendIn):
+    """Append a batch, all or nothing. Send `Idempotency-Key` to retry safely."""
+    if not payload.events:
+        raise ApiError(422, "empty_batch", "the batch holds no events; send at least one")
+    limit = settings.TURNLOG_MAX_BATCH_EVENTS
+    if len(payload.events) > limit:
+        raise ApiError(413, "too_large", f"the batch holds {len(payload.events)} events; the limit is {limit}")
+    events = log_events.validate_batch(payload.events)
+    key = request.headers.get("Idempotency-Key") or None
+    if key is not None and len(key) > 255:
+        raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be at most 255 characters")
+    result = services.append_events(
+        session_id=session_id,
+        events=events,
+        expected_seq=payload.expected_seq,
+        idempotency_key=key,
+        request_sha256=body_digest(payload.events, payload.expected_seq) if key else "",
+    )
+    return Status(201, result.as_response())
+
+
+def body_digest(events: list, expected_seq: int | None) -> str:
+    canonical = json.dumps({"events": events, "expected_seq": expected_seq}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+@router.get("/sessions/{session_id}/events", response={200: EventsOut, **ERRORS})
+def list_events(request, session_id: str, since: int = 0, limit: int = Query(500, ge=1, le=5000)):
+    """Events with seq >= since, oldest first. Page with since = last seq + 1."""
+    if since < 0:
+        raise ApiError(422, "invalid_since", f"since must be 0 or more, got {since}")
+    session = selectors.get_session(session_id)
+    events = selectors.events_since(session, since=since, limit=limit)
+    # next_seq is the event_count read with the session; a row committed
+    # after that read is left for the next page so the answer stays gapless.
+    events = [e for e in events if e.seq < session.event_count]
+    return {"events": [log_events.event_to_wire(e) for e in events], "next_seq": session.event_count}
+
+
+@router.get("/sessions/{session_id}/messages", response={200: MessagesOut, 404: ErrorOut})
+def list_messages(request, session_id: str):
+    """The fold: what the model sees (compactions applied)."""
+    messages = selectors.session_messages(selectors.get_session(session_id))
+    return {"messages": [{**m, "created_at": log_events.format_time(m["created_at"])} for m in messages]}
+
+
+@router.get("/sessions/{session_id}/export", response={200: dict[str, Any], 404: ErrorOut})
+def export_session(request, session_id: str):
+    """A version 2 blob (session-log.md section 6) plus the session and its parent."""
+    session = selectors.get_session(session_id)
+    extra = {"session": {"id": session.id, "agent_name": session.agent_name or None, "parent": session.parent_ref}}
+    return log_blob.write_blob(selectors.session_log(session), agent_name=session.agent_name or None, extra=extra)
+
+
+api.add_router("/", router)

@@ -1,0 +1,223 @@
+"""Closing what a crash left open, by appending classified repairs (spec section 4)."""
+
+import hashlib
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from .events import Event, call_id, is_integer, tool_calls_of
+from .fold import fold
+from .structure import Placement, place, place_all
+
+TOOL_NOT_STARTED = "tool_not_started"
+TOOL_OUTCOME_UNKNOWN = "tool_outcome_unknown"
+NOT_STARTED_TEXT = (
+    "Tool call was interrupted before it was dispatched. "
+    "It did not run and had no side effects. Retry if needed."
+)
+OUTCOME_UNKNOWN_TEXT = (
+    "Tool call was dispatched but the session was interrupted before its result was recorded. "
+    "It MAY have run and MAY have had side effects. Verify state before retrying."
+)
+DANGLING_TEXT = "Tool call was interrupted and not executed. Please retry if needed."
+
+
+@dataclass(frozen=True)
+class OwedCall:
+    """A call an open turn still owes a result for, with the rule that classified it."""
+
+    id: str
+    name: str | None
+    arguments: object  # as sighted; None when absent
+    turn_seq: int
+    step_seq: int | None
+    sighted_seq: int  # the event where the id was first seen
+    risk: str
+    rule: int  # 1..4, the row of the risk table that decided
+    evidence: tuple[int, ...]  # seqs proving the rule (see _classify)
+
+
+@dataclass(frozen=True)
+class Repair:
+    """One event to append; `call` is None for a turn_end and for the turn-blind patch."""
+
+    type: str
+    data: dict
+    call: OwedCall | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    open_turns: list[int]  # turn_start seqs, innermost first
+    repairs: list[Repair]  # in append order
+    warnings: list[str]
+
+    @property
+    def interrupted(self) -> bool:
+        return bool(self.open_turns)
+
+    def digest(self, next_seq: int) -> str:
+        """Binds the plan to the log length: any append makes a previewed digest stale."""
+        payload = {
+            "next_seq": next_seq,
+            "repairs": [{"type": r.type, "data": r.data} for r in self.repairs],
+        }
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Sighting:
+    id: str
+    name: str | None
+    arguments: object
+    turn_seq: int | None
+    step_seq: int | None
+    sighted_seq: int
+
+
+@dataclass
+class _Scan:
+    """The state of section 4's single pass, with the seqs that later serve as evidence."""
+
+    turn_stack: list[int] = field(default_factory=list)
+    step_stack: list[int] = field(default_factory=list)
+    closed_steps: dict[int, int] = field(default_factory=dict)  # step_start seq -> its step_end seq
+    dispatches: dict[str, list[int]] = field(default_factory=dict)  # call id -> tool_call seqs
+    # turn_start seq (None outside turns) -> its tool_call seqs
+    turn_dispatches: dict[int | None, list[int]] = field(default_factory=dict)
+    resulted: set[str] = field(default_factory=set)
+    turn_numbers: dict[int, object] = field(default_factory=dict)  # turn_start seq -> data.turn
+    steps_per_turn: Counter = field(default_factory=Counter)
+    sightings: dict[str, _Sighting] = field(default_factory=dict)  # first sighting wins
+    warnings: list[str] = field(default_factory=list)
+
+    def read(self, event: Event) -> None:
+        where = place(self.turn_stack, self.step_stack, event.seq, event.type)
+        if event.type == "turn_start":
+            self.turn_numbers[event.seq] = event.data.get("turn")
+        elif event.type == "turn_end" and where.turn_seq is None:
+            self.warnings.append(f"turn_end at seq {event.seq} closes no open turn")
+        elif event.type == "step_start" and where.turn_seq is not None:
+            self.steps_per_turn[where.turn_seq] += 1
+        elif event.type == "step_end" and where.step_seq is not None:
+            self.closed_steps[where.step_seq] = event.seq
+        elif event.type == "tool_call" and (cid := call_id(event.data)) is not None:
+            self.dispatches.setdefault(cid, []).append(event.seq)
+            self.turn_dispatches.setdefault(where.turn_seq, []).append(event.seq)
+            self._sight(cid, event.data, where, event.seq)
+        elif event.type == "assistant_message":
+            for call in tool_calls_of(event.data):
+                if (cid := call_id(call)) is not None:
+                    self._sight(cid, call, where, event.seq)
+        elif event.type == "tool_result" and (cid := call_id(event.data)) is not None:
+            self.resulted.add(cid)
+
+    def _sight(self, cid: str, call: dict, where: Placement, seq: int) -> None:
+        if cid not in self.sightings:
+            self.sightings[cid] = _Sighting(
+                cid, call.get("name"), call.get("arguments"), where.turn_seq, where.step_seq, seq
+            )
+
+
+def _scan(events: Sequence[Event]) -> _Scan:
+    scan = _Scan()
+    for event in events:
+        scan.read(event)
+    return scan
+
+
+def _classify(scan: _Scan, call: _Sighting) -> tuple[int, str, tuple[int, ...]]:
+    """(rule, risk, evidence) by the first matching row of the risk table."""
+    if call.id in scan.dispatches:
+        return 1, TOOL_OUTCOME_UNKNOWN, tuple(scan.dispatches[call.id])
+    if call.turn_seq in scan.turn_dispatches:  # dispatches of other ids, since this one has none
+        return 2, TOOL_NOT_STARTED, tuple(scan.turn_dispatches[call.turn_seq])
+    if call.step_seq is not None and call.step_seq in scan.closed_steps:
+        return 3, TOOL_NOT_STARTED, (scan.closed_steps[call.step_seq],)
+    return 4, TOOL_OUTCOME_UNKNOWN, ()
+
+
+def _owed_result(scan: _Scan, call: _Sighting) -> Repair:
+    rule, risk, evidence = _classify(scan, call)
+    owed = OwedCall(
+        call.id, call.name, call.arguments, call.turn_seq, call.step_seq, call.sighted_seq,
+        risk, rule, evidence,
+    )  # fmt: skip
+    text = NOT_STARTED_TEXT if risk == TOOL_NOT_STARTED else OUTCOME_UNKNOWN_TEXT
+    data = {
+        "tool_call_id": call.id,
+        "name": call.name,
+        "content": text,
+        "metadata": {"synthetic": True, "risk": risk},
+    }
+    return Repair("tool_result", data, owed)
+
+
+def _turn_end(scan: _Scan, turn_seq: int) -> Repair:
+    data = {"reason": "interrupted", "steps": scan.steps_per_turn[turn_seq]}
+    if is_integer(turn := scan.turn_numbers[turn_seq]):
+        data["turn"] = turn
+    return Repair("turn_end", data, None)
+
+
+def open_turns(events: Sequence[Event]) -> list[int]:
+    """Seqs of the turn_starts never closed, innermost first; keyed on event types alone."""
+    _, turn_stack, _ = place_all(events)
+    return turn_stack[::-1]
+
+
+def interrupted(events: Sequence[Event]) -> bool:
+    return bool(open_turns(events))
+
+
+def plan(events: Sequence[Event]) -> Plan:
+    """What recovery would append: per open turn, innermost first, its owed results then a turn_end.
+
+    A clean log gets an empty plan even when it holds dangling calls: a closed turn owing a
+    result is not a crash.
+    """
+    scan = _scan(events)
+    turns = scan.turn_stack[::-1]
+    repairs = []
+    for turn_seq in turns:
+        for call in scan.sightings.values():
+            if call.turn_seq == turn_seq and call.id not in scan.resulted:
+                repairs.append(_owed_result(scan, call))
+        repairs.append(_turn_end(scan, turn_seq))
+    return Plan(turns, repairs, scan.warnings)
+
+
+def patch_dangling_tool_calls(events: Sequence[Event]) -> list[Repair]:
+    """The turn-blind fast path: a generic result for each assistant call nothing answers.
+
+    Reads the fold, as the reference reads its transcript (ctx.messages): a call the model no
+    longer sees needs no answer, and an answer must not land where its call is not visible.
+    """
+    visible = fold(events)
+    answered = {call_id(e.data) for e in visible if e.type == "tool_result"}
+    repairs: list[Repair] = []
+    for event in visible:
+        if event.type != "assistant_message":
+            continue
+        for call in tool_calls_of(event.data):
+            cid = call_id(call)
+            if cid is None or cid in answered:
+                continue
+            answered.add(cid)  # one patch per id, at its first sighting
+            data = {
+                "tool_call_id": cid,
+                "name": call.get("name"),
+                "content": DANGLING_TEXT,
+                "metadata": {},
+            }
+            repairs.append(Repair("tool_result", data, None))
+    return repairs
+
+
+def apply(events: Sequence[Event], repairs: Sequence[Repair], time: datetime) -> list[Event]:
+    """The repairs as the events appending them would store, seqs continuing after `events`."""
+    next_seq = events[-1].seq + 1 if events else 0
+    return [Event(next_seq + i, r.type, time, r.data) for i, r in enumerate(repairs)]

@@ -1,0 +1,32 @@
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from sessions_app.models import ApiToken
+
+
+class Command(BaseCommand):
+    help = "Create a user if needed and print a new API token for it, alone on the last line."
+
+    def add_arguments(self, parser):
+        parser.add_argument("username")
+        parser.add_argument(
+            "--staff", action="store_true", help="make the user staff with the recover_session permission"
+        )
+
+    @transaction.atomic
+    def handle(self, *args, username: str, staff: bool, **options):
+        user, created = get_user_model().objects.get_or_create(username=username)
+        if created:
+            user.set_unusable_password()
+            user.save()
+        if staff:
+            user.is_staff = True
+            user.save(update_fields=["is_staff"])
+            user.user_permissions.add(
+                Permission.objects.get(content_type__app_label="sessions_app", codename="recover_session")
+            )
+        _, secret = ApiToken.issue(user)
+        self.stderr.write(f"{'Created' if created else 'Found'} user {username!r}{' (staff)' if staff else ''}; new token:")
+        self.stdout.write(secret)

@@ -1,0 +1,54 @@
+import json
+import secrets
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.core.management.base import BaseCommand
+
+from sessions_app.models import ApiToken, hash_token
+
+CREDENTIALS_FILE = Path(settings.BASE_DIR) / "var" / "local-admin.json"
+
+
+class Command(BaseCommand):
+    help = "Create the local admin user once and print its login and API token (for `make run`)."
+
+    def handle(self, *args, **options):
+        credentials = self.credentials()
+        self.stdout.write(
+            "\n".join(
+                [
+                    "",
+                    "Turnlog is starting on http://127.0.0.1:8000",
+                    f"  log in as:  {credentials['username']} / {credentials['password']}",
+                    f"  API token:  {credentials['token']}",
+                    f"  try:        curl -H 'Authorization: Bearer {credentials['token']}' http://127.0.0.1:8000/api/v1/sessions",
+                    "",
+                ]
+            )
+        )
+
+    def credentials(self) -> dict:
+        """The stored local credentials, recreated if the database lost them."""
+        if CREDENTIALS_FILE.exists():
+            stored = json.loads(CREDENTIALS_FILE.read_text())
+            user = get_user_model().objects.filter(username=stored["username"]).first()
+            if user and user.check_password(stored["password"]) and ApiToken.objects.filter(
+                token_sha256=hash_token(stored["token"])
+            ).exists():
+                return stored
+        username = "admin"
+        password = secrets.token_urlsafe(12)
+        user = get_user_model().objects.filter(username=username).first() or get_user_model()(username=username)
+        user.is_staff = user.is_superuser = True
+        user.set_password(password)
+        user.save()
+        user.user_permissions.add(Permission.objects.get(content_type__app_label="sessions_app", codename="recover_session"))
+        _, token = ApiToken.issue(user)
+        stored = {"username": username, "password": password, "token": token}
+        CREDENTIALS_FILE.parent.mkdir(parents=True, exist_ok=True)
+        CREDENTIALS_FILE.write_text(json.dumps(stored))
+        CREDENTIALS_FILE.chmod(0o600)
+        return stored

@@ -1,0 +1,166 @@
+"""Storage of session logs.
+
+`Event` rows are append-only: the model layer refuses every update and
+delete (instance save of an existing row, instance delete, queryset update,
+delete and bulk_update). The semantics live in `sessions_app.log`; these
+models only persist them plus a summary that lists and filters can read
+without scanning events.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.utils import timezone
+
+from sessions_app.log import events as log_events
+
+SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
+session_id_validator = RegexValidator(
+    SESSION_ID_PATTERN, "Session ids are 1 to 128 characters of A-Z a-z 0-9 . _ : -"
+)
+
+
+class AppendOnlyViolation(Exception):
+    """Raised when code tries to change or remove a stored event."""
+
+
+class Session(models.Model):
+    id = models.CharField(primary_key=True, max_length=128, validators=[session_id_validator])
+    agent_name = models.CharField(max_length=200, blank=True, default="")
+    metadata = models.JSONField(default=dict, blank=True)
+    parent = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.PROTECT, related_name="forks"
+    )
+    seed_length = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    # The summary, kept current by services.append_events in the append's
+    # own transaction. event_count is also the next seq.
+    event_count = models.PositiveIntegerField(default=0)
+    last_event_at = models.DateTimeField(null=True, blank=True)
+    # Newest activity (last event, else creation): the list's sort key.
+    last_activity_at = models.DateTimeField(default=timezone.now)
+    # Seqs of open turn_start / step_start events, newest last, exactly the
+    # recovery scan's stacks after the last event.
+    turn_stack = models.JSONField(default=list, blank=True)
+    step_stack = models.JSONField(default=list, blank=True)
+    interrupted = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["-last_activity_at", "-id"]
+        indexes = [
+            models.Index(fields=["-last_activity_at", "-id"], name="session_activity_idx"),
+            models.Index(fields=["interrupted", "-last_activity_at", "-id"], name="session_interrupted_idx"),
+        ]
+        permissions = [("recover_session", "Can apply a recovery plan to a session")]
+
+    def __str__(self) -> str:
+        return self.id
+
+    @property
+    def open_turns(self) -> list[int]:
+        """Seqs of unclosed turn_start events, innermost first."""
+        return list(reversed(self.turn_stack))
+
+    @property
+    def parent_ref(self) -> dict | None:
+        if self.parent_id is None:
+            return None
+        return {"session_id": self.parent_id, "seed_length": self.seed_length}
+
+
+class EventQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        raise AppendOnlyViolation("events are append-only: update() is refused")
+
+    def delete(self):
+        raise AppendOnlyViolation("events are append-only: delete() is refused")
+
+    def bulk_update(self, objs, fields, batch_size=None):
+        raise AppendOnlyViolation("events are append-only: bulk_update() is refused")
+
+    def update_or_create(self, *args, **kwargs):
+        raise AppendOnlyViolation("events are append-only: update_or_create() is refused")
+
+
+class Event(models.Model):
+    session = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=32, choices=[(t, t) for t in sorted(log_events.EVENT_TYPES)])
+    time = models.DateTimeField()
+    data = models.JSONField()
+    # Copied out of data for indexed lookups: the call id of a tool_call or
+    # tool_result.
+    call_id = models.CharField(max_length=255, null=True, blank=True)
+    # Structure at append time (sessions_app.log.structure.Placement): they
+    # depend only on earlier events, so a forked prefix keeps them valid.
+    turn_seq = models.PositiveIntegerField(null=True, blank=True)
+    step_seq = models.PositiveIntegerField(null=True, blank=True)
+
+    objects = EventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["session", "seq"]
+        constraints = [models.UniqueConstraint(fields=["session", "seq"], name="event_session_seq_unique")]
+        indexes = [
+            models.Index(fields=["session", "call_id"], name="event_call_id_idx"),
+            models.Index(fields=["session", "turn_seq", "seq"], name="event_turn_idx"),
+            models.Index(fields=["session", "type", "seq"], name="event_type_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.session_id}#{self.seq} {self.type}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise AppendOnlyViolation(f"event {self} is stored; events are append-only")
+        kwargs["force_insert"] = True
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyViolation(f"event {self} cannot be deleted; events are append-only")
+
+    def to_log_event(self) -> log_events.Event:
+        return log_events.Event(seq=self.seq, type=self.type, time=self.time, data=self.data)
+
+
+class IdempotentRequest(models.Model):
+    """The first answer to a request sent with an Idempotency-Key."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="idempotent_requests")
+    key = models.CharField(max_length=255)
+    body_sha256 = models.CharField(max_length=64)
+    response = models.JSONField()
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "key"], name="idempotency_session_key_unique")]
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class ApiToken(models.Model):
+    """A bearer token; only its SHA-256 is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    # The first characters, so a person can tell tokens apart in the admin.
+    prefix = models.CharField(max_length=12)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.user})"
+
+    @classmethod
+    def issue(cls, user) -> tuple["ApiToken", str]:
+        """Create a token for user; returns the row and the only copy of the secret."""
+        secret = "tl_" + secrets.token_urlsafe(32)
+        row = cls.objects.create(user=user, token_sha256=hash_token(secret), prefix=secret[:10])
+        return row, secret

@@ -1,0 +1,231 @@
+"""Writes: every change to the stored logs goes through these functions.
+
+Each runs in one transaction and publishes what it stored only after that
+transaction commits (session-log.md section 7).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from sessions_app.log import blob as log_blob
+from sessions_app.log import events as log_events
+from sessions_app.log import structure
+from sessions_app.models import Event, IdempotentRequest, Session
+
+logger = logging.getLogger(__name__)
+
+CALL_ID_TYPES = frozenset({"tool_call", "tool_result"})
+
+
+class SessionNotFound(Exception):
+    def __init__(self, session_id: str):
+        super().__init__(f"session {session_id!r} does not exist")
+        self.session_id = session_id
+
+
+class SessionExists(Exception):
+    def __init__(self, session_id: str):
+        super().__init__(f"session {session_id!r} already exists")
+        self.session_id = session_id
+
+
+class SeqConflict(Exception):
+    def __init__(self, expected_seq: int, next_seq: int):
+        super().__init__(f"expected_seq is {expected_seq} but the session's next seq is {next_seq}")
+        self.next_seq = next_seq
+
+
+class IdempotencyKeyReused(Exception):
+    def __init__(self, key: str):
+        super().__init__(f"Idempotency-Key {key!r} was already used on this session with a different body")
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    first_seq: int
+    next_seq: int
+    events: list[Event]
+    # True when an Idempotency-Key matched an earlier request: nothing new was stored.
+    replayed: bool = False
+
+    def as_response(self) -> dict:
+        return {"first_seq": self.first_seq, "next_seq": self.next_seq}
+
+
+def session_group(session_id: str) -> str:
+    """The channel-layer group of a session.
+
+    Session ids may hold characters group names may not (":"), so the group
+    is named by a digest of the id.
+    """
+    return "session." + hashlib.sha256(session_id.encode()).hexdigest()[:40]
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex
+
+
+def create_session(
+    *,
+    session_id: str | None = None,
+    agent_name: str = "",
+    metadata: dict | None = None,
+    parent: Session | None = None,
+    seed_length: int = 0,
+) -> Session:
+    session = Session(
+        id=session_id or new_session_id(),
+        agent_name=agent_name or "",
+        metadata=metadata or {},
+        parent=parent,
+        seed_length=seed_length,
+    )
+    try:
+        with transaction.atomic():
+            session.save(force_insert=True)
+    except IntegrityError as exc:
+        raise SessionExists(session.id) from exc
+    return session
+
+
+def append_events(
+    *,
+    session_id: str,
+    events: Sequence[log_events.NewEvent],
+    expected_seq: int | None = None,
+    idempotency_key: str | None = None,
+    request_sha256: str = "",
+) -> AppendResult:
+    """Append a validated batch atomically and publish it after commit.
+
+    Seqs are assigned under the session's row lock (select_for_update on
+    PostgreSQL; SQLite's IMMEDIATE transactions serialise all writers), so
+    concurrent writers get gapless, unique seqs.
+    """
+    with transaction.atomic():
+        session = _locked_session(session_id)
+        if idempotency_key:
+            prior = IdempotentRequest.objects.filter(session=session, key=idempotency_key).first()
+            if prior is not None:
+                if prior.body_sha256 != request_sha256:
+                    raise IdempotencyKeyReused(idempotency_key)
+                return AppendResult(events=[], replayed=True, **prior.response)
+        if expected_seq is not None and expected_seq != session.event_count:
+            raise SeqConflict(expected_seq, session.event_count)
+        first_seq = session.event_count
+        rows = _store(session, events)
+        result = AppendResult(first_seq=first_seq, next_seq=session.event_count, events=rows)
+        if idempotency_key:
+            IdempotentRequest.objects.create(
+                session=session, key=idempotency_key, body_sha256=request_sha256, response=result.as_response()
+            )
+    return result
+
+
+def import_blob(*, blob: object, session_id: str | None = None) -> tuple[Session, list[str]]:
+    """Create a session from a version 1 or 2 blob; seqs are reassigned."""
+    loaded = log_blob.read_blob(blob, now=timezone.now())
+    warnings = list(loaded.warnings)
+    exported = loaded.extra.get("session") if isinstance(loaded.extra.get("session"), dict) else {}
+    agent_name = exported.get("agent_name") or (blob.get("agent_name") if isinstance(blob, dict) else None) or ""
+    parent, seed_length = _importable_parent(loaded.extra.get("parent") or exported.get("parent"), warnings)
+    with transaction.atomic():
+        session = create_session(
+            session_id=session_id, agent_name=str(agent_name), parent=parent, seed_length=seed_length
+        )
+        _store(session, loaded.events)
+    return session, warnings
+
+
+def _importable_parent(parent_ref: object, warnings: list[str]) -> tuple[Session | None, int]:
+    if not isinstance(parent_ref, dict) or not parent_ref.get("session_id"):
+        return None, 0
+    parent = Session.objects.filter(pk=str(parent_ref["session_id"])).first()
+    seed_length = parent_ref.get("seed_length")
+    if parent is None:
+        warnings.append(f"parent session {parent_ref['session_id']!r} does not exist here; imported without a parent")
+        return None, 0
+    if not isinstance(seed_length, int) or isinstance(seed_length, bool) or seed_length < 0:
+        warnings.append(f"parent seed_length {seed_length!r} is not a non-negative integer; imported without a parent")
+        return None, 0
+    return parent, seed_length
+
+
+def _locked_session(session_id: str) -> Session:
+    try:
+        return Session.objects.select_for_update().get(pk=session_id)
+    except Session.DoesNotExist:
+        raise SessionNotFound(session_id) from None
+
+
+def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Event]:
+    """Insert events after the session's last one and update its summary.
+
+    The caller holds the session's lock inside a transaction.
+    """
+    now = timezone.now()
+    turn_stack = list(session.turn_stack)
+    step_stack = list(session.step_stack)
+    rows = []
+    for seq, new in enumerate(events, start=session.event_count):
+        placement = structure.place(turn_stack, step_stack, seq, new.type)
+        rows.append(
+            Event(
+                session=session,
+                seq=seq,
+                type=new.type,
+                time=new.time or now,
+                data=new.data,
+                call_id=log_events.call_id(new.data) if new.type in CALL_ID_TYPES else None,
+                turn_seq=placement.turn_seq,
+                step_seq=placement.step_seq,
+            )
+        )
+    if not rows:
+        return rows
+    Event.objects.bulk_create(rows)
+    session.event_count += len(rows)
+    session.turn_stack = turn_stack
+    session.step_stack = step_stack
+    session.interrupted = bool(turn_stack)
+    session.last_event_at = rows[-1].time
+    session.last_activity_at = rows[-1].time
+    session.save(
+        update_fields=["event_count", "turn_stack", "step_stack", "interrupted", "last_event_at", "last_activity_at"]
+    )
+    transaction.on_commit(lambda: publish_events(session.id, rows))
+    return rows
+
+
+def publish_events(session_id: str, events: Sequence[Event]) -> None:
+    """Send each committed event once to the session's group.
+
+    Best effort: a failing layer is logged and never breaks the append;
+    consumers repair gaps from the database by seq.
+    """
+    layer = get_channel_layer()
+    if layer is None or not events:
+        return
+    messages = [
+        {"type": "session_event", "session_id": session_id, "event": log_events.event_to_wire(e.to_log_event())}
+        for e in events
+    ]
+    try:
+        async_to_sync(_send_all)(layer, session_group(session_id), messages)
+    except Exception:
+        logger.exception("publishing %d events of session %s failed", len(messages), session_id)
+
+
+async def _send_all(layer, group: str, messages: list[dict]) -> None:
+    for message in messages:
+        await layer.group_send(group, message)

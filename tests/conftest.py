@@ -1,0 +1,50 @@
+import os
+import shutil
+
+import pytest
+from django.test import Client
+
+from sessions_app.models import ApiToken
+
+
+def running_in_ci() -> bool:
+    return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+
+class ApiClient:
+    """A Django test client that sends a bearer token and JSON bodies."""
+
+    def __init__(self, token: str | None):
+        self.client = Client()
+        self.headers = {"Authorization": f"Bearer {token}"} if token else {}
+
+    def get(self, path, params=None, **headers):
+        return self.client.get(path, params or {}, headers={**self.headers, **headers})
+
+    def post(self, path, body=None, **headers):
+        return self.client.post(path, body if body is not None else {}, content_type="application/json", headers={**self.headers, **headers})
+
+    def post_raw(self, path, raw: bytes, **headers):
+        return self.client.generic("POST", path, raw, content_type="application/json", headers={**self.headers, **headers})
+
+
+@pytest.fixture
+def agent_user(django_user_model):
+    return django_user_model.objects.create_user("agent")
+
+
+@pytest.fixture
+def api(agent_user):
+    _, token = ApiToken.issue(agent_user)
+    return ApiClient(token)
+
+
+@pytest.fixture
+def chromium_path():
+    """Debian's Chromium; in CI its absence is a failure, never a skip."""
+    path = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
+    if path is None:
+        if running_in_ci():
+            pytest.fail("Chromium is not installed; CI must install it (apt-get install chromium)")
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    return path

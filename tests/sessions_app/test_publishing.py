@@ -1,0 +1,75 @@
+"""Each committed event is published once, after commit (session-log.md section 7)."""
+
+import pytest
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+from sessions_app import services
+from sessions_app.log.events import validate_batch
+from sessions_app.models import Event
+from tests.sessions_app import factories as f
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Subscriber:
+    """A channel subscribed to a session's group, read synchronously."""
+
+    def __init__(self, session_id: str):
+        self.layer = get_channel_layer()
+        self.channel = async_to_sync(self.layer.new_channel)()
+        async_to_sync(self.layer.group_add)(services.session_group(session_id), self.channel)
+
+    def drain(self) -> list[dict]:
+        async def read_all():
+            import asyncio
+
+            received = []
+            while True:
+                try:
+                    received.append(await asyncio.wait_for(self.layer.receive(self.channel), 0.3))
+                except asyncio.TimeoutError:
+                    return received
+
+        return async_to_sync(read_all)()
+
+
+def test_each_committed_event_is_published_once_in_order():
+    services.create_session(session_id="pub")
+    subscriber = Subscriber("pub")
+    services.append_events(session_id="pub", events=validate_batch([f.user("a"), f.event("turn_start", turn=1)]))
+    services.append_events(session_id="pub", events=validate_batch([f.user("b")]))
+    messages = subscriber.drain()
+    assert [m["type"] for m in messages] == ["session_event"] * 3
+    assert [m["event"]["seq"] for m in messages] == [0, 1, 2]
+    assert messages[1]["event"]["type"] == "turn_start"
+    assert messages[2]["event"]["data"]["content"] == "b"
+
+
+def test_a_refused_append_publishes_nothing():
+    services.create_session(session_id="pub")
+    subscriber = Subscriber("pub")
+    services.append_events(session_id="pub", events=validate_batch([f.user()]))
+    with pytest.raises(services.SeqConflict):
+        services.append_events(session_id="pub", events=validate_batch([f.user()]), expected_seq=0)
+    assert [m["event"]["seq"] for m in subscriber.drain()] == [0]
+
+
+def test_a_failing_publish_never_breaks_the_append(monkeypatch):
+    services.create_session(session_id="pub")
+
+    async def broken_send(*args, **kwargs):
+        raise ConnectionError("layer is down")
+
+    monkeypatch.setattr(get_channel_layer(), "group_send", broken_send)
+    result = services.append_events(session_id="pub", events=validate_batch([f.user()]))
+    assert result.first_seq == 0
+    assert Event.objects.filter(session_id="pub").count() == 1
+
+
+def test_a_replayed_idempotent_request_publishes_nothing_new():
+    services.create_session(session_id="pub")
+    subscriber = Subscriber("pub")
+    for _ in range(2):
+        services.append_events(session_id="pub", events=validate_batch([f.user()]), idempotency_key="k", request_sha256="h")
+    assert [m["event"]["seq"] for m in subscriber.drain()] == [0]

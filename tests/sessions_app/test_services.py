@@ -1,0 +1,132 @@
+import threading
+
+import pytest
+from django.db import connection, connections
+
+from sessions_app import services
+from sessions_app.log.events import validate_batch
+from sessions_app.log.structure import place_all
+from sessions_app.models import Event, Session
+from sessions_app.selectors import session_log
+from tests.sessions_app import factories as f
+
+
+@pytest.mark.django_db
+def test_append_stores_the_structure_of_each_event():
+    services.create_session(session_id="s")
+    batch = validate_batch(f.worked_example())
+    # In two appends, so the second continues from the stored stacks.
+    services.append_events(session_id="s", events=batch[:5])
+    services.append_events(session_id="s", events=batch[5:])
+    stored = list(Event.objects.order_by("seq").values_list("turn_seq", "step_seq"))
+    placements, turn_stack, step_stack = place_all(session_log(Session.objects.get()))
+    assert stored == [(p.turn_seq, p.step_seq) for p in placements]
+    assert stored[3] == (1, 2) and stored[8] == (1, 7)
+    session = Session.objects.get()
+    assert (session.turn_stack, session.step_stack) == (turn_stack, step_stack) == ([1], [7])
+    assert session.interrupted and session.open_turns == [1]
+    assert session.event_count == 10
+
+
+@pytest.mark.django_db
+def test_append_copies_call_ids_for_lookup():
+    services.create_session(session_id="s")
+    services.append_events(session_id="s", events=validate_batch([f.tool_call("c1"), f.tool_result("c1"), f.event("tool_result", id=7)]))
+    assert list(Event.objects.order_by("seq").values_list("call_id", flat=True)) == ["c1", "c1", "7"]
+
+
+def append_concurrently(session_id: str, threads: int, batches_per_thread: int, batch_size: int) -> list[Exception]:
+    errors: list[Exception] = []
+    start = threading.Barrier(threads)
+
+    def writer(worker: int):
+        try:
+            start.wait()
+            for b in range(batches_per_thread):
+                batch = validate_batch([f.user(f"w{worker}-b{b}-{i}") for i in range(batch_size)])
+                services.append_events(session_id=session_id, events=batch)
+        except Exception as exc:  # reported to the test below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    workers = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return errors
+
+
+@pytest.mark.django_db(transaction=True)
+def test_eight_threads_appending_to_one_session_get_gapless_unique_seqs():
+    services.create_session(session_id="busy")
+    errors = append_concurrently("busy", threads=8, batches_per_thread=10, batch_size=3)
+    assert errors == []
+    seqs = list(Event.objects.filter(session_id="busy").order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(8 * 10 * 3))
+    assert Session.objects.get(pk="busy").event_count == 240
+    # Each batch's three events stayed together: no interleaving inside a batch.
+    contents = [e.data["content"] for e in session_log(Session.objects.get(pk="busy"))]
+    for start in range(0, 240, 3):
+        prefixes = {c.rsplit("-", 1)[0] for c in contents[start : start + 3]}
+        assert len(prefixes) == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_concurrency_test_uses_a_real_database_file_or_server():
+    if connection.vendor == "sqlite":
+        assert connection.settings_dict["NAME"] != ":memory:" and "mode=memory" not in str(connection.settings_dict["NAME"])
+        with connection.cursor() as cursor:
+            assert cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    else:
+        assert connection.vendor == "postgresql"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_retries_with_one_idempotency_key_store_once():
+    services.create_session(session_id="retry")
+    results, start = [], threading.Barrier(6)
+
+    def retry():
+        start.wait()
+        try:
+            results.append(
+                services.append_events(
+                    session_id="retry", events=validate_batch([f.user(), f.user()]), idempotency_key="k", request_sha256="same"
+                ).as_response()
+            )
+        finally:
+            connections.close_all()
+
+    workers = [threading.Thread(target=retry) for _ in range(6)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert results == [{"first_seq": 0, "next_seq": 2}] * 6
+    assert Event.objects.filter(session_id="retry").count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_writers_with_expected_seq_one_wins_per_seq():
+    services.create_session(session_id="race")
+    outcomes, start = [], threading.Barrier(8)
+
+    def writer():
+        start.wait()
+        try:
+            services.append_events(session_id="race", events=validate_batch([f.user()]), expected_seq=0)
+            outcomes.append("stored")
+        except services.SeqConflict as exc:
+            outcomes.append(exc.next_seq)
+        finally:
+            connections.close_all()
+
+    workers = [threading.Thread(target=writer) for _ in range(8)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert sorted(outcomes, key=str) == [1] * 7 + ["stored"]
+    assert Event.objects.filter(session_id="race").count() == 1
