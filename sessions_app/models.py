@@ -129,6 +129,88 @@ class Event(models.Model):
         return log_events.Event(seq=self.seq, type=self.type, time=self.time, data=self.data)
 
 
+class CallSighting(models.Model):
+    """A call id named in an assistant message's tool_calls, for indexed lookups.
+
+    Derived from the event at append time and as append-only as the event itself.
+    """
+
+    session = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="call_sightings")
+    seq = models.PositiveIntegerField()
+    call_id = models.CharField(max_length=255)
+
+    objects = EventQuerySet.as_manager()
+
+    class Meta:
+        indexes = [models.Index(fields=["session", "call_id", "seq"], name="sighting_call_id_idx")]
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise AppendOnlyViolation("call sightings are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyViolation("call sightings are append-only")
+
+
+class RecoveryRecord(models.Model):
+    """The audit trail of one applied repair: who confirmed which plan, when, why."""
+
+    RECOVERY = "recovery"
+    DANGLING_PATCH = "dangling_patch"
+    KINDS = [(RECOVERY, "Recovery of open turns"), (DANGLING_PATCH, "Patch of dangling tool calls")]
+
+    session = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="recoveries")
+    kind = models.CharField(max_length=20, choices=KINDS, default=RECOVERY)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
+    # Kept apart from `user` so the record still names a person after the account is gone.
+    username = models.CharField(max_length=150)
+    created_at = models.DateTimeField(default=timezone.now)
+    note = models.TextField(blank=True, default="")
+    digest = models.CharField(max_length=64)
+    first_seq = models.PositiveIntegerField()
+    last_seq = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} of {self.session_id} by {self.username} (seqs {self.first_seq}-{self.last_seq})"
+
+    @property
+    def seqs(self) -> range:
+        return range(self.first_seq, self.last_seq + 1)
+
+
+class ToolPolicy(models.Model):
+    """How bad an unknown outcome of a tool is: ranks what a person checks first.
+
+    Never changes the log's risk value (session-log.md section 8).
+    """
+
+    READ_ONLY = "read_only"
+    IDEMPOTENT = "idempotent"
+    EXTERNAL_EFFECT = "external_effect"
+    CLASSES = [
+        (READ_ONLY, "Read-only: safe to retry"),
+        (IDEMPOTENT, "Idempotent or duplicate-detecting"),
+        (EXTERNAL_EFFECT, "External effect: never retry without a human"),
+    ]
+
+    pattern = models.CharField(
+        max_length=200, unique=True, help_text="Tool name or shell-style pattern, e.g. send_* or stripe.*"
+    )
+    side_effect = models.CharField(max_length=20, choices=CLASSES)
+    note = models.CharField(max_length=300, blank=True, default="")
+
+    class Meta:
+        verbose_name_plural = "tool policies"
+        ordering = ["pattern"]
+
+    def __str__(self) -> str:
+        return f"{self.pattern} → {self.side_effect}"
+
+
 class IdempotentRequest(models.Model):
     """The first answer to a request sent with an Idempotency-Key."""
 

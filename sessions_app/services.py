@@ -20,7 +20,7 @@ from django.utils import timezone
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
 from sessions_app.log import structure
-from sessions_app.models import Event, IdempotentRequest, Session
+from sessions_app.models import CallSighting, Event, IdempotentRequest, Session
 
 logger = logging.getLogger(__name__)
 
@@ -194,6 +194,12 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Even
     if not rows:
         return rows
     Event.objects.bulk_create(rows)
+    CallSighting.objects.bulk_create(
+        CallSighting(session=session, seq=row.seq, call_id=cid)
+        for row in rows
+        if row.type == "assistant_message"
+        for cid in {log_events.call_id(call) for call in log_events.tool_calls_of(row.data)} - {None}
+    )
     session.event_count += len(rows)
     session.turn_stack = turn_stack
     session.step_stack = step_stack

@@ -33,8 +33,7 @@ def resolve_boundary(boundary: object, count: int) -> int:
     raise ForkRefused(
         "invalid_boundary",
         {"boundary": boundary},
-        f"boundary {show_json(boundary)} is neither a seq (an integer >= 0)"
-        ' nor "last"',
+        f'boundary {show_json(boundary)} is neither a seq (an integer >= 0) nor "last"',
     )
 
 

@@ -130,3 +130,13 @@ def test_concurrent_writers_with_expected_seq_one_wins_per_seq():
         w.join()
     assert sorted(outcomes, key=str) == [1] * 7 + ["stored"]
     assert Event.objects.filter(session_id="race").count() == 1
+
+
+@pytest.mark.django_db
+def test_append_records_each_assistant_call_id_once_for_lookup():
+    from sessions_app.models import CallSighting
+
+    services.create_session(session_id="s")
+    calls = {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "a"}, {"id": 5}, {"id": "a"}, {"name": "no id"}]}}
+    services.append_events(session_id="s", events=validate_batch([f.user(), calls, f.assistant(calls=["b"])]))
+    assert sorted(CallSighting.objects.values_list("seq", "call_id")) == [(1, "5"), (1, "a"), (2, "b")]

@@ -124,7 +124,11 @@ def test_a_batch_is_refused_at_its_first_invalid_item():
 
 @pytest.mark.parametrize(
     "item, reason",
-    [({"data": {}}, "unknown_event_type"), ({"type": "user_message"}, "invalid_data"), ("x", "unknown_event_type")],
+    [
+        ({"data": {}}, "unknown_event_type"),
+        ({"type": "user_message"}, "invalid_data"),
+        ("x", "unknown_event_type"),
+    ],
 )
 def test_a_batch_item_missing_a_key(item, reason):
     with pytest.raises(InvalidEvent) as caught:
@@ -211,5 +215,7 @@ def test_replace_range(data, expected):
 def test_wire_form_round_trips():
     event = Event(4, "user_message", datetime(2026, 1, 1, 0, 0, 1, 5, tzinfo=UTC), {"content": "hi"})
     wire = event_to_wire(event)
-    assert wire == {"seq": 4, "type": "user_message", "time": "2026-01-01T00:00:01.000005Z", "data": {"content": "hi"}}
+    assert wire == {
+        "seq": 4, "type": "user_message", "time": "2026-01-01T00:00:01.000005Z", "data": {"content": "hi"}
+    }  # fmt: skip
     assert event_from_wire(wire) == event

@@ -1,0 +1,519 @@
+"""Ingest benchmark: events/s appended through the real HTTP API vs raw bulk_create.
+
+For each database (a fresh SQLite file in a temp dir, and/or a fresh PostgreSQL
+database) this script:
+
+1. creates the database, runs `manage.py migrate` and `manage.py create_token bench`
+   against it (subprocesses with DATABASE_URL set);
+2. starts `daphne dashboard.asgi:application` on a free port as a real
+   subprocess with the same DATABASE_URL (DJANGO_DEBUG unset);
+3. POSTs realistic event batches (user/assistant messages of a few hundred
+   bytes, tool_call/tool_result, turn/step events) to
+   `POST /api/v1/sessions/{id}/events` over one keep-alive `http.client`
+   connection, sequentially, in batches of 1, 100 and 1000 events, each batch
+   size into its own session; every answer must be 201 with the right seqs;
+4. measures, in this process (django.setup() on the same DATABASE_URL), the raw
+   `Event.objects.bulk_create` rate of the same rows (seq, turn_seq, step_seq,
+   call_id filled in beforehand) in batches of 1000, one transaction per
+   batch, into a separate session: the practical limit of the database.
+
+API(1000) and raw are measured in interleaved rounds so that both see the same
+table size and machine state. The target: API(1000) >= 40% of raw on every
+database measured; the exit status is 1 when it is missed.
+
+    .venv/bin/python bench/ingest.py [--db sqlite|postgres|both] [--events N] [--redis]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+TARGET_RATIO = 0.40
+PG_ADMIN_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432")
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+# Workload -----------------------------------------------------------------
+
+WORDS = (
+    "the a of to and in is it that for on with as this was be are by at from or an not have but "
+    "session agent tool call result turn step invoice customer refund order account balance query "
+    "database record error retry timeout status shipping address payment card token request response "
+    "summary analysis report value field schema update create delete list fetch search parse compute"
+).split()
+
+
+def _text(rng: random.Random, size: int) -> str:
+    out, n = [], 0
+    while n < size:
+        word = rng.choice(WORDS)
+        out.append(word)
+        n += len(word) + 1
+    return " ".join(out).capitalize() + "."
+
+
+def make_events(count: int, *, seed: int, start: datetime) -> list[dict]:
+    """`count` wire events shaped like healthy agent runs (session-log.md section 3).
+
+    One run: user_message, turn_start, step_start, assistant_message with a tool
+    call, tool_call, tool_result, step_end, step_start, assistant_message,
+    step_end, turn_end (11 events). The stream is cut at `count`, so batches cut
+    through runs just as a live emitter's would.
+    """
+    rng = random.Random(seed)
+    events: list[dict] = []
+    clock = start
+    turn = 0
+
+    def add(type_: str, data: dict) -> None:
+        nonlocal clock
+        clock += timedelta(microseconds=rng.randint(500, 50_000))
+        events.append({"type": type_, "time": clock.isoformat().replace("+00:00", "Z"), "data": data})
+
+    add("system_message", {"content": _text(rng, 400), "name": None, "metadata": {}})
+    while len(events) < count:
+        turn += 1
+        call = f"call_{turn}_{rng.randrange(10**8):08d}"
+        tool = rng.choice(["search_orders", "lookup_customer", "issue_refund", "get_balance"])
+        add("user_message", {"content": _text(rng, rng.randint(150, 400)), "name": None, "metadata": {}})
+        add("turn_start", {"turn": turn})
+        add("step_start", {"turn": turn, "step": 1})
+        add(
+            "assistant_message",
+            {
+                "content": _text(rng, rng.randint(100, 300)),
+                "name": None,
+                "metadata": {"model": "bench-model-1", "usage": {"input_tokens": rng.randint(500, 5000), "output_tokens": rng.randint(20, 400)}},
+                "tool_calls": [{"id": call, "name": tool, "arguments": {"query": _text(rng, 40), "limit": 10}}],
+                "reasoning_content": _text(rng, rng.randint(80, 250)),
+            },
+        )
+        add("tool_call", {"id": call, "name": tool})
+        add(
+            "tool_result",
+            {"tool_call_id": call, "content": _text(rng, rng.randint(200, 600)), "name": tool, "metadata": {}},
+        )
+        add("step_end", {"turn": turn, "step": 1, "outcome": "ok"})
+        add("step_start", {"turn": turn, "step": 2})
+        add(
+            "assistant_message",
+            {"content": _text(rng, rng.randint(200, 500)), "name": None, "metadata": {}, "tool_calls": [], "reasoning_content": None},
+        )
+        add("step_end", {"turn": turn, "step": 2, "outcome": "ok"})
+        add("turn_end", {"turn": turn, "steps": 2, "reason": "complete"})
+    return events[:count]
+
+
+def batches(events: list[dict], size: int) -> list[list[dict]]:
+    return [events[i : i + size] for i in range(0, len(events), size)]
+
+
+# Results ------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    mode: str  # "api" or "raw"
+    batch: int
+    events: int = 0
+    seconds: float = 0.0
+    rounds: list[float] = field(default_factory=list)  # events/s of each round
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class DbResult:
+    db: str
+    rows: list[Row]
+    server_log_tail: str = ""
+    channel_layer: str = "in-memory"
+
+    def row(self, mode: str, batch: int) -> Row:
+        return next(r for r in self.rows if r.mode == mode and r.batch == batch)
+
+    @property
+    def ratio(self) -> float:
+        return self.row("api", 1000).rate / self.row("raw", 1000).rate
+
+
+def print_table(result: DbResult) -> None:
+    print(f"\n== {result.db} (channel layer: {result.channel_layer}) ==")
+    print(f"{'mode':<6}{'batch':>7}{'events':>9}{'seconds':>10}{'events/s':>11}   per round events/s")
+    for r in result.rows:
+        per_round = ", ".join(f"{x:,.0f}" for x in r.rounds) if len(r.rounds) > 1 else ""
+        print(f"{r.mode:<6}{r.batch:>7}{r.events:>9,}{r.seconds:>10.3f}{r.rate:>11,.0f}   {per_round}")
+    verdict = "meets" if result.ratio >= TARGET_RATIO else "MISSES"
+    print(f"ratio API(1000)/raw = {result.ratio:.2f}  ({verdict} the {TARGET_RATIO:.0%} target)")
+
+
+# Database lifecycle ------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Target:
+    """A fresh database plus a migrated schema, a token and a running daphne."""
+
+    def __init__(self, db: str, redis_url: str | None):
+        self.db = db
+        self.redis_url = redis_url
+        self.tmpdir = Path(tempfile.mkdtemp(prefix=f"turnlog-bench-{db}-"))
+        self.pg_name: str | None = None
+        if db == "sqlite":
+            self.url = f"sqlite:///{self.tmpdir / 'bench.sqlite3'}"
+        else:
+            self.pg_name = f"turnlog_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
+            self.url = f"{PG_ADMIN_URL}/{self.pg_name}"
+        self.env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_DEBUG", "REDIS_URL", "DATABASE_URL"}}
+        self.env["DATABASE_URL"] = self.url
+        self.env["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
+        if redis_url:
+            self.env["REDIS_URL"] = redis_url
+        self.server: subprocess.Popen | None = None
+        self.port = 0
+        self.token = ""
+
+    def manage(self, *args: str) -> str:
+        proc = subprocess.run(
+            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+        return proc.stdout
+
+    def setup(self) -> None:
+        if self.pg_name:
+            import psycopg
+
+            with psycopg.connect(f"{PG_ADMIN_URL}/postgres", autocommit=True) as conn:
+                conn.execute(f'CREATE DATABASE "{self.pg_name}"')
+        self.manage("migrate", "--noinput")
+        self.token = self.manage("create_token", "bench").strip().splitlines()[-1]
+        self.port = free_port()
+        self.log_path = self.tmpdir / "daphne.log"
+        with open(self.log_path, "wb") as log:
+            self.server = subprocess.Popen(
+                [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
+                cwd=ROOT,
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 60
+        while True:
+            if self.server.poll() is not None:
+                raise RuntimeError(f"daphne exited with {self.server.returncode}:\n{self.log_tail()}")
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
+                conn.request("GET", "/api/v1/sessions?limit=1", headers={"Authorization": f"Bearer {self.token}"})
+                status = conn.getresponse().status
+                conn.close()
+                if status == 200:
+                    return
+                raise RuntimeError(f"the server answered {status} to an authenticated GET")
+            except (ConnectionError, OSError):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"daphne did not answer within 60 s:\n{self.log_tail()}") from None
+                time.sleep(0.2)
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except (OSError, AttributeError):
+            return ""
+
+    def teardown(self) -> None:
+        if self.server is not None and self.server.poll() is None:
+            self.server.send_signal(signal.SIGTERM)
+            try:
+                self.server.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.server.kill()
+                self.server.wait()
+        try:
+            from django.db import connections
+
+            connections.close_all()
+        except Exception:  # Django may not be set up yet
+            pass
+        if self.pg_name:
+            import psycopg
+
+            with psycopg.connect(f"{PG_ADMIN_URL}/postgres", autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{self.pg_name}" WITH (FORCE)')
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+
+# Client -------------------------------------------------------------------
+
+
+class Client:
+    """One keep-alive connection; sequential requests."""
+
+    def __init__(self, port: int, token: str):
+        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        self.conn.request("POST", path, body=body, headers=self.headers)
+        resp = self.conn.getresponse()
+        return resp.status, resp.read()
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        self.conn.request("GET", path, headers=self.headers)
+        resp = self.conn.getresponse()
+        return resp.status, resp.read()
+
+    def create_session(self, session_id: str) -> None:
+        status, body = self.post("/api/v1/sessions", json.dumps({"id": session_id, "agent_name": "bench"}).encode())
+        if status != 201:
+            raise RuntimeError(f"creating session {session_id}: {status} {body[:300]!r}")
+
+
+class ApiStream:
+    """Appends one session's event stream batch by batch, checking every answer."""
+
+    def __init__(self, client: Client, session_id: str, events: list[dict], batch: int):
+        self.client = client
+        self.session_id = session_id
+        self.path = f"/api/v1/sessions/{session_id}/events"
+        # Bodies are encoded up front: the benchmark times the server, not the client's json.dumps.
+        self.bodies = [(len(b), json.dumps({"events": b}).encode()) for b in batches(events, batch)]
+        self.pos = 0
+        self.next_seq = 0
+        client.create_session(session_id)
+
+    def run(self, n_batches: int) -> tuple[int, float]:
+        """Send the next n_batches; returns (events, seconds)."""
+        sent = 0
+        todo = self.bodies[self.pos : self.pos + n_batches]
+        self.pos += len(todo)
+        t0 = time.perf_counter()
+        for count, body in todo:
+            status, answer = self.client.post(self.path, body)
+            if status != 201:
+                raise RuntimeError(f"POST {self.path} answered {status}: {answer[:500]!r}")
+            got = json.loads(answer)
+            if got != {"first_seq": self.next_seq, "next_seq": self.next_seq + count}:
+                raise RuntimeError(f"unexpected seqs {got} (expected first_seq {self.next_seq}, +{count})")
+            self.next_seq += count
+            sent += count
+        return sent, time.perf_counter() - t0
+
+    def verify(self) -> None:
+        status, body = self.client.get(f"/api/v1/sessions/{self.session_id}")
+        count = json.loads(body).get("event_count") if status == 200 else None
+        if count != self.next_seq:
+            raise RuntimeError(f"session {self.session_id}: event_count {count}, expected {self.next_seq}")
+
+
+class RawStream:
+    """The same rows written with Event.objects.bulk_create, a transaction per batch."""
+
+    def __init__(self, session_id: str, events: list[dict], batch: int):
+        from django.db import connection
+
+        from sessions_app import services
+        from sessions_app.log import events as log_events
+        from sessions_app.log import structure
+        from sessions_app.models import Event
+
+        self.Event = Event
+        session = services.create_session(session_id=session_id, agent_name="bench-raw")
+        connection.close()  # hold nothing open between rounds (SQLite: no lingering reader)
+        turn_stack: list[int] = []
+        step_stack: list[int] = []
+        rows = []
+        for seq, e in enumerate(events):
+            placement = structure.place(turn_stack, step_stack, seq, e["type"])
+            rows.append(
+                Event(
+                    session=session,
+                    seq=seq,
+                    type=e["type"],
+                    time=log_events.parse_time(e["time"]),
+                    data=e["data"],
+                    call_id=log_events.call_id(e["data"]) if e["type"] in {"tool_call", "tool_result"} else None,
+                    turn_seq=placement.turn_seq,
+                    step_seq=placement.step_seq,
+                )
+            )
+        self.batches = batches(rows, batch)
+        self.pos = 0
+
+    def run(self, n_batches: int) -> tuple[int, float]:
+        from django.db import connection, transaction
+
+        todo = self.batches[self.pos : self.pos + n_batches]
+        self.pos += len(todo)
+        connection.ensure_connection()  # connecting is not part of the insert rate
+        sent = 0
+        t0 = time.perf_counter()
+        for rows in todo:
+            with transaction.atomic():
+                self.Event.objects.bulk_create(rows)
+            sent += len(rows)
+        elapsed = time.perf_counter() - t0
+        connection.close()
+        return sent, elapsed
+
+
+# One database ---------------------------------------------------------------
+
+
+def measure(target: Target, n_events: int, rounds: int) -> DbResult:
+    import django
+
+    os.environ.update({"DATABASE_URL": target.url, "DJANGO_SETTINGS_MODULE": "dashboard.settings"})
+    os.environ.pop("REDIS_URL", None)
+    sys.path.insert(0, str(ROOT))
+    django.setup()
+
+    start = datetime(2025, 1, 1, tzinfo=UTC)
+    client = Client(target.port, target.token)
+    tag = uuid.uuid4().hex[:6]
+
+    # Sizes: batch 1 is per-request bound, so it gets fewer events.
+    n_single = max(50, n_events // 50)
+    per_round = max(1, n_events // 1000 // rounds)  # batches of 1000 per round
+    n_big = per_round * rounds * 1000
+
+    # Warm-up (not timed): every code path, its own sessions.
+    warm = make_events(2 * 1000 + 200 + 5, seed=99, start=start)
+    ApiStream(client, f"warm-1-{tag}", warm[:5], 1).run(5)
+    ApiStream(client, f"warm-100-{tag}", warm[:200], 100).run(2)
+    ApiStream(client, f"warm-1000-{tag}", warm[:2000], 1000).run(2)
+    RawStream(f"warm-raw-{tag}", warm[:2000], 1000).run(2)
+
+    rows = {key: Row(*key) for key in [("api", 1), ("api", 100), ("api", 1000), ("raw", 1000)]}
+
+    def record(key, result):
+        events, seconds = result
+        row = rows[key]
+        row.events += events
+        row.seconds += seconds
+        row.rounds.append(events / seconds)
+
+    s1 = ApiStream(client, f"bench-1-{tag}", make_events(n_single, seed=1, start=start), 1)
+    record(("api", 1), s1.run(len(s1.bodies)))
+    s100 = ApiStream(client, f"bench-100-{tag}", make_events(n_big, seed=2, start=start), 100)
+    record(("api", 100), s100.run(len(s100.bodies)))
+
+    # API(1000) and raw interleaved, so both see the same table size and machine state.
+    big = make_events(n_big, seed=3, start=start)
+    s1000 = ApiStream(client, f"bench-1000-{tag}", big, 1000)
+    raw = RawStream(f"bench-raw-{tag}", big, 1000)
+    for _ in range(rounds):
+        record(("raw", 1000), raw.run(per_round))
+        record(("api", 1000), s1000.run(per_round))
+
+    for stream in (s1, s100, s1000):
+        stream.verify()
+    client.conn.close()
+    from sessions_app.models import Session
+
+    raw_count = raw.Event.objects.filter(session_id=f"bench-raw-{tag}").count()
+    if raw_count != n_big:
+        raise RuntimeError(f"raw session holds {raw_count} events, expected {n_big}")
+    assert Session.objects.filter(pk=f"bench-raw-{tag}").exists()
+
+    return DbResult(
+        db=target.db,
+        rows=list(rows.values()),
+        channel_layer="redis" if target.redis_url else "in-memory",
+    )
+
+
+def run_one(db: str, args) -> DbResult:
+    target = Target(db, args.redis_url if args.redis else None)
+    try:
+        target.setup()
+        result = measure(target, args.events, args.rounds)
+        result.server_log_tail = target.log_tail(5)
+        return result
+    except Exception:
+        tail = target.log_tail()
+        if tail:
+            print(f"--- daphne log tail ({db}) ---\n{tail}", file=sys.stderr)
+        raise
+    finally:
+        target.teardown()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument(
+        "--events", type=int, default=20000,
+        help="events per measured series for batches of 100 and 1000 and for raw (batch 1 gets N/50)",
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of API(1000) and raw")
+    parser.add_argument("--redis", action="store_true", help="run the server with the Redis channel layer (REDIS_URL)")
+    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL, help=argparse.SUPPRESS)
+    parser.add_argument("--json-out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.db != "both":
+        t0 = time.perf_counter()
+        result = run_one(args.db, args)
+        print_table(result)
+        print(f"({args.db} took {time.perf_counter() - t0:.0f} s)")
+        if args.json_out:
+            Path(args.json_out).write_text(
+                json.dumps({"db": result.db, "ratio": result.ratio, "rows": [asdict(r) | {"rate": r.rate} for r in result.rows]})
+            )
+        return 0 if result.ratio >= TARGET_RATIO else 1
+
+    # Each database in its own process: Django's settings read DATABASE_URL once.
+    summary = []
+    failed = False
+    for db in ("sqlite", "postgres"):
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+            out = f.name
+        cmd = [sys.executable, __file__, "--db", db, "--events", str(args.events), "--rounds", str(args.rounds), "--json-out", out]
+        if args.redis:
+            cmd += ["--redis", "--redis-url", args.redis_url]
+        rc = subprocess.call(cmd)
+        try:
+            data = json.loads(Path(out).read_text())
+            summary.append((db, data["ratio"]))
+        except (OSError, ValueError):
+            summary.append((db, None))
+        finally:
+            Path(out).unlink(missing_ok=True)
+        failed |= rc != 0
+    print("\n== summary: API(1000) / raw bulk_create, target >= 40% ==")
+    for db, ratio in summary:
+        shown = "error" if ratio is None else f"{ratio:.2f} {'ok' if ratio >= TARGET_RATIO else 'BELOW TARGET'}"
+        print(f"{db:<9} {shown}")
+    if failed:
+        print("FAILED: the 40% target is not met (or a run failed) on at least one database.")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
