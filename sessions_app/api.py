@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -15,7 +16,7 @@ from ninja.errors import ValidationError as NinjaValidationError
 from ninja.security import HttpBearer, django_auth
 from pydantic import StrictInt
 
-from sessions_app import selectors, services
+from sessions_app import errors, selectors, services
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
 from sessions_app.models import SESSION_ID_PATTERN, ApiToken, Session, hash_token
@@ -66,24 +67,34 @@ def on_api_error(request, exc: ApiError):
     return error_response(request, exc.status, exc.error, exc.detail, **exc.fields)
 
 
-@api.exception_handler(services.SessionNotFound)
+@api.exception_handler(errors.SessionNotFound)
 def on_not_found(request, exc):
     return error_response(request, 404, "not_found", str(exc))
 
 
-@api.exception_handler(services.SessionExists)
+@api.exception_handler(errors.SessionExists)
 def on_exists(request, exc):
     return error_response(request, 409, "session_exists", str(exc))
 
 
-@api.exception_handler(services.SeqConflict)
+@api.exception_handler(errors.SeqConflict)
 def on_seq_conflict(request, exc):
     return error_response(request, 409, "seq_conflict", str(exc), next_seq=exc.next_seq)
 
 
-@api.exception_handler(services.IdempotencyKeyReused)
+@api.exception_handler(errors.IdempotencyKeyReused)
 def on_key_reused(request, exc):
     return error_response(request, 409, "idempotency_key_reused", str(exc))
+
+
+@api.exception_handler(errors.StalePlan)
+def on_stale_plan(request, exc: errors.StalePlan):
+    return error_response(request, 409, "stale_plan", str(exc), plan=plan_to_wire(exc.plan, exc.next_seq))
+
+
+@api.exception_handler(errors.RecoveryFirst)
+def on_recovery_first(request, exc):
+    return error_response(request, 409, "recovery_first", str(exc))
 
 
 @api.exception_handler(log_events.InvalidEvent)
@@ -191,6 +202,63 @@ class ImportOut(Schema):
 class ErrorOut(Schema):
     detail: str
     error: str | None = None
+
+
+class RepairOut(Schema):
+    type: str
+    data: dict[str, Any]
+
+
+class OwedCallOut(Schema):
+    id: str
+    name: str | None
+    arguments: Any = None
+    turn_seq: int
+    step_seq: int | None
+    sighted_seq: int
+    risk: str
+    rule: int
+    evidence: list[int]
+    side_effect: str
+
+
+class PlanOut(Schema):
+    interrupted: bool
+    open_turns: list[int]
+    next_seq: int
+    repairs: list[RepairOut]
+    warnings: list[str]
+    digest: str
+    owed_calls: list[OwedCallOut] = Field(
+        ..., description="Why each tool_result repair has its risk: the rule, its evidence seqs, the tool's side-effect class"
+    )
+
+
+class RepairIn(Schema):
+    digest: str | None = None
+    note: str = ""
+
+
+class RepairAppliedOut(Schema):
+    appended: list[EventOut]
+    next_seq: int
+
+
+def plan_to_wire(plan, next_seq: int) -> dict:
+    owed = [r.call for r in plan.repairs if r.call is not None]
+    side_effects = selectors.side_effect_classes({call.name for call in owed})
+    return {
+        "interrupted": plan.interrupted,
+        "open_turns": plan.open_turns,
+        "next_seq": next_seq,
+        "repairs": [{"type": r.type, "data": r.data} for r in plan.repairs],
+        "warnings": plan.warnings,
+        "digest": plan.digest(next_seq),
+        "owed_calls": [
+            {**dataclasses.asdict(call), "evidence": list(call.evidence), "side_effect": side_effects[call.name]}
+            for call in owed
+        ],
+    }
 
 
 def session_to_wire(session: Session) -> dict:
@@ -327,6 +395,44 @@ def export_session(request, session_id: str):
     session = selectors.get_session(session_id)
     extra = {"session": {"id": session.id, "agent_name": session.agent_name or None, "parent": session.parent_ref}}
     return log_blob.write_blob(selectors.session_log(session), agent_name=session.agent_name or None, extra=extra)
+
+
+@router.get("/sessions/{session_id}/recovery-plan", response={200: PlanOut, 404: ErrorOut}, tags=["recovery"])
+def get_recovery_plan(request, session_id: str):
+    """What recovery would append now, and why; confirm it with its digest."""
+    session = selectors.get_session(session_id)
+    return plan_to_wire(selectors.recovery_plan(session), session.event_count)
+
+
+def require_recover_permission(request) -> None:
+    if not request.user.has_perm("sessions_app.recover_session"):
+        raise ApiError(403, "forbidden", "applying a recovery needs the recover_session permission")
+
+
+@router.post(
+    "/sessions/{session_id}/recover",
+    response={200: RepairAppliedOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut},
+    tags=["recovery"],
+)
+def recover_session(request, session_id: str, payload: RepairIn):
+    """Append the recovery plan; with `digest`, only if it is still the plan previewed."""
+    require_recover_permission(request)
+    result = services.recover(session_id=session_id, user=request.user, digest=payload.digest, note=payload.note)
+    return {"appended": [log_events.event_to_wire(e.to_log_event()) for e in result.appended], "next_seq": result.next_seq}
+
+
+@router.post(
+    "/sessions/{session_id}/patch-dangling-calls",
+    response={200: RepairAppliedOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut},
+    tags=["recovery"],
+)
+def patch_dangling_calls(request, session_id: str, payload: RepairIn):
+    """The turn-blind patch for calls outside turns; refused (409 recovery_first) while a turn is open."""
+    require_recover_permission(request)
+    result = services.patch_dangling_calls(
+        session_id=session_id, user=request.user, digest=payload.digest, note=payload.note
+    )
+    return {"appended": [log_events.event_to_wire(e.to_log_event()) for e in result.appended], "next_seq": result.next_seq}
 
 
 api.add_router("/", router)

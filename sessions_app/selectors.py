@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import fnmatch
 import json
 from dataclasses import dataclass
 from datetime import datetime
@@ -11,9 +12,9 @@ from datetime import datetime
 from django.db.models import Q
 
 from sessions_app.log import events as log_events
-from sessions_app.log import fold
-from sessions_app.models import Event, Session
-from sessions_app.services import SessionNotFound
+from sessions_app.log import fold, recovery
+from sessions_app.models import CallSighting, Event, RecoveryRecord, Session, ToolPolicy
+from sessions_app.errors import SessionNotFound
 
 
 class InvalidCursor(ValueError):
@@ -71,9 +72,7 @@ def events_since(session: Session, *, since: int = 0, limit: int | None = None) 
     if since < 0:
         raise ValueError(f"since must be 0 or more, got {since}")
     rows = Event.objects.filter(session=session, seq__gte=since).order_by("seq")
-    if limit is not None:
-        rows = rows[:limit]
-    return [log_events.Event(seq=r[0], type=r[1], time=r[2], data=r[3]) for r in rows.values_list("seq", "type", "time", "data")]
+    return to_log_events(rows[:limit] if limit is not None else rows)
 
 
 def session_log(session: Session) -> list[log_events.Event]:
@@ -82,3 +81,59 @@ def session_log(session: Session) -> list[log_events.Event]:
 
 def session_messages(session: Session) -> list[dict]:
     return fold.project(session_log(session))
+
+
+def recovery_plan(session: Session) -> recovery.Plan:
+    """The session's recovery plan, reading only the events that can matter.
+
+    Everything from the outermost open turn on, plus: earlier tool_call /
+    tool_result events and assistant messages naming the same call ids
+    (dispatch, result and first sighting are log-wide), stray turn_ends
+    (warnings), and the steps still open where the open turn began. The
+    result equals sessions_app.log.recovery.plan over the whole log.
+    """
+    events = Event.objects.filter(session=session)
+    strays = events.filter(type="turn_end", turn_seq__isnull=True)
+    if not session.turn_stack:
+        return recovery.plan(to_log_events(strays.order_by("seq")))
+    outermost = session.turn_stack[0]
+    tail = to_log_events(events.filter(seq__gte=outermost).order_by("seq"))
+    call_ids = set(
+        CallSighting.objects.filter(session=session, seq__gte=outermost).values_list("call_id", flat=True)
+    )
+    call_ids |= {log_events.call_id(e.data) for e in tail if e.type == "tool_call"} - {None}
+    earlier_sightings = CallSighting.objects.filter(session=session, call_id__in=call_ids, seq__lt=outermost)
+    earlier = events.filter(seq__lt=outermost).filter(
+        Q(type="turn_end", turn_seq__isnull=True)
+        | Q(type__in=["tool_call", "tool_result"], call_id__in=call_ids)
+        | Q(seq__in=earlier_sightings.values("seq"))
+    )
+    return recovery.plan(
+        to_log_events(earlier.order_by("seq")) + tail, step_stack=open_steps_before(session, outermost)
+    )
+
+
+def open_steps_before(session: Session, seq: int) -> list[int]:
+    """Seqs of step_starts before `seq` still open there, oldest first (the scan's step stack)."""
+    events = Event.objects.filter(session=session, seq__lt=seq)
+    closed = events.filter(type="step_end", step_seq__isnull=False).values("step_seq")
+    return list(events.filter(type="step_start").exclude(seq__in=closed).order_by("seq").values_list("seq", flat=True))
+
+
+def to_log_events(rows) -> list[log_events.Event]:
+    return [log_events.Event(seq=r[0], type=r[1], time=r[2], data=r[3]) for r in rows.values_list("seq", "type", "time", "data")]
+
+
+def side_effect_classes(tool_names: set[str | None]) -> dict[str | None, str]:
+    """Each tool's side-effect class by ToolPolicy: an exact name wins, then the longest matching pattern."""
+    policies = sorted(ToolPolicy.objects.values_list("pattern", "side_effect"), key=lambda p: -len(p[0]))
+    classes = {}
+    for name in tool_names:
+        exact = [cls for pattern, cls in policies if pattern == name]
+        matching = [cls for pattern, cls in policies if name is not None and fnmatch.fnmatchcase(name, pattern)]
+        classes[name] = (exact or matching or ["unknown"])[0]
+    return classes
+
+
+def recovery_history(session: Session) -> list[RecoveryRecord]:
+    return list(RecoveryRecord.objects.filter(session=session).select_related("user"))

@@ -19,35 +19,29 @@ from django.utils import timezone
 
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
+from sessions_app.log import recovery as log_recovery
 from sessions_app.log import structure
-from sessions_app.models import CallSighting, Event, IdempotentRequest, Session
+from sessions_app.errors import (
+    IdempotencyKeyReused,
+    RecoveryFirst,
+    SeqConflict,
+    SessionExists,
+    SessionNotFound,
+    StalePlan,
+)
+from sessions_app.models import CallSighting, Event, IdempotentRequest, RecoveryRecord, Session
+from sessions_app.selectors import recovery_plan, session_log
 
 logger = logging.getLogger(__name__)
 
 CALL_ID_TYPES = frozenset({"tool_call", "tool_result"})
 
 
-class SessionNotFound(Exception):
-    def __init__(self, session_id: str):
-        super().__init__(f"session {session_id!r} does not exist")
-        self.session_id = session_id
-
-
-class SessionExists(Exception):
-    def __init__(self, session_id: str):
-        super().__init__(f"session {session_id!r} already exists")
-        self.session_id = session_id
-
-
-class SeqConflict(Exception):
-    def __init__(self, expected_seq: int, next_seq: int):
-        super().__init__(f"expected_seq is {expected_seq} but the session's next seq is {next_seq}")
-        self.next_seq = next_seq
-
-
-class IdempotencyKeyReused(Exception):
-    def __init__(self, key: str):
-        super().__init__(f"Idempotency-Key {key!r} was already used on this session with a different body")
+@dataclass(frozen=True)
+class RepairResult:
+    appended: list[Event]
+    next_seq: int
+    record: RecoveryRecord | None
 
 
 @dataclass(frozen=True)
@@ -130,6 +124,49 @@ def append_events(
                 session=session, key=idempotency_key, body_sha256=request_sha256, response=result.as_response()
             )
     return result
+
+
+def recover(*, session_id: str, user, digest: str | None = None, note: str = "") -> RepairResult:
+    """Apply the session's recovery plan, if `digest` (when given) still matches it.
+
+    Plan, check and append happen under the session's lock, so of two people
+    confirming one plan exactly one appends; the other gets StalePlan with
+    the fresh (empty) plan. A clean session appends nothing.
+    """
+    with transaction.atomic():
+        session = _locked_session(session_id)
+        plan = recovery_plan(session)
+        return _apply_repairs(session, plan.repairs, plan, RecoveryRecord.RECOVERY, user, digest, note)
+
+
+def patch_dangling_calls(*, session_id: str, user, digest: str | None = None, note: str = "") -> RepairResult:
+    """The turn-blind patch (session-log.md section 4), only once no turn is open."""
+    with transaction.atomic():
+        session = _locked_session(session_id)
+        if session.turn_stack:
+            raise RecoveryFirst(session.open_turns)
+        repairs = log_recovery.patch_dangling_tool_calls(session_log(session))
+        return _apply_repairs(session, repairs, None, RecoveryRecord.DANGLING_PATCH, user, digest, note)
+
+
+def _apply_repairs(session, repairs, plan, kind, user, digest, note) -> RepairResult:
+    current = log_recovery.repairs_digest(session.event_count, repairs)
+    if digest is not None and digest != current:
+        raise StalePlan(plan or log_recovery.Plan([], list(repairs), []), session.event_count)
+    if not repairs:
+        return RepairResult(appended=[], next_seq=session.event_count, record=None)
+    rows = _store(session, [log_events.NewEvent(r.type, r.data, None) for r in repairs])
+    record = RecoveryRecord.objects.create(
+        session=session,
+        kind=kind,
+        user=user,
+        username=user.get_username(),
+        note=note,
+        digest=current,
+        first_seq=rows[0].seq,
+        last_seq=rows[-1].seq,
+    )
+    return RepairResult(appended=rows, next_seq=session.event_count, record=record)
 
 
 def import_blob(*, blob: object, session_id: str | None = None) -> tuple[Session, list[str]]:

@@ -59,13 +59,14 @@ class Plan:
         return bool(self.open_turns)
 
     def digest(self, next_seq: int) -> str:
-        """Binds the plan to the log length: any append makes a previewed digest stale."""
-        payload = {
-            "next_seq": next_seq,
-            "repairs": [{"type": r.type, "data": r.data} for r in self.repairs],
-        }
-        text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-        return hashlib.sha256(text.encode()).hexdigest()
+        return repairs_digest(next_seq, self.repairs)
+
+
+def repairs_digest(next_seq: int, repairs: Sequence[Repair]) -> str:
+    """Binds repairs to the log length: any append makes a previewed digest stale."""
+    payload = {"next_seq": next_seq, "repairs": [{"type": r.type, "data": r.data} for r in repairs]}
+    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -122,8 +123,8 @@ class _Scan:
             )
 
 
-def _scan(events: Sequence[Event]) -> _Scan:
-    scan = _Scan()
+def _scan(events: Sequence[Event], step_stack: Sequence[int] = ()) -> _Scan:
+    scan = _Scan(step_stack=list(step_stack))
     for event in events:
         scan.read(event)
     return scan
@@ -173,13 +174,17 @@ def interrupted(events: Sequence[Event]) -> bool:
     return bool(open_turns(events))
 
 
-def plan(events: Sequence[Event]) -> Plan:
+def plan(events: Sequence[Event], *, step_stack: Sequence[int] = ()) -> Plan:
     """What recovery would append: per open turn, innermost first, its owed results then a turn_end.
 
     A clean log gets an empty plan even when it holds dangling calls: a closed turn owing a
     result is not a crash.
+
+    Storage may pass only the events that matter (everything from the outermost open turn on,
+    plus earlier non-structural events naming the same call ids and stray turn_ends) together
+    with the steps still open where that tail starts (`step_stack`); the plan is the same.
     """
-    scan = _scan(events)
+    scan = _scan(events, step_stack)
     turns = scan.turn_stack[::-1]
     repairs = []
     for turn_seq in turns:

@@ -4,7 +4,7 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from sessions_app import services
+from sessions_app import errors, services
 from sessions_app.log.events import validate_batch
 from sessions_app.models import Event
 from tests.sessions_app import factories as f
@@ -50,7 +50,7 @@ def test_a_refused_append_publishes_nothing():
     services.create_session(session_id="pub")
     subscriber = Subscriber("pub")
     services.append_events(session_id="pub", events=validate_batch([f.user()]))
-    with pytest.raises(services.SeqConflict):
+    with pytest.raises(errors.SeqConflict):
         services.append_events(session_id="pub", events=validate_batch([f.user()]), expected_seq=0)
     assert [m["event"]["seq"] for m in subscriber.drain()] == [0]
 

@@ -3,7 +3,7 @@ import threading
 import pytest
 from django.db import connection, connections
 
-from sessions_app import services
+from sessions_app import errors, services
 from sessions_app.log.events import validate_batch
 from sessions_app.log.structure import place_all
 from sessions_app.models import Event, Session
@@ -118,7 +118,7 @@ def test_concurrent_writers_with_expected_seq_one_wins_per_seq():
         try:
             services.append_events(session_id="race", events=validate_batch([f.user()]), expected_seq=0)
             outcomes.append("stored")
-        except services.SeqConflict as exc:
+        except errors.SeqConflict as exc:
             outcomes.append(exc.next_seq)
         finally:
             connections.close_all()

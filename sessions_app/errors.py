@@ -1,0 +1,42 @@
+"""Domain errors of the services and selectors; the API maps each to its code."""
+
+from sessions_app.log import recovery as log_recovery
+
+
+class SessionNotFound(Exception):
+    def __init__(self, session_id: str):
+        super().__init__(f"session {session_id!r} does not exist")
+        self.session_id = session_id
+
+
+class SessionExists(Exception):
+    def __init__(self, session_id: str):
+        super().__init__(f"session {session_id!r} already exists")
+        self.session_id = session_id
+
+
+class SeqConflict(Exception):
+    def __init__(self, expected_seq: int, next_seq: int):
+        super().__init__(f"expected_seq is {expected_seq} but the session's next seq is {next_seq}")
+        self.next_seq = next_seq
+
+
+class IdempotencyKeyReused(Exception):
+    def __init__(self, key: str):
+        super().__init__(f"Idempotency-Key {key!r} was already used on this session with a different body")
+
+
+class StalePlan(Exception):
+    """The previewed digest no longer matches: nothing was appended; here is the fresh plan."""
+
+    def __init__(self, plan: log_recovery.Plan, next_seq: int):
+        super().__init__("the log changed since this plan was previewed; review the fresh plan")
+        self.plan, self.next_seq = plan, next_seq
+
+
+class RecoveryFirst(Exception):
+    def __init__(self, open_turns: list[int]):
+        super().__init__(
+            f"the session has open turns (seqs {open_turns}); recover it first, or the generic"
+            " patch would erase the risk classification of the owed calls"
+        )

@@ -1,0 +1,146 @@
+"""Recovery through storage: the indexed plan, the locked apply, the audit trail."""
+
+import threading
+import uuid
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connections
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sessions_app import errors, selectors, services
+from sessions_app.log import recovery
+from sessions_app.log.events import event_to_wire, validate_batch
+from sessions_app.models import Event, RecoveryRecord, Session
+from tests.sessions_app.log.strategies import events_of, logs
+from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE, assistant, dispatch, result
+
+
+def store(items_or_events, session_id=None, chunk=None) -> Session:
+    """Append a log through the service, in chunks, and return its session."""
+    wire = [
+        {"type": e.type, "data": e.data, "time": event_to_wire(e)["time"]}
+        for e in (events_of(items_or_events) if items_or_events and isinstance(items_or_events[0], tuple) else items_or_events)
+    ]
+    session = services.create_session(session_id=session_id or uuid.uuid4().hex)
+    chunk = chunk or max(len(wire), 1)
+    for start in range(0, len(wire), chunk):
+        services.append_events(session_id=session.id, events=validate_batch(wire[start : start + chunk]))
+    return Session.objects.get(pk=session.id)
+
+
+@pytest.fixture
+def operator(django_user_model):
+    return django_user_model.objects.create_user("operator", is_staff=True)
+
+
+@pytest.mark.django_db
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=logs(), chunk=st.integers(1, 7))
+def test_the_indexed_plan_equals_the_plan_of_the_whole_log(events, chunk):
+    session = store(events, chunk=chunk)
+    assert selectors.recovery_plan(session) == recovery.plan(selectors.session_log(session))
+
+
+@pytest.mark.django_db
+def test_an_earlier_sighting_of_a_call_keeps_it_out_of_the_open_turn():
+    items = [("turn_start", {"turn": 1}), assistant("c1"), ("turn_end", {"turn": 1, "steps": 0, "reason": "complete"}),
+             ("turn_start", {"turn": 2}), assistant("c1", "c2")]  # fmt: skip
+    session = store(items)
+    planned = selectors.recovery_plan(session)
+    assert planned == recovery.plan(events_of(items))
+    assert [r.data.get("tool_call_id") for r in planned.repairs] == ["c2", None]
+
+
+@pytest.mark.django_db
+def test_a_step_opened_before_the_turn_still_decides_rule_3():
+    items = [("step_start", {}), ("turn_start", {"turn": 1}), assistant("c1"), ("step_end", {"outcome": "ok"})]
+    planned = selectors.recovery_plan(store(items))
+    assert planned == recovery.plan(events_of(items))
+    assert (planned.repairs[0].call.rule, planned.repairs[0].data["metadata"]["risk"]) == (3, "tool_not_started")
+
+
+@pytest.mark.django_db
+def test_earlier_dispatches_results_and_stray_turn_ends_are_read():
+    items = [("turn_end", {"reason": "complete"}), dispatch("c1"), result("c2"), ("turn_start", {"turn": 1}),
+             assistant("c1", "c2", "c3")]  # fmt: skip
+    planned = selectors.recovery_plan(store(items))
+    assert planned == recovery.plan(events_of(items))
+    assert planned.warnings == ["turn_end at seq 0 closes no open turn"]
+    # c1 was first sighted (dispatched) outside any turn, c2 was answered: only c3 is owed.
+    assert [(r.data.get("tool_call_id"), r.call and r.call.rule) for r in planned.repairs] == [("c3", 4), (None, None)]
+
+
+@pytest.mark.django_db
+def test_a_clean_session_keeps_its_warnings_and_an_empty_plan():
+    planned = selectors.recovery_plan(store([("turn_end", {"reason": "complete"})]))
+    assert (planned.repairs, planned.warnings) == ([], ["turn_end at seq 0 closes no open turn"])
+
+
+@pytest.mark.django_db
+def test_recover_appends_the_plan_and_records_who_and_why(operator):
+    session = store(WORKED_EXAMPLE, session_id="crashed")
+    digest = selectors.recovery_plan(session).digest(session.event_count)
+    applied = services.recover(session_id="crashed", user=operator, digest=digest, note="agent host rebooted")
+    assert [e.seq for e in applied.appended] == [10, 11, 12]
+    assert [e.type for e in applied.appended] == ["tool_result", "tool_result", "turn_end"]
+    record = RecoveryRecord.objects.get()
+    assert (record.username, record.note, record.digest, record.first_seq, record.last_seq) == (
+        "operator", "agent host rebooted", digest, 10, 12,
+    )  # fmt: skip
+    session.refresh_from_db()
+    assert not session.interrupted and session.event_count == 13
+    again = services.recover(session_id="crashed", user=operator)
+    assert again.appended == [] and RecoveryRecord.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_a_stale_digest_appends_nothing_and_returns_the_fresh_plan(operator):
+    session = store(WORKED_EXAMPLE, session_id="crashed")
+    digest = selectors.recovery_plan(session).digest(session.event_count)
+    services.append_events(session_id="crashed", events=validate_batch([{"type": "tool_result", "data": {"tool_call_id": "c3", "content": "late"}}]))
+    with pytest.raises(errors.StalePlan) as refused:
+        services.recover(session_id="crashed", user=operator, digest=digest)
+    assert refused.value.next_seq == 11
+    assert [r.data.get("tool_call_id") for r in refused.value.plan.repairs] == ["c2", None]
+    assert Event.objects.filter(session_id="crashed").count() == 11 and not RecoveryRecord.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_people_confirming_one_plan_at_once_append_once():
+    people = [get_user_model().objects.create_user(f"op{i}", is_staff=True) for i in range(2)]
+    session = store(WORKED_EXAMPLE, session_id="crashed")
+    digest = selectors.recovery_plan(session).digest(session.event_count)
+    outcomes, start = [], threading.Barrier(2)
+
+    def confirm(person):
+        start.wait()
+        try:
+            outcomes.append(len(services.recover(session_id="crashed", user=person, digest=digest).appended))
+        except errors.StalePlan as stale:
+            outcomes.append(("stale", stale.plan.repairs))
+        finally:
+            connections.close_all()
+
+    workers = [threading.Thread(target=confirm, args=(p,)) for p in people]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert sorted(outcomes, key=str) == [("stale", []), 3]
+    assert Event.objects.filter(session_id="crashed").count() == 13
+    assert RecoveryRecord.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_the_dangling_patch_waits_for_recovery_then_applies_once(operator):
+    items = [assistant("early"), *WORKED_EXAMPLE]
+    store(items, session_id="s")
+    with pytest.raises(errors.RecoveryFirst):
+        services.patch_dangling_calls(session_id="s", user=operator)
+    services.recover(session_id="s", user=operator)
+    patched = services.patch_dangling_calls(session_id="s", user=operator)
+    assert [e.data["tool_call_id"] for e in patched.appended] == ["early"]
+    assert patched.record.kind == RecoveryRecord.DANGLING_PATCH
+    assert services.patch_dangling_calls(session_id="s", user=operator).appended == []
