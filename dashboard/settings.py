@@ -87,8 +87,9 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     (BASE_DIR / "var").mkdir(exist_ok=True)
     DATABASES["default"]["OPTIONS"] = SQLITE_OPTIONS
-    # Tests that exercise concurrency need a real file, never :memory:.
-    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / "test_turnlog.sqlite3")}
+    # Tests that exercise concurrency need a real file, never :memory:; one per
+    # test process so that parallel runs never share it.
+    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test_turnlog_{os.getpid()}.sqlite3")}
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:

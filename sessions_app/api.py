@@ -19,6 +19,7 @@ from pydantic import StrictInt
 from sessions_app import errors, selectors, services
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
+from sessions_app.log import recovery as log_recovery
 from sessions_app.models import SESSION_ID_PATTERN, ApiToken, Session, hash_token
 
 SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
@@ -402,6 +403,26 @@ def get_recovery_plan(request, session_id: str):
     """What recovery would append now, and why; confirm it with its digest."""
     session = selectors.get_session(session_id)
     return plan_to_wire(selectors.recovery_plan(session), session.event_count)
+
+
+class DanglingPatchOut(Schema):
+    blocked_by_open_turns: list[int]
+    next_seq: int
+    repairs: list[RepairOut]
+    digest: str
+
+
+@router.get("/sessions/{session_id}/dangling-calls", response={200: DanglingPatchOut, 404: ErrorOut}, tags=["recovery"])
+def get_dangling_calls(request, session_id: str):
+    """What the turn-blind patch would append (only applicable once no turn is open)."""
+    session = selectors.get_session(session_id)
+    repairs = selectors.dangling_patch(session)
+    return {
+        "blocked_by_open_turns": session.open_turns,
+        "next_seq": session.event_count,
+        "repairs": [{"type": r.type, "data": r.data} for r in repairs],
+        "digest": log_recovery.repairs_digest(session.event_count, repairs),
+    }
 
 
 def require_recover_permission(request) -> None:

@@ -113,6 +113,11 @@ def recovery_plan(session: Session) -> recovery.Plan:
     )
 
 
+def dangling_patch(session: Session) -> list[recovery.Repair]:
+    """The turn-blind patch's repairs (reads the whole log: a rare, manual action)."""
+    return recovery.patch_dangling_tool_calls(session_log(session))
+
+
 def open_steps_before(session: Session, seq: int) -> list[int]:
     """Seqs of step_starts before `seq` still open there, oldest first (the scan's step stack)."""
     events = Event.objects.filter(session=session, seq__lt=seq)

@@ -30,7 +30,7 @@ from sessions_app.errors import (
     StalePlan,
 )
 from sessions_app.models import CallSighting, Event, IdempotentRequest, RecoveryRecord, Session
-from sessions_app.selectors import recovery_plan, session_log
+from sessions_app.selectors import dangling_patch, recovery_plan
 
 logger = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ def patch_dangling_calls(*, session_id: str, user, digest: str | None = None, no
         session = _locked_session(session_id)
         if session.turn_stack:
             raise RecoveryFirst(session.open_turns)
-        repairs = log_recovery.patch_dangling_tool_calls(session_log(session))
+        repairs = dangling_patch(session)
         return _apply_repairs(session, repairs, None, RecoveryRecord.DANGLING_PATCH, user, digest, note)
 
 

@@ -1,0 +1,109 @@
+"""Operator commands: list, status, recover (and fork) sessions from the command line."""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from sessions_app import errors, selectors, services
+from sessions_app.log.events import format_time
+
+RISK_WORDS = {
+    "tool_not_started": "NOT STARTED (did not run)",
+    "tool_outcome_unknown": "OUTCOME UNKNOWN (may have run)",
+}
+
+
+class Command(BaseCommand):
+    help = "Inspect and repair sessions: list, status, recover."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        listing = sub.add_parser("list", help="sessions, newest activity first")
+        listing.add_argument("--interrupted", action="store_true", help="only sessions with an open turn")
+        listing.add_argument("--limit", type=int, default=50)
+        status = sub.add_parser("status", help="open turns and owed calls of a session")
+        status.add_argument("session_id")
+        recover = sub.add_parser("recover", help="preview and apply a session's recovery plan")
+        recover.add_argument("session_id")
+        recover.add_argument("--yes", action="store_true", help="apply without asking")
+        recover.add_argument("--note", default="", help="why, for the audit trail")
+        recover.add_argument("--user", default="", help="who confirms (default: the first superuser)")
+
+    def handle(self, *args, action: str, **options):
+        try:
+            getattr(self, action)(**options)
+        except errors.SessionNotFound as exc:
+            raise CommandError(str(exc)) from None
+
+    def list(self, *, interrupted: bool, limit: int, **_):
+        page = selectors.list_sessions(interrupted=True if interrupted else None, limit=limit)
+        if not page.items:
+            self.stdout.write("No sessions." if not interrupted else "No interrupted sessions.")
+            return
+        self.stdout.write(f"{'SESSION':<34} {'AGENT':<20} {'EVENTS':>7}  {'OPEN TURNS':<12} LAST ACTIVITY")
+        for session in page.items:
+            turns = ",".join(map(str, session.open_turns)) or "-"
+            self.stdout.write(
+                f"{session.id:<34} {session.agent_name or '-':<20} {session.event_count:>7}  {turns:<12} "
+                f"{format_time(session.last_activity_at)}"
+            )
+
+    def status(self, *, session_id: str, **_):
+        session = selectors.get_session(session_id)
+        plan = selectors.recovery_plan(session)
+        self.stdout.write(f"Session {session.id} ({session.agent_name or 'no agent name'}): {session.event_count} events")
+        if session.parent_id:
+            self.stdout.write(f"Forked from {session.parent_id} at seq {session.seed_length - 1}")
+        self.describe_plan(plan)
+
+    def describe_plan(self, plan) -> None:
+        for warning in plan.warnings:
+            self.stdout.write(self.style.WARNING(f"warning: {warning}"))
+        if not plan.interrupted:
+            self.stdout.write(self.style.SUCCESS("Clean: no open turn, nothing to recover."))
+            return
+        owed = [r.call for r in plan.repairs if r.call is not None]
+        side_effects = selectors.side_effect_classes({c.name for c in owed})
+        self.stdout.write(self.style.WARNING(f"Interrupted: open turns at seqs {', '.join(map(str, plan.open_turns))}"))
+        if not owed:
+            self.stdout.write("No tool call is owed a result.")
+        for call in owed:
+            self.stdout.write(
+                f"  {call.id}  {call.name or '?'}({json.dumps(call.arguments)[:60]})  "
+                f"{RISK_WORDS[call.risk]}  rule {call.rule}  evidence seqs {list(call.evidence) or '-'}  "
+                f"side effect: {side_effects[call.name]}"
+            )
+        self.stdout.write(f"Recovery would append {len(plan.repairs)} events:")
+        for repair in plan.repairs:
+            self.stdout.write(f"  {repair.type} {json.dumps(repair.data)[:110]}")
+
+    def recover(self, *, session_id: str, yes: bool, note: str, user: str, **_):
+        session = selectors.get_session(session_id)
+        plan = selectors.recovery_plan(session)
+        self.describe_plan(plan)
+        if not plan.repairs:
+            return
+        person = self.operator(user)
+        if not yes:
+            answer = input(f"Append these {len(plan.repairs)} events as {person.get_username()}? [y/N] ")
+            if answer.strip().lower() not in {"y", "yes"}:
+                raise CommandError("Not confirmed: nothing was appended.")
+        try:
+            result = services.recover(
+                session_id=session.id, user=person, digest=plan.digest(session.event_count), note=note
+            )
+        except errors.StalePlan:
+            raise CommandError("The session changed while you were reading the plan: nothing was appended. Run again.") from None
+        self.stdout.write(
+            self.style.SUCCESS(f"Recovered: appended seqs {result.appended[0].seq}-{result.appended[-1].seq}.")
+        )
+
+    def operator(self, username: str):
+        users = get_user_model().objects
+        person = users.filter(username=username).first() if username else users.filter(is_superuser=True).order_by("pk").first()
+        if person is None:
+            raise CommandError(f"No user {username!r}; pass --user with an existing username." if username else "No superuser exists; pass --user.")
+        return person

@@ -1,0 +1,69 @@
+import io
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from sessions_app.models import Event, RecoveryRecord, ToolPolicy
+from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
+from tests.sessions_app.test_recovery import store
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin_user(django_user_model):
+    return django_user_model.objects.create_superuser("root", password="x")
+
+
+def run(*args, stdin: str | None = None, monkeypatch=None) -> str:
+    if stdin is not None:
+        monkeypatch.setattr("builtins.input", lambda prompt: stdin)
+    out = io.StringIO()
+    call_command("sessions", *args, stdout=out)
+    return out.getvalue()
+
+
+def test_list_interrupted_shows_only_sessions_with_open_turns():
+    store(WORKED_EXAMPLE, session_id="crashed")
+    store([("user_message", {"content": "hi"})], session_id="fine")
+    listed = run("list", "--interrupted")
+    assert "crashed" in listed and "fine" not in listed
+    assert "fine" in run("list")
+
+
+def test_status_names_each_owed_call_with_risk_and_side_effect():
+    ToolPolicy.objects.create(pattern="echo", side_effect="external_effect")
+    store(WORKED_EXAMPLE, session_id="crashed")
+    status = run("status", "crashed")
+    assert "open turns at seqs 1" in status
+    c2, c3 = [line for line in status.splitlines() if line.strip().startswith(("c2", "c3"))]
+    assert "NOT STARTED" in c2 and "rule 2" in c2 and "external_effect" in c2
+    assert "OUTCOME UNKNOWN" in c3 and "rule 1" in c3
+
+
+def test_status_of_an_unknown_session_is_an_error():
+    with pytest.raises(CommandError, match="ghost"):
+        run("status", "ghost")
+
+
+def test_recover_yes_appends_and_records(admin_user):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    output = run("recover", "crashed", "--yes", "--note", "from the CLI")
+    assert "appended seqs 10-12" in output
+    assert RecoveryRecord.objects.get().note == "from the CLI"
+    assert "nothing to recover" in run("recover", "crashed", "--yes")
+
+
+def test_recover_asks_and_a_refusal_appends_nothing(admin_user, monkeypatch):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    with pytest.raises(CommandError, match="nothing was appended"):
+        run("recover", "crashed", stdin="n", monkeypatch=monkeypatch)
+    assert Event.objects.count() == 10 and not RecoveryRecord.objects.exists()
+    assert "appended seqs 10-12" in run("recover", "crashed", stdin="y", monkeypatch=monkeypatch)
+
+
+def test_recover_without_any_superuser_is_an_error():
+    store(WORKED_EXAMPLE, session_id="crashed")
+    with pytest.raises(CommandError, match="--user"):
+        run("recover", "crashed", "--yes")
+    assert Event.objects.count() == 10
