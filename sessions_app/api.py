@@ -19,6 +19,7 @@ from pydantic import StrictInt
 from sessions_app import errors, selectors, services
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
+from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
 from sessions_app.models import SESSION_ID_PATTERN, ApiToken, Session, hash_token
 
@@ -96,6 +97,11 @@ def on_stale_plan(request, exc: errors.StalePlan):
 @api.exception_handler(errors.RecoveryFirst)
 def on_recovery_first(request, exc):
     return error_response(request, 409, "recovery_first", str(exc))
+
+
+@api.exception_handler(log_fork.ForkRefused)
+def on_fork_refused(request, exc: log_fork.ForkRefused):
+    return error_response(request, 422, exc.code, exc.detail, **exc.fields)
 
 
 @api.exception_handler(log_events.InvalidEvent)
@@ -454,6 +460,22 @@ def patch_dangling_calls(request, session_id: str, payload: RepairIn):
         session_id=session_id, user=request.user, digest=payload.digest, note=payload.note
     )
     return {"appended": [log_events.event_to_wire(e.to_log_event()) for e in result.appended], "next_seq": result.next_seq}
+
+
+class ForkIn(Schema):
+    boundary: Any = Field("last", description='The seq of the last event to inherit (inclusive), or "last"')
+    id: str | None = Field(None, description="The new session's id; generated when absent")
+
+
+@router.post("/sessions/{session_id}/fork", response={201: SessionOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}, tags=["forks"])
+def fork_session(request, session_id: str, payload: ForkIn):
+    """Copy the log up to `boundary` into a new session; refused inside an open turn."""
+    child = services.fork(
+        session_id=session_id,
+        boundary=payload.boundary,
+        new_session_id=checked_session_id(payload.id) if payload.id is not None else None,
+    )
+    return Status(201, session_to_wire(child))
 
 
 api.add_router("/", router)

@@ -12,7 +12,7 @@ from datetime import datetime
 from django.db.models import Q
 
 from sessions_app.log import events as log_events
-from sessions_app.log import fold, recovery
+from sessions_app.log import fold, fork, recovery
 from sessions_app.models import CallSighting, Event, RecoveryRecord, Session, ToolPolicy
 from sessions_app.errors import SessionNotFound
 
@@ -142,3 +142,69 @@ def side_effect_classes(tool_names: set[str | None]) -> dict[str | None, str]:
 
 def recovery_history(session: Session) -> list[RecoveryRecord]:
     return list(RecoveryRecord.objects.filter(session=session).select_related("user"))
+
+
+@dataclass(frozen=True)
+class ForkPoint:
+    """A resolved, allowed fork boundary of a session."""
+
+    seed_length: int
+    step_stack: list[int]  # steps still open after the last inherited event
+
+
+def fork_point(session: Session, boundary: object) -> ForkPoint:
+    """Resolve `boundary` against the stored log; raise fork.ForkRefused as section 5 says.
+
+    Uses the structural columns (which turn_end closed which turn_start), so
+    the check does not read the events themselves.
+    """
+    seed_length = fork.resolve_boundary(boundary, session.event_count)
+    unclosed = open_turn_starts_before(session, seed_length)
+    if unclosed:
+        innermost = unclosed[-1]
+        refusal = fork.open_turn_refusal(seed_length - 1, innermost)
+        refusal.fields["valid_boundaries"] = valid_boundaries_around(session, unclosed[0].seq)
+        raise refusal
+    return ForkPoint(seed_length=seed_length, step_stack=open_steps_before(session, seed_length))
+
+
+def open_turn_starts_before(session: Session, seq: int) -> list[log_events.Event]:
+    """turn_start events before `seq` still open there, outermost first."""
+    events = Event.objects.filter(session=session, seq__lt=seq)
+    closed = events.filter(type="turn_end", turn_seq__isnull=False).values("turn_seq")
+    return to_log_events(events.filter(type="turn_start").exclude(seq__in=closed).order_by("seq"))
+
+
+def valid_boundaries_around(session: Session, outermost_open: int) -> dict:
+    """The nearest allowed boundaries around a turn open at a boundary.
+
+    Before: the event just before the outermost open turn began (nothing is
+    open there). After: the turn_end that closes that turn, if any.
+    """
+    closing = (
+        Event.objects.filter(session=session, type="turn_end", turn_seq=outermost_open).values_list("seq", flat=True).first()
+    )
+    return {"before": outermost_open - 1 if outermost_open > 0 else None, "after": closing}
+
+
+@dataclass(frozen=True)
+class Lineage:
+    ancestors: list[Session]  # root first, the immediate parent last
+    descendants: list[tuple[Session, int]]  # depth-first, with depth (1 = a direct fork)
+
+
+def lineage(session: Session) -> Lineage:
+    """The chain of parents and the tree of forks around a session (one query per node)."""
+    ancestors, current = [], session
+    while current.parent_id is not None:
+        current = Session.objects.get(pk=current.parent_id)
+        ancestors.append(current)
+    descendants: list[tuple[Session, int]] = []
+
+    def visit(node: Session, depth: int) -> None:
+        for child in Session.objects.filter(parent=node).order_by("created_at", "id"):
+            descendants.append((child, depth))
+            visit(child, depth + 1)
+
+    visit(session, 1)
+    return Lineage(ancestors=ancestors[::-1], descendants=descendants)

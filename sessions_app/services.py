@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from sessions_app.log import blob as log_blob
@@ -30,7 +30,7 @@ from sessions_app.errors import (
     StalePlan,
 )
 from sessions_app.models import CallSighting, Event, IdempotentRequest, RecoveryRecord, Session
-from sessions_app.selectors import dangling_patch, recovery_plan
+from sessions_app.selectors import dangling_patch, fork_point, recovery_plan
 
 logger = logging.getLogger(__name__)
 
@@ -167,6 +167,48 @@ def _apply_repairs(session, repairs, plan, kind, user, digest, note) -> RepairRe
         last_seq=rows[-1].seq,
     )
     return RepairResult(appended=rows, next_seq=session.event_count, record=record)
+
+
+def fork(*, session_id: str, boundary: object = "last", new_session_id: str | None = None) -> Session:
+    """Copy a prefix of a session into a new one (session-log.md section 5).
+
+    Refuses with fork.ForkRefused (never clips). The copy keeps each event's
+    seq, type, time and data and is made by the database in one INSERT ...
+    SELECT, so its cost does not include a Python object per event.
+    """
+    with transaction.atomic():
+        parent = _locked_session(session_id)
+        point = fork_point(parent, boundary)
+        child = create_session(
+            session_id=new_session_id,
+            agent_name=parent.agent_name,
+            metadata=parent.metadata,
+            parent=parent,
+            seed_length=point.seed_length,
+        )
+        _copy_prefix(parent, child, point.seed_length)
+        last = Event.objects.filter(session=parent, seq=point.seed_length - 1).values_list("time", flat=True).first()
+        child.event_count = point.seed_length
+        child.step_stack = point.step_stack
+        child.last_event_at = last
+        child.last_activity_at = last or child.created_at
+        child.save(update_fields=["event_count", "step_stack", "last_event_at", "last_activity_at"])
+    return child
+
+
+def _copy_prefix(parent: Session, child: Session, seed_length: int) -> None:
+    for model, columns in (
+        (Event, ["seq", "type", "time", "data", "call_id", "turn_seq", "step_seq"]),
+        (CallSighting, ["seq", "call_id"]),
+    ):
+        table = connection.ops.quote_name(model._meta.db_table)
+        names = ", ".join(connection.ops.quote_name(c) for c in columns)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"INSERT INTO {table} (session_id, {names}) SELECT %s, {names} FROM {table}"
+                " WHERE session_id = %s AND seq < %s",
+                [child.id, parent.id, seed_length],
+            )
 
 
 def import_blob(*, blob: object, session_id: str | None = None) -> tuple[Session, list[str]]:

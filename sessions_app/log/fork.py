@@ -46,15 +46,20 @@ def fork_prefix(events: Sequence[Event], boundary: object) -> list[Event]:
     prefix = list(events[:seed_length])
     if unclosed := open_turns(prefix):
         turn_start = next(event for event in prefix if event.seq == unclosed[0])
-        number = turn_start.data.get("turn")
-        turn = f"turn {number}" if is_integer(number) else "a turn"
-        raise ForkRefused(
-            "open_turn",
-            {"seq": turn_start.seq},
-            f"seq {seed_length - 1} is inside {turn}, opened at seq {turn_start.seq} and never"
-            " closed; recover the session first or pick an earlier boundary",
-        )
+        raise open_turn_refusal(seed_length - 1, turn_start)
     return prefix
+
+
+def open_turn_refusal(boundary_seq: int, turn_start: Event) -> ForkRefused:
+    """The refusal of a boundary inside the turn `turn_start` opened, in plain words."""
+    number = turn_start.data.get("turn")
+    turn = f"turn {number}" if is_integer(number) else "a turn"
+    return ForkRefused(
+        "open_turn",
+        {"seq": turn_start.seq},
+        f"seq {boundary_seq} is inside {turn}, opened at seq {turn_start.seq} and never"
+        " closed; recover the session first or pick an earlier boundary",
+    )
 
 
 def valid_boundaries(events: Sequence[Event], boundary: int) -> tuple[int | None, int | None]:

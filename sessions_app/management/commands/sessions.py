@@ -8,6 +8,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_app import errors, selectors, services
+from sessions_app.log import fork as log_fork
 from sessions_app.log.events import format_time
 
 RISK_WORDS = {
@@ -17,7 +18,7 @@ RISK_WORDS = {
 
 
 class Command(BaseCommand):
-    help = "Inspect and repair sessions: list, status, recover."
+    help = "Inspect and repair sessions: list, status, recover, fork."
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
@@ -32,10 +33,15 @@ class Command(BaseCommand):
         recover.add_argument("--note", default="", help="why, for the audit trail")
         recover.add_argument("--user", default="", help="who confirms (default: the first superuser)")
 
+        fork = sub.add_parser("fork", help="copy a session up to a boundary into a new session")
+        fork.add_argument("session_id")
+        fork.add_argument("--at", required=True, help='the seq of the last event to inherit, or "last"')
+        fork.add_argument("--id", dest="new_id", default=None, help="the new session's id (generated when absent)")
+
     def handle(self, *args, action: str, **options):
         try:
             getattr(self, action)(**options)
-        except errors.SessionNotFound as exc:
+        except (errors.SessionNotFound, errors.SessionExists) as exc:
             raise CommandError(str(exc)) from None
 
     def list(self, *, interrupted: bool, limit: int, **_):
@@ -99,6 +105,20 @@ class Command(BaseCommand):
             raise CommandError("The session changed while you were reading the plan: nothing was appended. Run again.") from None
         self.stdout.write(
             self.style.SUCCESS(f"Recovered: appended seqs {result.appended[0].seq}-{result.appended[-1].seq}.")
+        )
+
+    def fork(self, *, session_id: str, at: str, new_id: str | None, **_):
+        boundary = int(at) if at.lstrip("-").isdigit() else at
+        try:
+            child = services.fork(session_id=session_id, boundary=boundary, new_session_id=new_id)
+        except log_fork.ForkRefused as refused:
+            hint = ""
+            if suggested := refused.fields.get("valid_boundaries"):
+                options = [str(b) for b in (suggested["before"], suggested["after"]) if b is not None]
+                hint = f" Allowed boundaries nearby: {', '.join(options)}." if options else ""
+            raise CommandError(f"{refused.detail}.{hint}") from None
+        self.stdout.write(
+            self.style.SUCCESS(f"Forked {session_id} into {child.id}: {child.seed_length} events inherited.")
         )
 
     def operator(self, username: str):

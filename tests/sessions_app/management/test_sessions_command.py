@@ -67,3 +67,21 @@ def test_recover_without_any_superuser_is_an_error():
     with pytest.raises(CommandError, match="--user"):
         run("recover", "crashed", "--yes")
     assert Event.objects.count() == 10
+
+
+def test_fork_at_a_boundary_and_last():
+    store([("user_message", {"content": "a"}), ("user_message", {"content": "b"})], session_id="p")
+    assert "Forked p into half: 1 events inherited" in run("fork", "p", "--at", "0", "--id", "half")
+    assert "2 events inherited" in run("fork", "p", "--at", "last", "--id", "whole")
+
+
+def test_fork_refusals_are_errors_in_words():
+    store(WORKED_EXAMPLE, session_id="crashed")
+    with pytest.raises(CommandError, match=r"seq 5 is inside turn 1, opened at seq 1 .* Allowed boundaries nearby: 0\."):
+        run("fork", "crashed", "--at", "5")
+    with pytest.raises(CommandError, match="invalid|neither"):
+        run("fork", "crashed", "--at", "-3")
+    with pytest.raises(CommandError, match="past the end"):
+        run("fork", "crashed", "--at", "99")
+    with pytest.raises(CommandError, match="already exists"):
+        run("fork", "crashed", "--at", "0", "--id", "crashed")
