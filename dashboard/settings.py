@@ -125,6 +125,9 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
 TURNLOG_MAX_BATCH_EVENTS = int(os.environ.get("TURNLOG_MAX_BATCH_EVENTS", "5000"))
 TURNLOG_MAX_REQUEST_BYTES = int(os.environ.get("TURNLOG_MAX_REQUEST_BYTES", str(16 * 1024 * 1024)))
 
+# An open turn with no event for this long shows as stalled (likely crashed).
+TURNLOG_STALL_SECONDS = int(os.environ.get("TURNLOG_STALL_SECONDS", "120"))
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -142,6 +142,7 @@ class SessionOut(Schema):
     parent: ParentOut | None
     open_turns: list[int]
     interrupted: bool
+    status: str = Field(..., description="running | stalled (open turn, quiet too long) | recovered | clean")
 
 
 class SessionIn(Schema):
@@ -279,6 +280,7 @@ def session_to_wire(session: Session) -> dict:
         "parent": session.parent_ref,
         "open_turns": session.open_turns,
         "interrupted": session.interrupted,
+        "status": selectors.status_of(session),
     }
 
 
@@ -306,12 +308,13 @@ def create_session(request, payload: SessionIn):
 def list_sessions(
     request,
     interrupted: bool | None = None,
+    status: Literal["running", "stalled", "recovered", "clean"] | None = None,
     q: str = "",
     limit: int = Query(50, ge=1, le=200),
     cursor: str | None = None,
 ):
     try:
-        page = selectors.list_sessions(interrupted=interrupted, q=q, limit=limit, cursor=cursor)
+        page = selectors.list_sessions(interrupted=interrupted, status=status, q=q, limit=limit, cursor=cursor)
     except selectors.InvalidCursor as exc:
         raise ApiError(422, "invalid_cursor", str(exc)) from None
     return {"items": [session_to_wire(s) for s in page.items], "next_cursor": page.next_cursor}

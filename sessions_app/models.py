@@ -50,6 +50,8 @@ class Session(models.Model):
     turn_stack = models.JSONField(default=list, blank=True)
     step_stack = models.JSONField(default=list, blank=True)
     interrupted = models.BooleanField(default=False)
+    # When a recovery last closed this session's open turns.
+    recovered_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-last_activity_at", "-id"]
@@ -101,6 +103,10 @@ class Event(models.Model):
     # depend only on earlier events, so a forked prefix keeps them valid.
     turn_seq = models.PositiveIntegerField(null=True, blank=True)
     step_seq = models.PositiveIntegerField(null=True, blank=True)
+    # The range of a compaction (surface_op ["replace", start, stop]), so
+    # readers find the few summaries without reading every event's data.
+    replace_start = models.PositiveIntegerField(null=True, blank=True)
+    replace_stop = models.PositiveIntegerField(null=True, blank=True)
 
     objects = EventQuerySet.as_manager()
 
@@ -111,6 +117,7 @@ class Event(models.Model):
             models.Index(fields=["session", "call_id"], name="event_call_id_idx"),
             models.Index(fields=["session", "turn_seq", "seq"], name="event_turn_idx"),
             models.Index(fields=["session", "type", "seq"], name="event_type_idx"),
+            models.Index(fields=["session", "replace_start"], name="event_replace_idx"),
         ]
 
     def __str__(self) -> str:
@@ -138,11 +145,15 @@ class CallSighting(models.Model):
     session = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="call_sightings")
     seq = models.PositiveIntegerField()
     call_id = models.CharField(max_length=255)
+    tool_name = models.CharField(max_length=200, blank=True, default="")
 
     objects = EventQuerySet.as_manager()
 
     class Meta:
-        indexes = [models.Index(fields=["session", "call_id", "seq"], name="sighting_call_id_idx")]
+        indexes = [
+            models.Index(fields=["session", "call_id", "seq"], name="sighting_call_id_idx"),
+            models.Index(fields=["tool_name"], name="sighting_tool_name_idx"),
+        ]
 
     def save(self, *args, **kwargs):
         if not self._state.adding:

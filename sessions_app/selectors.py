@@ -7,9 +7,11 @@ import binascii
 import fnmatch
 import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Q
+from django.utils import timezone
 
 from sessions_app.log import events as log_events
 from sessions_app.log import fold, fork, recovery
@@ -34,15 +36,51 @@ def get_session(session_id: str) -> Session:
         raise SessionNotFound(session_id) from None
 
 
+RUNNING, STALLED, RECOVERED, CLEAN = "running", "stalled", "recovered", "clean"
+STATUSES = (RUNNING, STALLED, RECOVERED, CLEAN)
+
+
+def stalled_before(now: datetime | None = None) -> datetime:
+    """An open turn with no event since this moment is likely a crash."""
+    return (now or timezone.now()) - timedelta(seconds=settings.TURNLOG_STALL_SECONDS)
+
+
+def status_of(session: Session, now: datetime | None = None) -> str:
+    if session.interrupted:
+        return RUNNING if session.last_activity_at >= stalled_before(now) else STALLED
+    return RECOVERED if session.recovered_at else CLEAN
+
+
+def status_filter(status: str, now: datetime | None = None) -> Q:
+    cutoff = stalled_before(now)
+    return {
+        RUNNING: Q(interrupted=True, last_activity_at__gte=cutoff),
+        STALLED: Q(interrupted=True, last_activity_at__lt=cutoff),
+        RECOVERED: Q(interrupted=False, recovered_at__isnull=False),
+        CLEAN: Q(interrupted=False, recovered_at__isnull=True),
+    }[status]
+
+
 def list_sessions(
-    *, interrupted: bool | None = None, q: str = "", limit: int = 50, cursor: str | None = None
+    *,
+    interrupted: bool | None = None,
+    status: str | None = None,
+    q: str = "",
+    limit: int = 50,
+    cursor: str | None = None,
 ) -> SessionPage:
-    """Sessions by newest activity first, keyset-paginated on (activity, id)."""
+    """Sessions by newest activity first, keyset-paginated on (activity, id).
+
+    `q` matches the id, the agent name, or the name of a tool the session called.
+    """
     sessions = Session.objects.order_by("-last_activity_at", "-id")
     if interrupted is not None:
         sessions = sessions.filter(interrupted=interrupted)
+    if status:
+        sessions = sessions.filter(status_filter(status))
     if q:
-        sessions = sessions.filter(Q(id__icontains=q) | Q(agent_name__icontains=q))
+        by_tool = CallSighting.objects.filter(tool_name__icontains=q).values("session_id")
+        sessions = sessions.filter(Q(id__icontains=q) | Q(agent_name__icontains=q) | Q(pk__in=by_tool))
     if cursor:
         activity, last_id = decode_cursor(cursor)
         sessions = sessions.filter(Q(last_activity_at__lt=activity) | Q(last_activity_at=activity, id__lt=last_id))

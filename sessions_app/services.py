@@ -156,6 +156,9 @@ def _apply_repairs(session, repairs, plan, kind, user, digest, note) -> RepairRe
     if not repairs:
         return RepairResult(appended=[], next_seq=session.event_count, record=None)
     rows = _store(session, [log_events.NewEvent(r.type, r.data, None) for r in repairs])
+    if kind == RecoveryRecord.RECOVERY:
+        session.recovered_at = timezone.now()
+        session.save(update_fields=["recovered_at"])
     record = RecoveryRecord.objects.create(
         session=session,
         kind=kind,
@@ -198,8 +201,8 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
 
 def _copy_prefix(parent: Session, child: Session, seed_length: int) -> None:
     for model, columns in (
-        (Event, ["seq", "type", "time", "data", "call_id", "turn_seq", "step_seq"]),
-        (CallSighting, ["seq", "call_id"]),
+        (Event, ["seq", "type", "time", "data", "call_id", "turn_seq", "step_seq", "replace_start", "replace_stop"]),
+        (CallSighting, ["seq", "call_id", "tool_name"]),
     ):
         table = connection.ops.quote_name(model._meta.db_table)
         names = ", ".join(connection.ops.quote_name(c) for c in columns)
@@ -268,17 +271,14 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Even
                 call_id=log_events.call_id(new.data) if new.type in CALL_ID_TYPES else None,
                 turn_seq=placement.turn_seq,
                 step_seq=placement.step_seq,
+                replace_start=replaced[0] if (replaced := log_events.replace_range(new.data)) else None,
+                replace_stop=replaced[1] if replaced else None,
             )
         )
     if not rows:
         return rows
     Event.objects.bulk_create(rows)
-    CallSighting.objects.bulk_create(
-        CallSighting(session=session, seq=row.seq, call_id=cid)
-        for row in rows
-        if row.type == "assistant_message"
-        for cid in {log_events.call_id(call) for call in log_events.tool_calls_of(row.data)} - {None}
-    )
+    CallSighting.objects.bulk_create(_sightings(session, rows))
     session.event_count += len(rows)
     session.turn_stack = turn_stack
     session.step_stack = step_stack
@@ -290,6 +290,19 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Even
     )
     transaction.on_commit(lambda: publish_events(session.id, rows))
     return rows
+
+
+def _sightings(session: Session, rows: Sequence[Event]):
+    """One row per distinct call id an assistant message names."""
+    for row in rows:
+        if row.type != "assistant_message":
+            continue
+        names = {}
+        for call in log_events.tool_calls_of(row.data):
+            if (cid := log_events.call_id(call)) is not None:
+                names.setdefault(cid, call.get("name"))
+        for cid, name in names.items():
+            yield CallSighting(session=session, seq=row.seq, call_id=cid, tool_name=str(name or "")[:200])
 
 
 def publish_events(session_id: str, events: Sequence[Event]) -> None:

@@ -68,6 +68,7 @@ def test_create_session_returns_the_session_object(api):
         "parent": None,
         "open_turns": [],
         "interrupted": False,
+        "status": "clean",
     }
     assert body["created_at"].endswith("Z")
 
@@ -124,11 +125,30 @@ def test_list_is_newest_activity_first_with_filters(api):
     assert "crashed" not in [s["id"] for s in api.get("/api/v1/sessions", {"interrupted": "false"}).json()["items"]]
 
 
-def test_list_searches_id_and_agent_name(api):
+def test_list_searches_id_agent_name_and_tool_name(api):
     make_session(api, "alpha", agent_name="billing-bot")
     make_session(api, "beta", agent_name="support")
+    append(api, "beta", [f.assistant(calls=["refund"])])
     assert [s["id"] for s in api.get("/api/v1/sessions", {"q": "BILLING"}).json()["items"]] == ["alpha"]
     assert [s["id"] for s in api.get("/api/v1/sessions", {"q": "bet"}).json()["items"]] == ["beta"]
+    assert [s["id"] for s in api.get("/api/v1/sessions", {"q": "tool_refu"}).json()["items"]] == ["beta"]
+
+
+def test_list_filters_by_status(api, settings, django_user_model):
+    from sessions_app import services
+
+    settings.TURNLOG_STALL_SECONDS = 60
+    for name in ["running", "stalled", "recovered", "clean"]:
+        make_session(api, name)
+    append(api, "running", [f.event("turn_start", turn=1)])
+    append(api, "stalled", [{**f.event("turn_start", turn=1), "time": "2020-01-01T00:00:00Z"}])
+    append(api, "recovered", [f.event("turn_start", turn=1)])
+    services.recover(session_id="recovered", user=django_user_model.objects.create_user("ops"))
+    append(api, "clean", [f.user()])
+    for status in ["running", "stalled", "recovered", "clean"]:
+        items = api.get("/api/v1/sessions", {"status": status}).json()["items"]
+        assert [(s["id"], s["status"]) for s in items] == [(status, status)]
+    assert_error(api.get("/api/v1/sessions", {"status": "asleep"}), 422, "invalid_request")
 
 
 def test_list_cursor_pagination_visits_every_session_once(api):
