@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "template_partials",
     "ninja",
     "sessions_app",
+    "dashboard",
 ]
 
 MIDDLEWARE = [

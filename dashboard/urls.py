@@ -7,6 +7,12 @@ from sessions_app.api import api
 
 urlpatterns = [
     path("", views.session_list, name="session_list"),
+    path("sessions/<str:session_id>/", views.session_detail, name="session_detail"),
+    path("sessions/<str:session_id>/blocks", views.session_blocks, name="session_blocks"),
+    path("sessions/<str:session_id>/events/<int:seq>.json", views.event_json, name="event_json"),
+    path("sessions/<str:session_id>/fork", views.fork_session, name="fork_session"),
+    path("sessions/<str:session_id>/recovery", views.recovery_preview, name="recovery_preview"),
+    path("sessions/<str:session_id>/lineage", views.session_lineage, name="session_lineage"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),

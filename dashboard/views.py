@@ -1,10 +1,173 @@
-from django.contrib.auth.decorators import login_required
-from django.shortcuts import render
+"""Pages. Thin: they read through selectors and dashboard.transcript, write through services."""
 
-from sessions_app import selectors
+from __future__ import annotations
+
+import json
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from dashboard import transcript
+from sessions_app import errors, selectors, services
+from sessions_app.log import events as log_events
+from sessions_app.log import fork as log_fork
+from sessions_app.log import recovery as log_recovery
+
+RAW_PAGE = 200
+
+
+def session_or_404(session_id: str):
+    try:
+        return selectors.get_session(session_id)
+    except errors.SessionNotFound:
+        raise Http404(f"No session {session_id!r}") from None
+
+
+def int_param(request, name: str) -> int | None:
+    value = request.GET.get(name, "")
+    return int(value) if value.isdigit() else None
 
 
 @login_required
 def session_list(request):
-    page = selectors.list_sessions(limit=50, cursor=request.GET.get("cursor") or None)
-    return render(request, "sessions/list.html", {"page": page})
+    status = request.GET.get("status") if request.GET.get("status") in selectors.STATUSES else None
+    q = request.GET.get("q", "").strip()
+    page = selectors.list_sessions(status=status, q=q, limit=50, cursor=request.GET.get("cursor") or None)
+    context = {"page": page, "status": status, "q": q, "statuses": selectors.STATUSES}
+    if request.htmx and request.GET.get("fragment") == "rows":
+        return render(request, "sessions/list.html#rows", context)
+    return render(request, "sessions/list.html", context)
+
+
+@login_required
+def session_detail(request, session_id: str):
+    session = session_or_404(session_id)
+    view = "raw" if request.GET.get("view") == "raw" else "transcript"
+    context = {
+        "session": session,
+        "status": session.status,
+        "view": view,
+        "forks": list(session.forks.order_by("created_at", "id")),
+        "recoveries": selectors.recovery_history(session),
+        "highlight": highlighted_seqs(request),
+        "can_recover": request.user.has_perm("sessions_app.recover_session"),
+    }
+    if view == "raw":
+        context["raw"] = raw_page(session, before=int_param(request, "before"))
+    else:
+        context["window"] = transcript.latest_window(session)
+    return render(request, "sessions/detail.html", context)
+
+
+def highlighted_seqs(request) -> range:
+    """?highlight=FIRST-LAST marks events just appended (e.g. by a recovery)."""
+    first, _, last = request.GET.get("highlight", "").partition("-")
+    if first.isdigit() and last.isdigit():
+        return range(int(first), int(last) + 1)
+    return range(0)
+
+
+@login_required
+def session_blocks(request, session_id: str):
+    """Earlier blocks of the transcript, loaded on demand."""
+    session = session_or_404(session_id)
+    window = transcript.latest_window(session, before=int_param(request, "before"))
+    return render(request, "sessions/detail.html#earlier", {"session": session, "window": window})
+
+
+def raw_page(session, *, before: int | None) -> dict:
+    end = min(before, session.event_count) if before is not None else session.event_count
+    start = max(end - RAW_PAGE, 0)
+    events = selectors.events_since(session, since=start, limit=end - start)
+    shadowed = transcript.shadowing(session, events)
+    rows = [{"event": e, "data": json.dumps(e.data, indent=2, ensure_ascii=False), "shadowed_by": shadowed.get(e.seq)} for e in events]
+    return {"rows": rows, "earlier_before": start if start > 0 else None}
+
+
+@login_required
+def event_json(request, session_id: str, seq: int):
+    """One event in full: where truncated values link to."""
+    session = session_or_404(session_id)
+    found = selectors.events_since(session, since=seq, limit=1)
+    if not found or found[0].seq != seq:
+        raise Http404(f"No event {seq} in session {session_id!r}")
+    return JsonResponse(log_events.event_to_wire(found[0]), json_dumps_params={"indent": 2, "ensure_ascii": False})
+
+
+@login_required
+@require_POST
+def fork_session(request, session_id: str):
+    session = session_or_404(session_id)
+    raw = request.POST.get("boundary", "last")
+    boundary = int(raw) if raw.isdigit() else raw
+    try:
+        child = services.fork(session_id=session.id, boundary=boundary)
+    except log_fork.ForkRefused as refused:
+        context = {"session": session, "refused": refused, "boundary": raw, "can_recover": request.user.has_perm("sessions_app.recover_session")}
+        response = render(request, "sessions/fork_refused.html", context, status=200 if request.htmx else 422)
+        return response
+    url = reverse("session_detail", args=[child.id])
+    if request.htmx:
+        response = HttpResponse(status=204)
+        response["HX-Redirect"] = url
+        return response
+    return redirect(url)
+
+
+@login_required
+def recovery_preview(request, session_id: str):
+    session = session_or_404(session_id)
+    can_recover = request.user.has_perm("sessions_app.recover_session")
+    if request.method == "POST":
+        if not can_recover:
+            raise PermissionDenied("Applying a recovery needs the recover_session permission.")
+        return confirm_recovery(request, session)
+    return render(request, "sessions/recovery.html", recovery_context(session, can_recover))
+
+
+def recovery_context(session, can_recover: bool, *, stale: bool = False) -> dict:
+    plan = selectors.recovery_plan(session)
+    preview = transcript.recovery_preview(session, plan)
+    dangling = selectors.dangling_patch(session) if not plan.interrupted else []
+    return {
+        "session": session,
+        "status": session.status,
+        "plan": plan,
+        "preview": preview,
+        "digest": plan.digest(session.event_count),
+        "can_recover": can_recover,
+        "stale": stale,
+        "recoveries": selectors.recovery_history(session),
+        "dangling": dangling,
+        "dangling_digest": log_recovery.repairs_digest(session.event_count, dangling),
+    }
+
+
+def confirm_recovery(request, session):
+    action = request.POST.get("action", "recover")
+    apply = services.patch_dangling_calls if action == "patch" else services.recover
+    try:
+        result = apply(session_id=session.id, user=request.user, digest=request.POST.get("digest", ""), note=request.POST.get("note", "").strip())
+    except errors.StalePlan:
+        session.refresh_from_db()
+        return render(request, "sessions/recovery.html", recovery_context(session, True, stale=True), status=409)
+    except errors.RecoveryFirst as exc:
+        messages.error(request, str(exc))
+        return redirect("recovery_preview", session.id)
+    if not result.appended:
+        messages.info(request, "Nothing to append: the session needs no repair.")
+        return redirect("session_detail", session.id)
+    first, last = result.appended[0].seq, result.appended[-1].seq
+    messages.success(request, f"Appended seqs {first}–{last}. Recorded as {result.record}.")
+    return redirect(f"{reverse('session_detail', args=[session.id])}?highlight={first}-{last}#seq-{first}")
+
+
+@login_required
+def session_lineage(request, session_id: str):
+    session = session_or_404(session_id)
+    return render(request, "sessions/lineage.html", {"session": session, "lineage": selectors.lineage(session)})

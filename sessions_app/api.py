@@ -280,7 +280,7 @@ def session_to_wire(session: Session) -> dict:
         "parent": session.parent_ref,
         "open_turns": session.open_turns,
         "interrupted": session.interrupted,
-        "status": selectors.status_of(session),
+        "status": session.status,
     }
 
 

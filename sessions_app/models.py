@@ -65,6 +65,14 @@ class Session(models.Model):
         return self.id
 
     @property
+    def status(self) -> str:
+        """running / stalled (open turn, quiet longer than TURNLOG_STALL_SECONDS) / recovered / clean."""
+        if self.interrupted:
+            quiet = (timezone.now() - self.last_activity_at).total_seconds()
+            return "running" if quiet < settings.TURNLOG_STALL_SECONDS else "stalled"
+        return "recovered" if self.recovered_at else "clean"
+
+    @property
     def open_turns(self) -> list[int]:
         """Seqs of unclosed turn_start events, innermost first."""
         return list(reversed(self.turn_stack))

@@ -45,12 +45,6 @@ def stalled_before(now: datetime | None = None) -> datetime:
     return (now or timezone.now()) - timedelta(seconds=settings.TURNLOG_STALL_SECONDS)
 
 
-def status_of(session: Session, now: datetime | None = None) -> str:
-    if session.interrupted:
-        return RUNNING if session.last_activity_at >= stalled_before(now) else STALLED
-    return RECOVERED if session.recovered_at else CLEAN
-
-
 def status_filter(status: str, now: datetime | None = None) -> Q:
     cutoff = stalled_before(now)
     return {

@@ -1,0 +1,37 @@
+import hashlib
+import json
+import re
+
+from django import template
+
+register = template.Library()
+
+
+@register.filter
+def dom_id(value: object) -> str:
+    """A DOM id safe in CSS selectors for any session or call id (which may hold ':' or '.')."""
+    text = str(value)
+    safe = re.sub(r"[^A-Za-z0-9_-]", "_", text)
+    return safe if safe == text else f"{safe}-{hashlib.sha1(text.encode()).hexdigest()[:8]}"
+
+
+@register.filter
+def seconds(value: float | None) -> str:
+    """A duration in words: 850 ms, 12.4 s, 3 min 5 s, 2 h 4 min."""
+    if value is None:
+        return ""
+    if value < 1:
+        return f"{value * 1000:.0f} ms"
+    if value < 60:
+        return f"{value:.1f} s"
+    minutes, secs = divmod(int(value), 60)
+    if minutes < 60:
+        return f"{minutes} min {secs} s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours} h {minutes} min"
+
+
+@register.filter
+def pretty_json(value: object) -> str:
+    """Indented JSON of a value (escaped by the template like any other text)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, default=str)

@@ -1,0 +1,448 @@
+"""The transcript of a session as people read it: blocks of turns, steps and tool cards.
+
+A *block* is a top-level unit: a turn (its turn_start and every event placed
+in it) or an event outside any turn. The page renders the latest blocks and
+loads earlier ones on demand; a live frame re-renders exactly the blocks an
+event touched. Every block is built from stored events plus indexed lookups
+(results and dispatches by call id, compaction ranges), so the cost of a
+page does not grow with the length of the log.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
+
+from sessions_app import selectors
+from sessions_app.log import events as log_events
+from sessions_app.log import recovery
+from sessions_app.log.events import Event
+from sessions_app.models import CallSighting
+from sessions_app.models import Event as EventRow
+from sessions_app.models import Session
+
+BLOCKS_PER_PAGE = 30
+# Longer text is cut on the server; the full value is one click away.
+TRUNCATE_CHARS = 2000
+
+COMPLETED, ERROR, IN_FLIGHT = "completed", "error", "in_flight"
+NOT_STARTED, OUTCOME_UNKNOWN, SUPERSEDED = "not_started", "outcome_unknown", "superseded"
+STATE_LABELS = {
+    COMPLETED: "completed",
+    ERROR: "error",
+    IN_FLIGHT: "in flight",
+    NOT_STARTED: "not started",
+    OUTCOME_UNKNOWN: "outcome unknown",
+    SUPERSEDED: "superseded",
+}
+SIDE_EFFECT_LABELS = {
+    "external_effect": "external effect",
+    "idempotent": "idempotent",
+    "read_only": "read-only",
+    "unknown": "side effects unknown",
+}
+ROLE_OF = {"system_message": "system", "user_message": "user", "assistant_message": "assistant", "tool_result": "tool"}
+
+
+@dataclass
+class Value:
+    """A piece of untrusted content prepared for display (always escaped by templates)."""
+
+    text: str
+    is_json: bool
+    truncated: bool
+    full_length: int
+
+    @classmethod
+    def of(cls, value: object) -> Value | None:
+        if value is None:
+            return None
+        is_json = not isinstance(value, str)
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=str) if is_json else value
+        return cls(text=text[:TRUNCATE_CHARS], is_json=is_json, truncated=len(text) > TRUNCATE_CHARS, full_length=len(text))
+
+
+@dataclass
+class ToolCard:
+    id: str
+    name: str | None
+    arguments: Value | None
+    sighted_seq: int
+    dispatch_seqs: list[int]
+    results: list[Event]  # every tool_result answering this id, in seq order
+    state: str
+    side_effect: str
+    # For a synthetic result: its risk; for an owed call of an open turn: what recovery would say.
+    risk: str | None = None
+    rule: int | None = None
+    synthetic: Event | None = None
+    real: Event | None = None
+    started_at: datetime | None = None
+
+    @property
+    def state_label(self) -> str:
+        return STATE_LABELS[self.state]
+
+    @property
+    def side_effect_label(self) -> str:
+        return SIDE_EFFECT_LABELS[self.side_effect]
+
+    @property
+    def loud(self) -> bool:
+        """An unknown outcome of a tool with external effects: check this first."""
+        return self.side_effect == "external_effect" and self.risk == recovery.TOOL_OUTCOME_UNKNOWN and self.state != SUPERSEDED
+
+
+@dataclass
+class Row:
+    """One event as a transcript row: a message, a tool card's anchor, or a marker."""
+
+    event: Event
+    role: str | None = None
+    content: Value | None = None
+    reasoning: Value | None = None
+    cards: list[ToolCard] = field(default_factory=list)
+    shadowed_by: int | None = None  # seq of the compaction summary hiding it
+    summary_of: tuple[int, int] | None = None  # the range a compaction summary stands for
+    answers: str | None = None  # a tool result or dispatch shown apart from its card: the call id
+    card_seq: int | None = None  # where that call's card is
+    inherited: bool = False
+
+    @property
+    def kind(self) -> str:
+        return "message" if self.role else self.event.type
+
+
+@dataclass
+class Step:
+    start: Event
+    number: object
+    end: Event | None
+    rows: list[Row]
+
+    @property
+    def outcome(self) -> str | None:
+        return self.end.data.get("outcome") if self.end else None
+
+    @property
+    def duration(self) -> float | None:
+        return (self.end.time - self.start.time).total_seconds() if self.end else None
+
+
+@dataclass
+class Block:
+    key: str  # DOM id: "turn-<seq>" or "event-<seq>"
+    first_seq: int
+    turn_start: Event | None = None
+    turn_end: Event | None = None
+    parts: list[Row | Step] = field(default_factory=list)
+    open: bool = False
+    inherited: bool = False
+
+    @property
+    def number(self) -> object:
+        return self.turn_start.data.get("turn") if self.turn_start else None
+
+    @property
+    def reason(self) -> str | None:
+        return self.turn_end.data.get("reason") if self.turn_end else None
+
+    @property
+    def duration(self) -> float | None:
+        if self.turn_start and self.turn_end:
+            return (self.turn_end.time - self.turn_start.time).total_seconds()
+        return None
+
+    @property
+    def step_count(self) -> int:
+        return sum(isinstance(part, Step) for part in self.parts)
+
+    @property
+    def cards(self) -> list[ToolCard]:
+        rows = [p for part in self.parts for p in (part.rows if isinstance(part, Step) else [part])]
+        return [card for row in rows for card in row.cards]
+
+
+@dataclass
+class Window:
+    blocks: list[Block]
+    earlier_before: int | None  # pass as ?before= to load earlier blocks; None at the start
+    last_seq: int  # the newest seq the page shows: live updates start after it
+
+
+def latest_window(session: Session, *, before: int | None = None, blocks: int = BLOCKS_PER_PAGE) -> Window:
+    """The newest `blocks` blocks (or those before seq `before`)."""
+    starts = EventRow.objects.filter(session=session).filter(Q(type="turn_start") | Q(turn_seq__isnull=True))
+    if before is not None:
+        starts = starts.filter(seq__lt=before)
+    block_starts = list(starts.order_by("-seq").values_list("seq", flat=True)[: blocks + 1])
+    if not block_starts:
+        return Window(blocks=[], earlier_before=None, last_seq=session.event_count - 1)
+    first = block_starts[: blocks][-1]
+    window = EventRow.objects.filter(session=session, seq__gte=first)
+    if before is not None:
+        window = window.filter(seq__lt=before)
+    built = Builder(session).build(selectors.to_log_events(window.order_by("seq")), with_placement(window))
+    return Window(
+        blocks=built,
+        earlier_before=first if len(block_starts) > blocks else None,
+        last_seq=session.event_count - 1,
+    )
+
+
+def blocks_touched(session: Session, events: list[Event]) -> list[Block]:
+    """The whole blocks that new `events` changed, re-read from storage, in seq order.
+
+    A tool_result also touches the block where its call was made, so a late
+    result updates that card.
+    """
+    seqs = [e.seq for e in events]
+    placed = dict(EventRow.objects.filter(session=session, seq__in=seqs).values_list("seq", "turn_seq"))
+    call_ids = {log_events.call_id(e.data) for e in events if e.type == "tool_result"} - {None}
+    sighted = CallSighting.objects.filter(session=session, call_id__in=call_ids).values_list("seq", flat=True)
+    for seq, turn_seq in EventRow.objects.filter(session=session, seq__in=list(sighted)).values_list("seq", "turn_seq"):
+        placed[seq] = turn_seq
+    turns = {t for t in placed.values() if t is not None}
+    loose = {seq for seq, t in placed.items() if t is None}
+    rows = EventRow.objects.filter(session=session).filter(Q(turn_seq__in=turns) | Q(seq__in=turns | loose))
+    return Builder(session).build(selectors.to_log_events(rows.order_by("seq")), with_placement(rows))
+
+
+def compactions(session: Session) -> list[tuple[int, int, int]]:
+    """(seq, start, stop) of every compaction summary of the session (indexed; few)."""
+    rows = EventRow.objects.filter(session=session, replace_start__isnull=False)
+    return list(rows.values_list("seq", "replace_start", "replace_stop"))
+
+
+def shadowed_by(event: Event, replaces: list[tuple[int, int, int]]) -> int | None:
+    """The latest summary whose range covers the event's position (session-log.md section 2)."""
+    replaced = log_events.replace_range(event.data) if event.type in ROLE_OF else None
+    position = replaced[0] if replaced else event.seq
+    covering = [seq for seq, start, stop in replaces if seq > event.seq and start <= position <= stop]
+    return max(covering) if covering else None
+
+
+def shadowing(session: Session, events: list[Event]) -> dict[int, int]:
+    replaces = compactions(session)
+    return {e.seq: by for e in events if (by := shadowed_by(e, replaces)) is not None}
+
+
+def block_key(seq: int, turn_seq: int | None) -> str:
+    return f"turn-{turn_seq}" if turn_seq is not None else f"event-{seq}"
+
+
+def with_placement(rows) -> dict[int, tuple[int | None, int | None]]:
+    return {seq: (t, s) for seq, t, s in rows.values_list("seq", "turn_seq", "step_seq")}
+
+
+class Builder:
+    """Groups events into blocks and pairs every call with its results."""
+
+    def __init__(self, session: Session):
+        self.session = session
+
+    def build(self, events: list[Event], placement: dict[int, tuple[int | None, int | None]]) -> list[Block]:
+        if not events:
+            return []
+        self.block_of = {e.seq: block_key(e.seq, placement[e.seq][0]) for e in events}
+        self.lookups(events)
+        blocks: dict[str, Block] = {}
+        steps: dict[int, Step] = {}
+        for event in events:
+            turn_seq, step_seq = placement[event.seq]
+            block = self.block_for(blocks, event, turn_seq)
+            if event.type == "turn_start" and turn_seq == event.seq:
+                block.turn_start = event
+                block.open = event.seq in self.session.turn_stack
+            elif event.type == "turn_end" and turn_seq is not None:
+                block.turn_end = event
+            elif event.type == "step_start":
+                steps[event.seq] = Step(start=event, number=event.data.get("step"), end=None, rows=[])
+                block.parts.append(steps[event.seq])
+            elif event.type == "step_end" and step_seq in steps:
+                steps[step_seq].end = event
+            elif (row := self.row(event)) is not None:
+                in_step = step_seq in steps and self.block_of[steps[step_seq].start.seq] == block.key
+                (steps[step_seq].rows if in_step else block.parts).append(row)
+        return sorted(blocks.values(), key=lambda b: b.first_seq)
+
+    def block_for(self, blocks: dict[str, Block], event: Event, turn_seq: int | None) -> Block:
+        key = self.block_of[event.seq]
+        if key not in blocks:
+            first = turn_seq if turn_seq is not None else event.seq
+            blocks[key] = Block(key=key, first_seq=first, inherited=first < self.session.seed_length)
+        return blocks[key]
+
+    def lookups(self, events: list[Event]) -> None:
+        """Everything outside the window that the window's rows need, by index."""
+        session = self.session
+        sighted = {
+            cid: (event, call)
+            for event in events
+            if event.type == "assistant_message"
+            for call in log_events.tool_calls_of(event.data)
+            if (cid := log_events.call_id(call)) is not None
+        }
+        result_ids = {log_events.call_id(e.data) for e in events if e.type in ("tool_result", "tool_call")} - {None}
+        ids = set(sighted) | result_ids
+        related = EventRow.objects.filter(session=session, call_id__in=ids, type__in=["tool_call", "tool_result"])
+        self.results: dict[str, list[Event]] = defaultdict(list)
+        self.dispatches: dict[str, list[Event]] = defaultdict(list)
+        for event in selectors.to_log_events(related.order_by("seq")):
+            target = self.results if event.type == "tool_result" else self.dispatches
+            target[log_events.call_id(event.data)].append(event)
+        # Where each call was first sighted, so a result elsewhere can point at its card.
+        self.sighted_at = dict(
+            CallSighting.objects.filter(session=session, call_id__in=ids)
+            .order_by("-seq")
+            .values_list("call_id", "seq")
+        )
+        self.sighted_in_window = {cid: event.seq for cid, (event, _) in sighted.items()}
+        self.replaces = compactions(session)
+        self.side_effects = selectors.side_effect_classes({call.get("name") for _, call in sighted.values()})
+        open_turn_in_view = any(e.type == "turn_start" and e.seq in session.turn_stack for e in events)
+        plan = selectors.recovery_plan(session) if open_turn_in_view else None
+        self.owed = {r.call.id: r.call for r in plan.repairs if r.call is not None} if plan else {}
+
+    def row(self, event: Event) -> Row | None:
+        data = event.data
+        row = Row(event=event, inherited=event.seq < self.session.seed_length, shadowed_by=shadowed_by(event, self.replaces))
+        if event.type in ROLE_OF:
+            row.role = ROLE_OF[event.type]
+            row.content = Value.of(data.get("content"))
+            row.reasoning = Value.of(data.get("reasoning_content"))
+            row.summary_of = log_events.replace_range(data)
+        if event.type == "assistant_message":
+            row.cards = [self.card(event, call) for call in log_events.tool_calls_of(data) if log_events.call_id(call) is not None]
+        elif event.type in ("tool_result", "tool_call"):
+            cid = log_events.call_id(data)
+            card_seq = self.sighted_in_window.get(cid, self.sighted_at.get(cid))
+            if card_seq is not None and self.block_of.get(card_seq) == self.block_of[event.seq]:
+                return None  # the call's card, in this same block, shows it
+            row.answers, row.card_seq = cid, card_seq
+        return row
+
+    def card(self, event: Event, call: dict) -> ToolCard:
+        cid = log_events.call_id(call)
+        results = self.results.get(cid, [])
+        synthetic = next((r for r in results if (r.data.get("metadata") or {}).get("synthetic") is True), None)
+        real = next((r for r in results if r is not synthetic), None)
+        dispatches = self.dispatches.get(cid, [])
+        card = ToolCard(
+            id=cid,
+            name=call.get("name"),
+            arguments=Value.of(call.get("arguments")),
+            sighted_seq=event.seq,
+            dispatch_seqs=[d.seq for d in dispatches],
+            results=results,
+            state=IN_FLIGHT,
+            side_effect=self.side_effects.get(call.get("name"), "unknown"),
+            synthetic=synthetic,
+            real=real,
+            started_at=dispatches[0].time if dispatches else event.time,
+        )
+        if synthetic is not None:
+            card.risk = str((synthetic.data.get("metadata") or {}).get("risk") or "")
+            if real is not None and real.seq > synthetic.seq:
+                card.state = SUPERSEDED
+            else:
+                card.state = NOT_STARTED if card.risk == recovery.TOOL_NOT_STARTED else OUTCOME_UNKNOWN
+        elif real is not None:
+            metadata = real.data.get("metadata") or {}
+            card.state = ERROR if metadata.get("is_error") or metadata.get("error") else COMPLETED
+        elif cid in self.owed:
+            card.risk, card.rule = self.owed[cid].risk, self.owed[cid].rule
+        return card
+
+
+RULE_REASONS = {
+    1: "A tool_call event shows the call was handed to the executor: it may have run, even if its step later closed.",
+    2: "This turn logged dispatches (tool_call events) for other calls but none for this one: it never got that far.",
+    3: "No dispatches were logged, and the call's step closed while the call was still unanswered: nothing was in flight.",
+    4: "Nothing in the log shows whether it was dispatched: assume it may have run.",
+}
+SIDE_EFFECT_RANK = {"external_effect": 0, "unknown": 1, "idempotent": 2, "read_only": 3}
+
+
+@dataclass
+class OwedCallView:
+    call: recovery.OwedCall
+    side_effect: str
+    arguments: Value | None
+    reason: str
+    evidence: list[tuple[int, str]]  # (seq, what it shows)
+
+    @property
+    def loud(self) -> bool:
+        return self.side_effect == "external_effect" and self.call.risk == recovery.TOOL_OUTCOME_UNKNOWN
+
+    @property
+    def side_effect_label(self) -> str:
+        return SIDE_EFFECT_LABELS[self.side_effect]
+
+
+@dataclass
+class OpenTurnView:
+    turn_start: Event
+    quiet_seconds: float  # since the session's last event
+    may_be_running: bool  # that silence is shorter than the stall threshold
+
+    @property
+    def number(self) -> object:
+        return self.turn_start.data.get("turn")
+
+
+@dataclass
+class RecoveryPreview:
+    open_turns: list[OpenTurnView]
+    owed: list[OwedCallView]  # what a person must check first comes first
+    appended: list[Row]  # the exact events confirming appends, as transcript rows
+
+
+def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
+    now = timezone.now()
+    starts = {e.seq: e for e in selectors.to_log_events(EventRow.objects.filter(session=session, seq__in=plan.open_turns))}
+    quiet = (now - session.last_activity_at).total_seconds()
+    open_turns = [
+        OpenTurnView(turn_start=starts[seq], quiet_seconds=quiet, may_be_running=quiet < settings.TURNLOG_STALL_SECONDS)
+        for seq in plan.open_turns
+    ]
+    calls = [r.call for r in plan.repairs if r.call is not None]
+    side_effects = selectors.side_effect_classes({c.name for c in calls})
+    owed = [
+        OwedCallView(
+            call=call,
+            side_effect=side_effects[call.name],
+            arguments=Value.of(call.arguments),
+            reason=RULE_REASONS[call.rule],
+            evidence=evidence_of(call),
+        )
+        for call in calls
+    ]
+    owed.sort(key=lambda v: (v.call.risk != recovery.TOOL_OUTCOME_UNKNOWN, SIDE_EFFECT_RANK[v.side_effect]))
+    appended = [
+        Row(
+            event=Event(session.event_count + i, repair.type, now, repair.data),
+            role="tool" if repair.type == "tool_result" else None,
+            content=Value.of(repair.data.get("content")),
+            answers=repair.data.get("tool_call_id"),
+            card_seq=repair.call.sighted_seq if repair.call else None,
+        )
+        for i, repair in enumerate(plan.repairs)
+    ]
+    return RecoveryPreview(open_turns=open_turns, owed=owed, appended=appended)
+
+
+def evidence_of(call: recovery.OwedCall) -> list[tuple[int, str]]:
+    label = {
+        1: "tool_call: this call was dispatched",
+        2: "tool_call of another call in this turn",
+        3: "step_end: the call's step closed",
+    }.get(call.rule)
+    return [(call.sighted_seq, "where the model asked for the call")] + [(seq, label) for seq in call.evidence]

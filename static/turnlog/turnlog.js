@@ -1,0 +1,70 @@
+// Turnlog's little script: relative times, live elapsed timers, and the
+// websocket cursor (reconnects ask for ?after=<last seq shown>).
+(function () {
+  "use strict";
+
+  function relative(date) {
+    var seconds = Math.round((Date.now() - date.getTime()) / 1000);
+    var future = seconds < 0;
+    seconds = Math.abs(seconds);
+    var text;
+    if (seconds < 5) return "just now";
+    if (seconds < 60) text = seconds + " s";
+    else if (seconds < 3600) text = Math.floor(seconds / 60) + " min";
+    else if (seconds < 86400) text = Math.floor(seconds / 3600) + " h";
+    else text = Math.floor(seconds / 86400) + " d";
+    return future ? "in " + text : text + " ago";
+  }
+
+  function elapsed(since) {
+    var seconds = Math.max(0, Math.round((Date.now() - since.getTime()) / 1000));
+    if (seconds < 60) return "running " + seconds + " s";
+    if (seconds < 3600) return "running " + Math.floor(seconds / 60) + " min " + (seconds % 60) + " s";
+    return "running " + Math.floor(seconds / 3600) + " h " + Math.floor((seconds % 3600) / 60) + " min";
+  }
+
+  function refreshTimes(root) {
+    (root || document).querySelectorAll("time[data-relative]").forEach(function (el) {
+      var date = new Date(el.getAttribute("datetime"));
+      if (!isNaN(date)) el.textContent = relative(date);
+    });
+    (root || document).querySelectorAll(".elapsed[data-since]").forEach(function (el) {
+      var date = new Date(el.getAttribute("data-since"));
+      if (!isNaN(date)) el.textContent = elapsed(date);
+    });
+  }
+
+  // The live cursor: frames update #live-cursor; a reconnect resumes after it.
+  function lastSeq() {
+    var cursor = document.getElementById("live-cursor");
+    return cursor ? cursor.getAttribute("data-last-seq") : null;
+  }
+
+  function setLiveState(text, state) {
+    var el = document.getElementById("live-state");
+    if (el) { el.textContent = text; el.setAttribute("data-state", state); }
+  }
+
+  if (window.htmx) {
+    // Deferred scripts run in order, so htmx and its ws extension are defined here.
+    var create = htmx.createWebSocket;
+    htmx.createWebSocket = function (url) {
+      var seq = lastSeq();
+      if (seq !== null && url.indexOf("after=") >= 0) url = url.replace(/after=-?\d+/, "after=" + seq);
+      return create ? create(url) : new WebSocket(url);
+    };
+  }
+
+  document.addEventListener("DOMContentLoaded", function () {
+    refreshTimes(document);
+    setInterval(function () { refreshTimes(document); }, 1000);
+    if (!window.htmx) return;
+    htmx.onLoad(function (el) { refreshTimes(el); });
+    document.body.addEventListener("htmx:wsOpen", function () { setLiveState("Live", "open"); });
+    document.body.addEventListener("htmx:wsClose", function () { setLiveState("Reconnecting…", "closed"); });
+    document.body.addEventListener("htmx:wsAfterMessage", function () {
+      var empty = document.getElementById("no-events");
+      if (empty && document.querySelector("#blocks .block")) empty.remove();
+    });
+  });
+})();
