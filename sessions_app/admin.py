@@ -1,8 +1,11 @@
-"""Read-only admin: the log is append-only, so nothing here edits or deletes."""
+"""Admin: logs are read-only here; tool policies are the one thing people edit."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.html import format_html
 
-from sessions_app.models import ApiToken, Event, Session
+from sessions_app.models import ApiToken, Event, RecoveryRecord, Session, ToolPolicy
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -16,13 +19,46 @@ class ReadOnlyAdmin(admin.ModelAdmin):
         return False
 
 
+class RecoveryRecordInline(admin.TabularInline):
+    model = RecoveryRecord
+    fields = ["created_at", "kind", "username", "first_seq", "last_seq", "note", "digest"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+
 @admin.register(Session)
 class SessionAdmin(ReadOnlyAdmin):
-    list_display = ["id", "agent_name", "event_count", "interrupted", "last_activity_at", "parent"]
+    list_display = ["id", "agent_name", "status", "event_count", "open_turns_display", "last_activity_at", "parent"]
     list_filter = ["interrupted"]
     search_fields = ["id", "agent_name"]
     date_hierarchy = "last_activity_at"
     raw_id_fields = ["parent"]
+    inlines = [RecoveryRecordInline]
+    actions = ["preview_recovery"]
+
+    @admin.display(description="open turns")
+    def open_turns_display(self, session):
+        return ", ".join(map(str, session.open_turns)) or "—"
+
+    @admin.action(description="Preview recovery of the selected sessions")
+    def preview_recovery(self, request, queryset):
+        """Like the delete confirmation: an intermediate page, here the recovery preview itself."""
+        sessions = list(queryset.order_by("-last_activity_at"))
+        if len(sessions) == 1:
+            return redirect("recovery_preview", sessions[0].id)
+        interrupted = [s for s in sessions if s.interrupted]
+        if not interrupted:
+            self.message_user(request, "None of the selected sessions has an open turn.", messages.INFO)
+            return None
+        context = {**self.admin_site.each_context(request), "sessions": interrupted, "title": "Preview recovery", "opts": self.model._meta}
+        return render(request, "admin/sessions_app/session/preview_recovery.html", context)
+
+    def view_on_site(self, session):
+        return reverse("session_detail", args=[session.id])
 
 
 @admin.register(Event)
@@ -32,6 +68,26 @@ class EventAdmin(ReadOnlyAdmin):
     search_fields = ["session__id", "call_id"]
     list_select_related = ["session"]
     raw_id_fields = ["session"]
+
+
+@admin.register(RecoveryRecord)
+class RecoveryRecordAdmin(ReadOnlyAdmin):
+    list_display = ["session", "kind", "username", "created_at", "appended", "note"]
+    list_filter = ["kind"]
+    search_fields = ["session__id", "username", "note"]
+
+    @admin.display(description="seqs appended")
+    def appended(self, record):
+        url = reverse("session_detail", args=[record.session_id])
+        return format_html('<a href="{}?highlight={}-{}#seq-{}">{}–{}</a>', url, record.first_seq, record.last_seq, record.first_seq, record.first_seq, record.last_seq)
+
+
+@admin.register(ToolPolicy)
+class ToolPolicyAdmin(admin.ModelAdmin):
+    list_display = ["pattern", "side_effect", "note"]
+    list_editable = ["side_effect"]
+    list_filter = ["side_effect"]
+    search_fields = ["pattern", "note"]
 
 
 @admin.register(ApiToken)

@@ -1,0 +1,201 @@
+"""The pages, rendered by Django's test client (the browser tests drive them for real)."""
+
+import re
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from sessions_app import selectors, services
+from sessions_app.log.events import validate_batch
+from sessions_app.models import Event, RecoveryRecord, Session, ToolPolicy
+from tests.sessions_app.log.strategies import message
+from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE, assistant, result
+from tests.sessions_app.test_recovery import store
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def viewer(client, django_user_model):
+    client.force_login(django_user_model.objects.create_user("viewer"))
+    return client
+
+
+@pytest.fixture
+def staff(client, django_user_model):
+    user = django_user_model.objects.create_user("ops", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="recover_session"))
+    client.force_login(user)
+    return client
+
+
+def text_of(response) -> str:
+    return response.content.decode()
+
+
+@pytest.mark.parametrize("path", ["/", "/sessions/s/", "/sessions/s/recovery", "/sessions/s/lineage", "/sessions/s/events/0.json"])
+def test_every_page_needs_a_login(client, path):
+    store([("user_message", message("hi"))], session_id="s")
+    response = client.get(path)
+    assert response.status_code == 302 and response.url.startswith("/login/")
+
+
+def test_the_list_shows_statuses_and_filters(viewer):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    store([("user_message", message("hi"))], session_id="fine")
+    page = text_of(viewer.get("/"))
+    assert "crashed" in page and "fine" in page and "turn open at seq 1" in page
+    only_stalled = text_of(viewer.get("/", {"status": "stalled"}))  # its events are from January
+    assert "/sessions/crashed/" in only_stalled and "/sessions/fine/" not in only_stalled
+    assert "/sessions/crashed/" not in text_of(viewer.get("/", {"status": "running"}))
+    assert "/sessions/crashed/" not in text_of(viewer.get("/", {"q": "fin"}))
+
+
+def test_the_transcript_groups_turns_steps_and_pairs_calls_with_results(viewer):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    page = text_of(viewer.get("/sessions/crashed/"))
+    assert 'id="turn-1"' in page and "Turn 1" in page and "open: never closed" in page
+    assert len(re.findall(r'class="step[ "]', page)) == 2
+    c1 = page[page.index('data-call-id="c1"') :][:3000]
+    assert "completed" in c1 and "Result at" in c1
+    c3 = page[page.index('data-call-id="c3"') :][:3000]
+    assert "in flight" in c3 and "outcome unknown" in c3 and "(rule 1)" in c3
+    assert 'id="seq-9"' not in page  # the tool_call of c3 shows inside its card
+    assert "Dispatched (tool_call) at" in c3
+
+
+def test_untrusted_content_is_escaped(viewer):
+    hostile = '<script>alert(1)</script><img src=x onerror="alert(2)">'
+    store([("user_message", message(hostile)), ("turn_start", {"turn": 1}), assistant("c1"), result("c1")], session_id="s")
+    services.append_events(session_id="s", events=validate_batch([{"type": "tool_result", "data": {"tool_call_id": "x", "content": hostile, "name": hostile}}]))
+    page = text_of(viewer.get("/sessions/s/"))
+    assert "<script>alert(1)" not in page and "<img src=x" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    raw = text_of(viewer.get("/sessions/s/?view=raw"))
+    assert "<script>alert(1)" not in raw and "&lt;script&gt;" in raw
+
+
+def test_long_values_are_cut_with_a_link_to_the_full_event(viewer):
+    store([("user_message", message("x" * 5000))], session_id="s")
+    page = text_of(viewer.get("/sessions/s/"))
+    assert "show all (5000 characters)" in page and "x" * 2001 not in page
+    full = viewer.get("/sessions/s/events/0.json").json()
+    assert full["data"]["content"] == "x" * 5000
+    assert viewer.get("/sessions/s/events/9.json").status_code == 404
+
+
+def test_compacted_events_are_marked_and_expandable(viewer):
+    store([("user_message", message("old question")), ("user_message", message("summary", surface_op=["replace", 0, 0]))], session_id="s")
+    page = text_of(viewer.get("/sessions/s/"))
+    assert "Compacted: replaced by the summary at" in page and "summary of seqs 0–0" in page
+    assert "shadowed by 1" in text_of(viewer.get("/sessions/s/?view=raw"))
+
+
+def test_a_large_session_opens_on_its_latest_turns_with_constant_queries(viewer):
+    def turn(n):
+        return [("user_message", message(f"q{n}")), ("turn_start", {"turn": n}), assistant(f"c{n}"), result(f"c{n}"),
+                ("turn_end", {"turn": n, "steps": 0, "reason": "complete"})]  # fmt: skip
+
+    store([item for n in range(1, 41) for item in turn(n)], session_id="small")
+    store([item for n in range(1, 201) for item in turn(n)], session_id="big")
+    counts = {}
+    for sid in ["small", "big"]:
+        with CaptureQueriesContext(connection) as queries:
+            page = text_of(viewer.get(f"/sessions/{sid}/"))
+        counts[sid] = len(queries)
+        assert "Load earlier turns" in page and "q1<" not in page
+    assert counts["small"] == counts["big"]
+    page = text_of(viewer.get("/sessions/big/"))
+    before = re.search(r"before=(\d+)", page).group(1)
+    earlier = text_of(viewer.get(f"/sessions/big/blocks?before={before}", HTTP_HX_REQUEST="true"))
+    assert "Turn 185" in earlier and f'id="turn-{int(before)}"' not in earlier
+
+
+def test_recovery_preview_shows_risks_evidence_and_the_events_to_append(staff):
+    ToolPolicy.objects.create(pattern="ech*", side_effect="external_effect")
+    store(WORKED_EXAMPLE, session_id="crashed")
+    page = text_of(staff.get("/sessions/crashed/recovery"))
+    assert "Outcome unknown: it may have run" in page and "Not started: it did not run" in page
+    assert page.index("c3") < page.index("c2")  # the unknown outcome of an external-effect tool first
+    assert "Check this first" in page and "Why (rule 1)" in page and "Why (rule 2)" in page
+    assert '#seq-9">seq 9</a>' in page and '#seq-6">seq 6</a>' not in page  # c3 rule 1: its tool_call
+    assert '#seq-4">seq 4</a>' in page  # c2 rule 2: the sibling's tool_call
+    assert "Confirming appends exactly these 3 events" in page and "Confirm recovery" in page
+    assert "may still be running" not in page  # its last event is from January
+
+
+def test_a_viewer_sees_no_confirm_button_and_is_refused(viewer):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    page = text_of(viewer.get("/sessions/crashed/recovery"))
+    assert "Confirm recovery" not in page and "needs the" in page
+    digest = selectors.recovery_plan(Session.objects.get()).digest(10)
+    assert viewer.post("/sessions/crashed/recovery", {"digest": digest}).status_code == 403
+    assert Event.objects.count() == 10
+
+
+def test_confirming_appends_and_lands_on_the_highlighted_events(staff):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    digest = selectors.recovery_plan(Session.objects.get()).digest(10)
+    response = staff.post("/sessions/crashed/recovery", {"digest": digest, "note": "verified"})
+    assert response.status_code == 302 and response.url == "/sessions/crashed/?highlight=10-12#seq-10"
+    page = text_of(staff.get(response.url))
+    assert page.count(" highlight") >= 2 and "interrupted (closed by recovery)" in page
+    assert "verified" in page and RecoveryRecord.objects.get().username == "ops"
+    assert "outcome unknown" in page and "not started" in page
+
+
+def test_a_stale_preview_appends_nothing_and_shows_the_fresh_plan(staff):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    digest = selectors.recovery_plan(Session.objects.get()).digest(10)
+    services.append_events(session_id="crashed", events=validate_batch([{"type": "tool_result", "data": {"tool_call_id": "c3", "content": "back"}}]))
+    response = staff.post("/sessions/crashed/recovery", {"digest": digest})
+    assert response.status_code == 409 and "Nothing was appended" in text_of(response)
+    assert Event.objects.count() == 11
+
+
+def test_a_late_real_result_supersedes_the_synthetic_one(staff, django_user_model):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    services.recover(session_id="crashed", user=django_user_model.objects.get(username="ops"))
+    services.append_events(session_id="crashed", events=validate_batch([{"type": "tool_result", "data": result("c3")[1]}]))
+    page = text_of(staff.get("/sessions/crashed/"))
+    card = page[page.index('data-call-id="c3"') :][:3000]
+    assert "superseded" in card and "the real result arrived at" in card and "seq 13" in card
+    assert "Result for call <code>c3</code>" in page  # the late result also stands where it arrived
+
+
+def test_fork_here_lands_on_the_fork_with_its_provenance(viewer):
+    store([("user_message", message("a")), ("user_message", message("b"))], session_id="p")
+    response = viewer.post("/sessions/p/fork", {"boundary": "0"})
+    child = Session.objects.get(parent_id="p")
+    assert response.status_code == 302 and response.url == f"/sessions/{child.id}/"
+    page = text_of(viewer.get(response.url))
+    assert "Forked from" in page and "at seq 0" in page and " inherited" in page
+    assert child.id in text_of(viewer.get("/sessions/p/"))  # the parent lists its forks
+    lineage = text_of(viewer.get(f"/sessions/{child.id}/lineage"))
+    assert "p</code>" in lineage and "(this session)" in lineage
+
+
+def test_a_refused_fork_explains_and_suggests(viewer):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    response = viewer.post("/sessions/crashed/fork", {"boundary": "5"}, HTTP_HX_REQUEST="true")
+    page = text_of(response)
+    assert "seq 5 is inside turn 1, opened at seq 1 and never closed" in page
+    assert 'value="0"' in page and "Fork at seq 0" in page and "Recover the session first" in page
+    assert Session.objects.count() == 1
+
+
+def test_admin_action_leads_to_the_preview(client, django_user_model):
+    client.force_login(django_user_model.objects.create_superuser("root", password="x"))
+    store(WORKED_EXAMPLE, session_id="crashed")
+    response = client.post("/admin/sessions_app/session/", {"action": "preview_recovery", "_selected_action": ["crashed"]})
+    assert response.status_code == 302 and response.url == "/sessions/crashed/recovery"
+    assert client.get("/admin/sessions_app/toolpolicy/add/").status_code == 200
+    assert client.get("/admin/sessions_app/recoveryrecord/").status_code == 200
+
+
+def test_a_recent_last_event_warns_that_the_agent_may_still_be_running(staff):
+    services.create_session(session_id="live")
+    services.append_events(session_id="live", events=validate_batch([{"type": "turn_start", "data": {"turn": 1}}]))
+    assert "the agent may still be running" in text_of(staff.get("/sessions/live/recovery"))
