@@ -7,13 +7,16 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
+from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 application = ProtocolTypeRouter(
     {
-        "http": django_asgi_app,
+        # Daphne serves the few static files itself (no extra service for
+        # the embedded setup); a deployment may put a cache in front.
+        "http": ASGIStaticFilesHandler(django_asgi_app),
         "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
     }
 )

@@ -63,9 +63,21 @@ class Value:
     def of(cls, value: object) -> Value | None:
         if value is None:
             return None
-        is_json = not isinstance(value, str)
-        text = json.dumps(value, indent=2, ensure_ascii=False, default=str) if is_json else value
+        is_json = not isinstance(value, str) or looks_like_json(value)
+        text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False, default=str)
         return cls(text=text[:TRUNCATE_CHARS], is_json=is_json, truncated=len(text) > TRUNCATE_CHARS, full_length=len(text))
+
+
+def looks_like_json(text: str) -> bool:
+    """Tool output that is JSON text reads better in a monospace block (shown as given)."""
+    stripped = text.strip()
+    if not stripped[:1] in ("{", "[") or len(stripped) > 200_000:
+        return False
+    try:
+        json.loads(stripped)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass
@@ -92,6 +104,10 @@ class ToolCard:
     @property
     def side_effect_label(self) -> str:
         return SIDE_EFFECT_LABELS[self.side_effect]
+
+    @property
+    def result_value(self) -> Value | None:
+        return Value.of(self.real.data.get("content")) if self.real else None
 
     @property
     def loud(self) -> bool:
