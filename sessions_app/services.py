@@ -35,6 +35,8 @@ from sessions_app.selectors import dangling_patch, fork_point, recovery_plan
 logger = logging.getLogger(__name__)
 
 CALL_ID_TYPES = frozenset({"tool_call", "tool_result"})
+# The channel-layer group of the session list page.
+SESSIONS_GROUP = "sessions"
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ def create_session(
             session.save(force_insert=True)
     except IntegrityError as exc:
         raise SessionExists(session.id) from exc
+    transaction.on_commit(lambda: publish_session_changed(session.id))
     return session
 
 
@@ -306,24 +309,40 @@ def _sightings(session: Session, rows: Sequence[Event]):
 
 
 def publish_events(session_id: str, events: Sequence[Event]) -> None:
-    """Send each committed event once to the session's group.
+    """Send each committed event once to the session's group, then tell the list.
 
     Best effort: a failing layer is logged and never breaks the append;
     consumers repair gaps from the database by seq.
     """
-    layer = get_channel_layer()
-    if layer is None or not events:
+    if not events:
         return
+    group = session_group(session_id)
     messages = [
-        {"type": "session_event", "session_id": session_id, "event": log_events.event_to_wire(e.to_log_event())}
+        (group, {"type": "session_event", "session_id": session_id, "event": log_events.event_to_wire(e.to_log_event())})
         for e in events
     ]
+    _send(messages + [session_changed(session_id)])
+
+
+def publish_session_changed(session_id: str) -> None:
+    _send([session_changed(session_id)])
+
+
+def session_changed(session_id: str) -> tuple[str, dict]:
+    """One message per commit for the session list (new session, new status, new count)."""
+    return SESSIONS_GROUP, {"type": "session_changed", "session_id": session_id}
+
+
+def _send(messages: list[tuple[str, dict]]) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
     try:
-        async_to_sync(_send_all)(layer, session_group(session_id), messages)
+        async_to_sync(_send_all)(layer, messages)
     except Exception:
-        logger.exception("publishing %d events of session %s failed", len(messages), session_id)
+        logger.exception("publishing %d messages failed", len(messages))
 
 
-async def _send_all(layer, group: str, messages: list[dict]) -> None:
-    for message in messages:
+async def _send_all(layer, messages: list[tuple[str, dict]]) -> None:
+    for group, message in messages:
         await layer.group_send(group, message)

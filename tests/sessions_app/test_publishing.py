@@ -73,3 +73,14 @@ def test_a_replayed_idempotent_request_publishes_nothing_new():
     for _ in range(2):
         services.append_events(session_id="pub", events=validate_batch([f.user()]), idempotency_key="k", request_sha256="h")
     assert [m["event"]["seq"] for m in subscriber.drain()] == [0]
+
+
+def test_the_session_list_hears_once_per_commit():
+    layer = get_channel_layer()
+    channel = async_to_sync(layer.new_channel)()
+    async_to_sync(layer.group_add)(services.SESSIONS_GROUP, channel)
+    listener = Subscriber.__new__(Subscriber)
+    listener.layer, listener.channel = layer, channel
+    services.create_session(session_id="pub")
+    services.append_events(session_id="pub", events=validate_batch([f.user(), f.user()]))
+    assert [(m["type"], m["session_id"]) for m in listener.drain()] == [("session_changed", "pub")] * 2
