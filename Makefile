@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test migrate bench clean
+.PHONY: run test migrate simulate bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -24,14 +24,21 @@ migrate: $(VENV)/.installed-run
 	$(BIN)/python manage.py migrate --noinput
 
 run: migrate
+	$(BIN)/python manage.py seed_demo
 	$(BIN)/python manage.py local_setup
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+simulate: migrate
+	$(BIN)/python manage.py simulate --url http://$(HOST):$(PORT)
 
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: $(VENV)/.installed-test
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python bench/recovery.py
+	$(BIN)/python bench/fork.py
+	$(BIN)/python bench/live.py
 
 clean:
 	rm -rf $(VENV) var *.egg-info

@@ -28,13 +28,10 @@ target: API(1000) >= 40% of raw on every database measured; the exit status is
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import os
 import random
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,89 +39,12 @@ import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-VENV_BIN = Path(sys.executable).parent
+from _common import DEFAULT_REDIS_URL, ROOT, Client, Target, batches, make_events
+
 TARGET_RATIO = 0.40
-PG_ADMIN_URL = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432")
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
-
-
-# Workload -----------------------------------------------------------------
-
-WORDS = (
-    "the a of to and in is it that for on with as this was be are by at from or an not have but "
-    "session agent tool call result turn step invoice customer refund order account balance query "
-    "database record error retry timeout status shipping address payment card token request response "
-    "summary analysis report value field schema update create delete list fetch search parse compute"
-).split()
-
-
-def _text(rng: random.Random, size: int) -> str:
-    out, n = [], 0
-    while n < size:
-        word = rng.choice(WORDS)
-        out.append(word)
-        n += len(word) + 1
-    return " ".join(out).capitalize() + "."
-
-
-def make_events(count: int, *, seed: int, start: datetime) -> list[dict]:
-    """`count` wire events shaped like healthy agent runs (session-log.md section 3).
-
-    One run: user_message, turn_start, step_start, assistant_message with a tool
-    call, tool_call, tool_result, step_end, step_start, assistant_message,
-    step_end, turn_end (11 events). The stream is cut at `count`, so batches cut
-    through runs just as a live emitter's would.
-    """
-    rng = random.Random(seed)
-    events: list[dict] = []
-    clock = start
-    turn = 0
-
-    def add(type_: str, data: dict) -> None:
-        nonlocal clock
-        clock += timedelta(microseconds=rng.randint(500, 50_000))
-        events.append({"type": type_, "time": clock.isoformat().replace("+00:00", "Z"), "data": data})
-
-    add("system_message", {"content": _text(rng, 400), "name": None, "metadata": {}})
-    while len(events) < count:
-        turn += 1
-        call = f"call_{turn}_{rng.randrange(10**8):08d}"
-        tool = rng.choice(["search_orders", "lookup_customer", "issue_refund", "get_balance"])
-        add("user_message", {"content": _text(rng, rng.randint(150, 400)), "name": None, "metadata": {}})
-        add("turn_start", {"turn": turn})
-        add("step_start", {"turn": turn, "step": 1})
-        add(
-            "assistant_message",
-            {
-                "content": _text(rng, rng.randint(100, 300)),
-                "name": None,
-                "metadata": {"model": "bench-model-1", "usage": {"input_tokens": rng.randint(500, 5000), "output_tokens": rng.randint(20, 400)}},
-                "tool_calls": [{"id": call, "name": tool, "arguments": {"query": _text(rng, 40), "limit": 10}}],
-                "reasoning_content": _text(rng, rng.randint(80, 250)),
-            },
-        )
-        add("tool_call", {"id": call, "name": tool})
-        add(
-            "tool_result",
-            {"tool_call_id": call, "content": _text(rng, rng.randint(200, 600)), "name": tool, "metadata": {}},
-        )
-        add("step_end", {"turn": turn, "step": 1, "outcome": "ok"})
-        add("step_start", {"turn": turn, "step": 2})
-        add(
-            "assistant_message",
-            {"content": _text(rng, rng.randint(200, 500)), "name": None, "metadata": {}, "tool_calls": [], "reasoning_content": None},
-        )
-        add("step_end", {"turn": turn, "step": 2, "outcome": "ok"})
-        add("turn_end", {"turn": turn, "steps": 2, "reason": "complete"})
-    return events[:count]
-
-
-def batches(events: list[dict], size: int) -> list[list[dict]]:
-    return [events[i : i + size] for i in range(0, len(events), size)]
 
 
 # Results ------------------------------------------------------------------
@@ -171,132 +91,7 @@ def print_table(result: DbResult) -> None:
     print(f"ratio API(1000)/raw = {result.ratio:.2f}  ({verdict} the {TARGET_RATIO:.0%} target)")
 
 
-# Database lifecycle ------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Target:
-    """A fresh database plus a migrated schema, a token and a running daphne."""
-
-    def __init__(self, db: str, redis_url: str | None):
-        self.db = db
-        self.redis_url = redis_url
-        self.tmpdir = Path(tempfile.mkdtemp(prefix=f"turnlog-bench-{db}-"))
-        self.pg_name: str | None = None
-        if db == "sqlite":
-            self.url = f"sqlite:///{self.tmpdir / 'bench.sqlite3'}"
-        else:
-            self.pg_name = f"turnlog_bench_{os.getpid()}_{uuid.uuid4().hex[:8]}"
-            self.url = f"{PG_ADMIN_URL}/{self.pg_name}"
-        self.env = {k: v for k, v in os.environ.items() if k not in {"DJANGO_DEBUG", "REDIS_URL", "DATABASE_URL"}}
-        self.env["DATABASE_URL"] = self.url
-        self.env["DJANGO_SETTINGS_MODULE"] = "dashboard.settings"
-        if redis_url:
-            self.env["REDIS_URL"] = redis_url
-        self.server: subprocess.Popen | None = None
-        self.port = 0
-        self.token = ""
-
-    def manage(self, *args: str) -> str:
-        proc = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
-        return proc.stdout
-
-    def setup(self) -> None:
-        if self.pg_name:
-            import psycopg
-
-            with psycopg.connect(f"{PG_ADMIN_URL}/postgres", autocommit=True) as conn:
-                conn.execute(f'CREATE DATABASE "{self.pg_name}"')
-        self.manage("migrate", "--noinput")
-        self.token = self.manage("create_token", "bench").strip().splitlines()[-1]
-        self.port = free_port()
-        self.log_path = self.tmpdir / "daphne.log"
-        with open(self.log_path, "wb") as log:
-            self.server = subprocess.Popen(
-                [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
-                cwd=ROOT,
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        deadline = time.monotonic() + 60
-        while True:
-            if self.server.poll() is not None:
-                raise RuntimeError(f"daphne exited with {self.server.returncode}:\n{self.log_tail()}")
-            try:
-                conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=5)
-                conn.request("GET", "/api/v1/sessions?limit=1", headers={"Authorization": f"Bearer {self.token}"})
-                status = conn.getresponse().status
-                conn.close()
-                if status == 200:
-                    return
-                raise RuntimeError(f"the server answered {status} to an authenticated GET")
-            except (ConnectionError, OSError):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"daphne did not answer within 60 s:\n{self.log_tail()}") from None
-                time.sleep(0.2)
-
-    def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except (OSError, AttributeError):
-            return ""
-
-    def teardown(self) -> None:
-        if self.server is not None and self.server.poll() is None:
-            self.server.send_signal(signal.SIGTERM)
-            try:
-                self.server.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.server.kill()
-                self.server.wait()
-        try:
-            from django.db import connections
-
-            connections.close_all()
-        except Exception:  # Django may not be set up yet
-            pass
-        if self.pg_name:
-            import psycopg
-
-            with psycopg.connect(f"{PG_ADMIN_URL}/postgres", autocommit=True) as conn:
-                conn.execute(f'DROP DATABASE IF EXISTS "{self.pg_name}" WITH (FORCE)')
-        shutil.rmtree(self.tmpdir, ignore_errors=True)
-
-
-# Client -------------------------------------------------------------------
-
-
-class Client:
-    """One keep-alive connection; sequential requests."""
-
-    def __init__(self, port: int, token: str):
-        self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-        self.headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-
-    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
-        self.conn.request("POST", path, body=body, headers=self.headers)
-        resp = self.conn.getresponse()
-        return resp.status, resp.read()
-
-    def get(self, path: str) -> tuple[int, bytes]:
-        self.conn.request("GET", path, headers=self.headers)
-        resp = self.conn.getresponse()
-        return resp.status, resp.read()
-
-    def create_session(self, session_id: str) -> None:
-        status, body = self.post("/api/v1/sessions", json.dumps({"id": session_id, "agent_name": "bench"}).encode())
-        if status != 201:
-            raise RuntimeError(f"creating session {session_id}: {status} {body[:300]!r}")
+# Streams ------------------------------------------------------------------
 
 
 class ApiStream:

@@ -21,22 +21,17 @@ from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
-from sessions_app.models import SESSION_ID_PATTERN, ApiToken, Session, hash_token
+from sessions_app.models import SESSION_ID_PATTERN, ApiToken, Session
 
 SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
 
 
 class BearerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str):
-        row = (
-            ApiToken.objects.select_related("user")
-            .filter(token_sha256=hash_token(token), user__is_active=True)
-            .first()
-        )
-        if row is None:
-            return None
-        request.user = row.user
-        return row.user
+        user = ApiToken.user_for(token)
+        if user is not None:
+            request.user = user
+        return user
 
 
 class ApiError(Exception):

@@ -260,6 +260,12 @@ class ApiToken(models.Model):
         return f"{self.prefix}… ({self.user})"
 
     @classmethod
+    def user_for(cls, token: str):
+        """The active user owning this token, or None."""
+        row = cls.objects.select_related("user").filter(token_sha256=hash_token(token), user__is_active=True).first()
+        return row.user if row is not None else None
+
+    @classmethod
     def issue(cls, user) -> tuple["ApiToken", str]:
         """Create a token for user; returns the row and the only copy of the secret."""
         secret = "tl_" + secrets.token_urlsafe(32)

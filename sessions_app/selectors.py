@@ -60,6 +60,7 @@ def list_sessions(
     interrupted: bool | None = None,
     status: str | None = None,
     q: str = "",
+    ids: list[str] | None = None,
     limit: int = 50,
     cursor: str | None = None,
 ) -> SessionPage:
@@ -72,6 +73,8 @@ def list_sessions(
         sessions = sessions.filter(interrupted=interrupted)
     if status:
         sessions = sessions.filter(status_filter(status))
+    if ids is not None:
+        sessions = sessions.filter(pk__in=ids)
     if q:
         by_tool = CallSighting.objects.filter(tool_name__icontains=q).values("session_id")
         sessions = sessions.filter(Q(id__icontains=q) | Q(agent_name__icontains=q) | Q(pk__in=by_tool))

@@ -39,8 +39,7 @@ def api(agent_user):
     return ApiClient(token)
 
 
-@pytest.fixture
-def chromium_path():
+def find_chromium() -> str:
     """Debian's Chromium; in CI its absence is a failure, never a skip."""
     path = shutil.which("chromium") or ("/usr/bin/chromium" if os.path.exists("/usr/bin/chromium") else None)
     if path is None:

@@ -46,11 +46,19 @@
   }
 
   if (window.htmx) {
+    // Reconnect soon after a server restart, but back off to at most ~10 s.
+    htmx.config.wsReconnectDelay = function (retryCount) {
+      return Math.min(500 * Math.pow(2, retryCount), 10000) * (0.5 + Math.random() / 2);
+    };
     // Deferred scripts run in order, so htmx and its ws extension are defined here.
     var create = htmx.createWebSocket;
     htmx.createWebSocket = function (url) {
       var seq = lastSeq();
-      if (seq !== null && url.indexOf("after=") >= 0) url = url.replace(/after=-?\d+/, "after=" + seq);
+      if (seq !== null && Number(seq) >= 0) {
+        var withCursor = new URL(url);
+        withCursor.searchParams.set("after", seq);
+        url = withCursor.toString();
+      }
       return create ? create(url) : new WebSocket(url);
     };
   }

@@ -1,4 +1,7 @@
-"""Each committed event is published once, after commit (session-log.md section 7)."""
+"""Each committed event is published once, after commit (session-log.md section 7).
+
+A commit's events travel together in one `session_events` layer message.
+"""
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -40,10 +43,11 @@ def test_each_committed_event_is_published_once_in_order():
     services.append_events(session_id="pub", events=validate_batch([f.user("a"), f.event("turn_start", turn=1)]))
     services.append_events(session_id="pub", events=validate_batch([f.user("b")]))
     messages = subscriber.drain()
-    assert [m["type"] for m in messages] == ["session_event"] * 3
-    assert [m["event"]["seq"] for m in messages] == [0, 1, 2]
-    assert messages[1]["event"]["type"] == "turn_start"
-    assert messages[2]["event"]["data"]["content"] == "b"
+    assert [m["type"] for m in messages] == ["session_events"] * 2  # one message per commit
+    events = [event for m in messages for event in m["events"]]
+    assert [e["seq"] for e in events] == [0, 1, 2]
+    assert events[1]["type"] == "turn_start"
+    assert events[2]["data"]["content"] == "b"
 
 
 def test_a_refused_append_publishes_nothing():
@@ -52,7 +56,7 @@ def test_a_refused_append_publishes_nothing():
     services.append_events(session_id="pub", events=validate_batch([f.user()]))
     with pytest.raises(errors.SeqConflict):
         services.append_events(session_id="pub", events=validate_batch([f.user()]), expected_seq=0)
-    assert [m["event"]["seq"] for m in subscriber.drain()] == [0]
+    assert [e["seq"] for m in subscriber.drain() for e in m["events"]] == [0]
 
 
 def test_a_failing_publish_never_breaks_the_append(monkeypatch):
@@ -72,7 +76,7 @@ def test_a_replayed_idempotent_request_publishes_nothing_new():
     subscriber = Subscriber("pub")
     for _ in range(2):
         services.append_events(session_id="pub", events=validate_batch([f.user()]), idempotency_key="k", request_sha256="h")
-    assert [m["event"]["seq"] for m in subscriber.drain()] == [0]
+    assert [e["seq"] for m in subscriber.drain() for e in m["events"]] == [0]
 
 
 def test_the_session_list_hears_once_per_commit():

@@ -1,0 +1,144 @@
+"""Websocket consumers.
+
+`SessionEventsConsumer` serves `/ws/v1/sessions/{id}/events?after=N`
+(api.md, "Websocket streams"); the stream logic lives in dashboard.stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from dashboard import stream
+from sessions_app import services
+
+logger = logging.getLogger(__name__)
+
+# Close codes. The socket is always accepted first, so a client sees the code.
+CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= 0
+CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session (api.md)
+CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not in ALLOWED_HOSTS
+CLOSE_NOT_FOUND = 4404  # no such session (api.md)
+CLOSE_INTERNAL_ERROR = 1011  # the stream failed (e.g. the database); reconnect with ?after=<last seq>
+
+
+class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
+    """JSON frames `{"type": "session_event", "event": Event}` for one session.
+
+    First every stored event with seq > `after` (all when `after` is absent),
+    read in pages of `stream.PAGE_SIZE`; then each new event, exactly once and
+    in seq order, for as long as the socket is open. Frames from the client
+    are ignored.
+
+    Authentication, in this order: `Authorization: Bearer <token>` (no Origin
+    needed), else the Django login session, which must come with an Origin
+    header naming a host of ALLOWED_HOSTS (cross-site websocket hijacking).
+
+    Close codes (each after accepting the socket, checked in this order):
+
+    - 4401: unauthenticated (no valid token, no login session);
+    - 4403: authenticated only by the login cookie, and the Origin header is
+      missing or not allowed;
+    - 4400: `after` is not exactly one decimal integer >= 0 (e.g. `abc`,
+      `-1`, `1.5`, empty, or given twice);
+    - 4404: no session with this id;
+    - 1011: the stream failed on the server (e.g. the database is down); the
+      client reconnects with `?after=<last seq it has>`.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._stream: stream.SessionStream | None = None
+        self._pump: asyncio.Task | None = None
+        self._group: str | None = None
+
+    async def connect(self):
+        await self.accept()
+        user, how = await stream.authenticate(self.scope)
+        if user is None:
+            return await self.close(code=CLOSE_UNAUTHENTICATED, reason="authentication required")
+        if how == stream.LOGIN_SESSION and not stream.origin_allowed(self.scope):
+            return await self.close(code=CLOSE_FORBIDDEN_ORIGIN, reason="origin not allowed")
+        self.scope["user"] = user
+        await self.connect_stream()
+
+    async def connect_stream(self):
+        """After authentication: check `after` and the session, then start streaming.
+
+        Subclasses with their own authentication (the browser pages) call it
+        from their connect() after accepting, and override `_send_events` to
+        send other frames.
+        """
+        try:
+            after = stream.parse_after(self.scope.get("query_string", b""))
+        except ValueError:
+            return await self.close(code=CLOSE_BAD_REQUEST, reason="after must be an integer >= 0")
+        session_id = self.scope["url_route"]["kwargs"]["session_id"]
+        session = await database_sync_to_async(stream.find_session)(session_id)
+        if session is None:
+            return await self.close(code=CLOSE_NOT_FOUND, reason="no such session")
+
+        self._stream = stream.SessionStream(session, after=after, send=self._send_events)
+        # Join the group before reading the backlog: an event committed in
+        # between is then either in the backlog or in the inbox (or both,
+        # and the seq drops the second copy).
+        self._group = services.session_group(session.id)
+        await self.channel_layer.group_add(self._group, self.channel_name)
+        stream.watch(self._stream)
+        self._pump = asyncio.create_task(self._run_stream(self._stream))
+
+    async def _run_stream(self, events: stream.SessionStream):
+        try:
+            await events.run()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            logger.exception("the event stream of session %s failed", events.session_id)
+            await self.close(code=CLOSE_INTERNAL_ERROR)
+
+    async def _send_events(self, wires: list[dict]) -> None:
+        for wire in wires:
+            await self.send_json({"type": "session_event", "event": wire})
+
+    async def session_events(self, message):
+        """A commit's events from services.publish_events (best effort; the stream checks each seq)."""
+        if self._stream is None or message.get("session_id", self._stream.session_id) != self._stream.session_id:
+            return
+        events = message.get("events")
+        for wire in events if isinstance(events, list) else ():
+            self._stream.offer_event(wire)
+
+    async def receive(self, text_data=None, bytes_data=None, **kwargs):
+        """The stream is one-way: client frames are ignored."""
+
+    async def disconnect(self, code):
+        await self._stop_stream()
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            # Also when the server cancels the application without a
+            # disconnect (shutdown, a timeout): no pump or watch may outlive it.
+            await self._stop_stream()
+
+    async def _stop_stream(self) -> None:
+        """Idempotent: stop the pump, stop being polled, leave the group."""
+        pump, self._pump = self._pump, None
+        watched, self._stream = self._stream, None
+        group, self._group = self._group, None
+        if watched is not None:
+            stream.unwatch(watched)
+        if pump is not None:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await pump
+        if group is not None:
+            try:
+                await self.channel_layer.group_discard(group, self.channel_name)
+            except Exception:  # the layer is down: the group entry expires on its own
+                logger.warning("leaving group %s failed", group, exc_info=True)

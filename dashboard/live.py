@@ -1,0 +1,141 @@
+"""The browsers' live streams: HTML frames of out-of-band swaps for htmx's ws extension.
+
+`SessionPageConsumer` (/ws/sessions/{id}/live?after=N) keeps a session page
+current: every committed event re-renders the transcript blocks it touched,
+with the same partials as the first page load. `SessionListConsumer`
+(/ws/sessions/live?status=&q=) keeps the session list current.
+
+The seq logic (backlog, gaps, writes by other processes) is dashboard.stream's,
+shared with the JSON stream; only the frames differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.template.loader import render_to_string
+
+from dashboard import stream, transcript
+from dashboard.consumers import CLOSE_FORBIDDEN_ORIGIN, CLOSE_UNAUTHENTICATED, SessionEventsConsumer
+from sessions_app import selectors, services
+from sessions_app.log import events as log_events
+from sessions_app.models import Session
+
+# A page's socket is closed with 1012 ("service restart") after this long, so
+# htmx reconnects from the page's cursor before any proxy or Daphne timeout
+# (--websocket_timeout) can end live updates silently. Tests shorten it.
+MAX_SOCKET_SECONDS = 3600
+SERVICE_RESTART = 1012
+# How often the list re-checks statuses that change with time alone (running -> stalled).
+LIST_REFRESH_SECONDS = 15
+
+
+async def login_user(consumer: AsyncWebsocketConsumer):
+    """The logged-in user of a browser socket, or None after closing it (4401 / 4403)."""
+    user = consumer.scope.get("user")
+    if user is None or not user.is_authenticated:
+        await consumer.close(code=CLOSE_UNAUTHENTICATED)
+        return None
+    if not stream.origin_allowed(consumer.scope):
+        await consumer.close(code=CLOSE_FORBIDDEN_ORIGIN)
+        return None
+    return user
+
+
+class SessionPageConsumer(SessionEventsConsumer):
+    """HTML frames for one session page; the browser's cursor is `after`."""
+
+    async def connect(self):
+        await self.accept()
+        if await login_user(self) is None:
+            return
+        await self.connect_stream()
+        self._expiry = asyncio.get_running_loop().call_later(MAX_SOCKET_SECONDS, self._expire)
+
+    def _expire(self):
+        asyncio.ensure_future(self.close(code=SERVICE_RESTART))
+
+    async def _send_events(self, wires: list[dict]) -> None:
+        shown_through = wires[0]["seq"] - 1
+        frame = await database_sync_to_async(render_page_frame)(self._stream.session_id, wires, shown_through)
+        await self.send(text_data=frame)
+
+    async def disconnect(self, code):
+        if getattr(self, "_expiry", None) is not None:
+            self._expiry.cancel()
+        await super().disconnect(code)
+
+
+def render_page_frame(session_id: str, wires: list[dict], shown_through: int) -> str:
+    """Out-of-band swaps for new events: each touched block replaced, or appended when new."""
+    session = Session.objects.get(pk=session_id)
+    events = [log_events.event_from_wire(w) for w in wires]
+    parts = []
+    for block in transcript.blocks_touched(session, events):
+        oob = "true" if block.first_seq <= shown_through else None
+        html = render_to_string("sessions/detail.html#block", {"session": session, "block": block, "oob": oob}).strip()
+        parts.append(html if oob else f'<div hx-swap-oob="beforeend:#blocks">{html}</div>')
+    parts.append(render_to_string("sessions/_summary.html", {"session": session, "oob": True}).strip())
+    parts.append(f'<span id="live-cursor" data-last-seq="{wires[-1]["seq"]}" hidden hx-swap-oob="true"></span>')
+    return "".join(parts)
+
+
+class SessionListConsumer(AsyncWebsocketConsumer):
+    """Row updates for the session list: changed rows replaced, new matching sessions prepended."""
+
+    groups = [services.SESSIONS_GROUP]
+
+    async def connect(self):
+        await self.accept()
+        if await login_user(self) is None:
+            return
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        status = query.get("status", [""])[0]
+        self.status = status if status in selectors.STATUSES else None
+        self.q = query.get("q", [""])[0].strip()
+        self.shown = await database_sync_to_async(self.first_page_ids)()
+        self.statuses: dict[str, str] = {}
+        self._refresh = asyncio.create_task(self.refresh_statuses())
+
+    def first_page_ids(self) -> set[str]:
+        return {s.id for s in selectors.list_sessions(status=self.status, q=self.q, limit=50).items}
+
+    async def session_changed(self, message):
+        frame = await database_sync_to_async(self.render_row)(message["session_id"])
+        if frame:
+            await self.send(text_data=frame)
+
+    def render_row(self, session_id: str) -> str | None:
+        matches = selectors.list_sessions(status=self.status, q=self.q, limit=1, ids=[session_id]).items
+        if not matches:
+            return None
+        session = matches[0]
+        self.statuses[session.id] = session.status
+        if session.id in self.shown:
+            return render_to_string("sessions/list.html#session-row", {"session": session, "oob": "true"}).strip()
+        self.shown.add(session.id)
+        row = render_to_string("sessions/list.html#session-row", {"session": session}).strip()
+        return f'<tbody hx-swap-oob="afterbegin:#session-rows">{row}</tbody>'
+
+    async def refresh_statuses(self):
+        """Statuses that change with silence alone (running -> stalled) are re-sent."""
+        while True:
+            await asyncio.sleep(LIST_REFRESH_SECONDS)
+            frames = await database_sync_to_async(self.changed_rows)()
+            for frame in frames:
+                await self.send(text_data=frame)
+
+    def changed_rows(self) -> list[str]:
+        running = [sid for sid, status in self.statuses.items() if status == "running"]
+        return [frame for sid in running if Session.objects.filter(pk=sid).exists() and (frame := self.render_row(sid))]
+
+    async def disconnect(self, code):
+        task = getattr(self, "_refresh", None)
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

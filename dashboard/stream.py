@@ -1,0 +1,307 @@
+"""Live event streams of one session, shared by the websocket consumers.
+
+`SessionStream` turns three unreliable inputs into the contract of api.md
+("Websocket streams"): every event with seq > after, each exactly once, in
+seq order, for as long as the socket is open.
+
+- the database: the backlog, and any gap;
+- channel-layer messages (`session_events`, one per commit, published by
+  `services.append_events` after commit): best effort, may be lost,
+  duplicated or reordered;
+- the per-process `_Watcher`: one indexed query every `POLL_INTERVAL`
+  seconds for the `event_count` of all the sessions this process streams,
+  which catches writes this process's layer never heard of (another process
+  with the in-memory layer, a management command, a restarted Redis).
+
+Correctness comes from the seq alone: the stream knows the last seq it sent,
+drops anything at or below it, and reads every gap from the database before
+sending anything after it. The database is authoritative: a layer message is
+sent as it came only when it is exactly the next seq.
+
+The module also holds the websocket authentication helpers (bearer token,
+login session, Origin check for cookie-authenticated sockets).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable, Iterable
+from urllib.parse import parse_qs, urlparse
+
+from channels.db import database_sync_to_async
+from channels.security.websocket import OriginValidator
+from django.conf import settings
+
+from sessions_app import selectors
+from sessions_app.log import events as log_events
+from sessions_app.models import ApiToken, Session
+
+logger = logging.getLogger(__name__)
+
+# Seconds between two checks of the watched sessions' event counts. Read at
+# every tick, so tests may shorten it (before the socket connects).
+POLL_INTERVAL = 1.5
+# Events read from the database (and handed to `send`) at a time.
+PAGE_SIZE = 500
+# Pending layer messages per stream; beyond it they are dropped (and repaired
+# from the database like any lost message).
+INBOX_LIMIT = 5000
+# Session ids per count query of the watcher.
+POLL_CHUNK = 500
+
+SendEvents = Callable[[list[dict]], Awaitable[None]]
+
+
+# Authentication ---------------------------------------------------------
+
+
+def header(scope, name: bytes) -> str | None:
+    """The first value of a request header (name in lower case), or None."""
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return value.decode("latin-1")
+    return None
+
+
+def bearer_token(scope) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header, parsed as ninja's HttpBearer does."""
+    value = header(scope, b"authorization")
+    if not value:
+        return None
+    scheme, _, token = value.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+TOKEN, LOGIN_SESSION = "token", "login_session"
+
+
+async def authenticate(scope) -> tuple[object | None, str | None]:
+    """(user, how): how is TOKEN or LOGIN_SESSION; (None, None) when neither holds.
+
+    As for the API, a valid bearer token comes first, then the login session
+    (scope["user"], set by channels' AuthMiddlewareStack). The caller must
+    still check the Origin of a LOGIN_SESSION socket (`origin_allowed`).
+    """
+    token = bearer_token(scope)
+    if token:
+        user = await database_sync_to_async(ApiToken.user_for)(token)
+        if user is not None:
+            return user, TOKEN
+    user = scope.get("user")
+    if user is not None and user.is_authenticated:
+        return user, LOGIN_SESSION
+    return None, None
+
+
+def allowed_origins() -> list[str]:
+    # As channels' AllowedHostsOriginValidator, checked per socket instead of
+    # wrapping the router (token sockets need no Origin at all).
+    hosts = list(settings.ALLOWED_HOSTS)
+    if settings.DEBUG and not hosts:
+        hosts = ["localhost", "127.0.0.1", "[::1]"]
+    return hosts
+
+
+def origin_allowed(scope) -> bool:
+    """Whether the socket's Origin header names an allowed host (a missing Origin is not allowed)."""
+    origin = header(scope, b"origin")
+    validator = OriginValidator(None, allowed_origins())
+    try:
+        return validator.valid_origin(urlparse(origin) if origin else None)
+    except ValueError:  # an unparsable port
+        return False
+
+
+AFTER_RE = re.compile(r"[0-9]+")
+
+
+def parse_after(query_string: bytes) -> int | None:
+    """The `after` query parameter: None when absent; ValueError unless it is one decimal integer >= 0."""
+    values = parse_qs(query_string.decode("latin-1"), keep_blank_values=True).get("after")
+    if values is None:
+        return None
+    if len(values) != 1 or not AFTER_RE.fullmatch(values[0]):
+        raise ValueError(f"after must be one integer >= 0, got {values!r}")
+    return int(values[0])
+
+
+def find_session(session_id: str) -> Session | None:
+    return Session.objects.filter(pk=session_id).first()
+
+
+# Streams ------------------------------------------------------------------
+
+
+def read_page(session: Session, since: int, limit: int) -> list[dict]:
+    return [log_events.event_to_wire(e) for e in selectors.events_since(session, since=since, limit=limit)]
+
+
+class SessionStream:
+    """Sends one session's events with seq > after through `send`, exactly once, in order.
+
+    `send` receives a non-empty list of wire events (consecutive seqs). The
+    owner calls `offer_event` for every layer message, `watch(stream)` to be
+    polled, and runs `run()` in a task after joining the session's group
+    (joining first is what makes the backlog and the live part meet).
+    """
+
+    def __init__(self, session: Session, *, after: int | None, send: SendEvents):
+        self.session = session
+        self.session_id = session.id
+        self.last_sent = -1 if after is None else after
+        self._send = send
+        self._inbox: asyncio.Queue = asyncio.Queue(maxsize=INBOX_LIMIT)
+        self._wanted = -1  # the highest seq the watcher knows is stored
+        self._poll_queued = False
+
+    # Inputs (never block, never touch the database) ---------------------
+
+    def offer_event(self, wire: object) -> None:
+        """A layer message's event; a stale or malformed one is dropped."""
+        if not isinstance(wire, dict):
+            return
+        seq = wire.get("seq")
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq <= self.last_sent:
+            return
+        self._put(("event", wire))
+
+    def offer_count(self, event_count: int) -> None:
+        """The watcher read the session's event_count: fetch what was not sent."""
+        if event_count - 1 <= self.last_sent:
+            return
+        self._wanted = max(self._wanted, event_count - 1)
+        if not self._poll_queued and self._put(("poll", None)):
+            self._poll_queued = True
+
+    def _put(self, item) -> bool:
+        try:
+            self._inbox.put_nowait(item)
+            return True
+        except asyncio.QueueFull:
+            return False
+
+    # The pump -------------------------------------------------------------
+
+    async def run(self) -> None:
+        """The backlog (paged), then the live events, until cancelled."""
+        await self._send_from_db(through=None)
+        while True:
+            kind, value = await self._inbox.get()
+            if kind == "event":
+                seq = value["seq"]
+                if seq == self.last_sent + 1:
+                    await self._emit([value])
+                elif seq > self.last_sent + 1:
+                    # A gap: messages were lost (or are late). The database
+                    # has every committed event; it sends them all, this one
+                    # included, and the late ones are dropped as stale.
+                    await self._send_from_db(through=seq)
+            else:
+                self._poll_queued = False
+                await self._send_from_db(through=self._wanted)
+
+    async def _send_from_db(self, *, through: int | None) -> None:
+        """Send the stored events after last_sent, up to seq `through` (None: all), page by page."""
+        while through is None or self.last_sent < through:
+            limit = PAGE_SIZE if through is None else min(PAGE_SIZE, through - self.last_sent)
+            page = await database_sync_to_async(read_page)(self.session, self.last_sent + 1, limit)
+            sent = await self._emit(page)
+            if len(page) < limit or sent < len(page):
+                return
+
+    async def _emit(self, wires: list[dict]) -> int:
+        """Send the run of wires that continues last_sent without a hole; returns how many."""
+        run = []
+        for wire in wires:
+            if wire["seq"] != self.last_sent + 1 + len(run):
+                break
+            run.append(wire)
+        if run:
+            await self._send(run)
+            self.last_sent = run[-1]["seq"]
+        return len(run)
+
+
+# The per-process watcher ------------------------------------------------
+
+
+def event_counts(session_ids: Iterable[str]) -> dict[str, int]:
+    ids = list(session_ids)
+    counts: dict[str, int] = {}
+    for start in range(0, len(ids), POLL_CHUNK):
+        chunk = ids[start : start + POLL_CHUNK]
+        counts.update(Session.objects.filter(pk__in=chunk).values_list("id", "event_count"))
+    return counts
+
+
+class _Watcher:
+    """One task per process (per event loop): polls the counts of every streamed session."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.streams: dict[str, set[SessionStream]] = {}
+        self.task: asyncio.Task | None = None
+
+    def add(self, stream: SessionStream) -> None:
+        self.streams.setdefault(stream.session_id, set()).add(stream)
+        if self.task is None:
+            self.task = self.loop.create_task(self._run(), name="turnlog-session-watcher")
+
+    def discard(self, stream: SessionStream) -> None:
+        watchers = self.streams.get(stream.session_id)
+        if watchers is not None:
+            watchers.discard(stream)
+            if not watchers:
+                del self.streams[stream.session_id]
+
+    @property
+    def alive(self) -> bool:
+        return self.task is not None and not self.task.done() and not self.loop.is_closed()
+
+    async def _run(self) -> None:
+        while self.streams:
+            await asyncio.sleep(POLL_INTERVAL)
+            if not self.streams:
+                return
+            try:
+                counts = await database_sync_to_async(event_counts)(list(self.streams))
+            except Exception:
+                logger.exception("checking the event counts of %d streamed sessions failed", len(self.streams))
+                continue
+            for session_id, count in counts.items():
+                for stream in list(self.streams.get(session_id, ())):
+                    stream.offer_count(count)
+
+
+_watcher: _Watcher | None = None
+
+
+def watch(stream: SessionStream) -> None:
+    """Have the process's watcher poll this stream's session (call from the event loop)."""
+    global _watcher
+    loop = asyncio.get_running_loop()
+    if _watcher is None or _watcher.loop is not loop or (_watcher.task is not None and not _watcher.alive):
+        _watcher = _Watcher(loop)
+    _watcher.add(stream)
+
+
+def unwatch(stream: SessionStream) -> None:
+    """Stop polling for this stream; the watcher task ends with its last stream."""
+    global _watcher
+    watcher = _watcher
+    if watcher is None:
+        return
+    watcher.discard(stream)
+    if not watcher.streams:
+        if watcher.task is not None and not watcher.loop.is_closed():
+            watcher.task.cancel()
+        _watcher = None
+
+
+def watched_sessions() -> set[str]:
+    """The session ids the current watcher polls (for tests and diagnostics)."""
+    return set(_watcher.streams) if _watcher is not None else set()

@@ -1,0 +1,64 @@
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.core.management.base import BaseCommand
+from django.db import transaction
+from django.utils import timezone
+
+from sessions_app import demo, services
+from sessions_app.log import events as log_events
+from sessions_app.models import Session
+
+SPREAD = timedelta(hours=6)  # demo sessions start over this window before now
+
+
+@dataclass(frozen=True)
+class SeededSession:
+    session: Session
+    scenario: demo.Scenario
+
+
+def seed_sessions(count: int, now: datetime) -> list[SeededSession]:
+    """Finished demo sessions, every third one crashed mid-turn and the first one compacted.
+
+    Each is written as its agent would have written it: the scenario's batches with their
+    original times, oldest session first.
+    """
+    seeded = []
+    for index in range(count):
+        scenario = demo.scenario(
+            index, crash_rate=1.0 if index % 3 == 1 else 0.0, compaction_rate=1.0 if index == 0 else 0.2
+        )
+        duration = timedelta(seconds=scenario.duration)
+        start = min(now - SPREAD * (count - index) / count, now - duration)
+        session = services.create_session(
+            session_id=scenario.session_id, agent_name=scenario.agent_name, metadata=scenario.metadata
+        )
+        # The session began with its first event, hours ago, not at seeding time.
+        Session.objects.filter(pk=session.id).update(created_at=start)
+        for batch in demo.timed_batches(scenario, start):
+            services.append_events(session_id=session.id, events=log_events.validate_batch(batch))
+        session.refresh_from_db()
+        seeded.append(SeededSession(session, scenario))
+    return seeded
+
+
+class Command(BaseCommand):
+    help = "Fill an empty database with finished demo sessions (some crashed mid-turn); does nothing otherwise."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--sessions", type=int, default=8, help="how many sessions to create (default 8)")
+
+    def handle(self, *args, sessions: int, **options):
+        if Session.objects.exists():
+            self.stdout.write("seed_demo: the database already holds sessions; skipped.")
+            return
+        # One transaction: a failed seed leaves the database empty, so a rerun seeds again.
+        with transaction.atomic():
+            seeded = seed_sessions(sessions, timezone.now())
+        for item in seeded:
+            state = f"crashed {demo.CRASH_POINTS[item.scenario.crash_point]}" if item.scenario.crashes else "clean"
+            self.stdout.write(
+                f"{item.session.id}  {item.session.agent_name:<18} {item.session.event_count:>4} events  {state}"
+            )
+        self.stdout.write(f"seed_demo: created {len(seeded)} demo sessions.")

@@ -1,0 +1,265 @@
+"""Live agent sessions written through the real HTTP API, as an agent runtime would write them.
+
+The simulator is an HTTP client on purpose: writes from another process never reach the
+server's in-memory channel layer, so the dashboard must show them anyway (ARCHITECTURE.md).
+It doubles as the reference client: one request per batch, `expected_seq` from the last
+answer, and an `Idempotency-Key` per batch so a retry after a lost answer stores nothing twice.
+"""
+
+import json
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from http.client import HTTPException
+
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError
+
+from sessions_app import demo
+from sessions_app.models import ApiToken
+
+SIMULATOR_USERNAME = "simulator"
+RETRY_DELAYS = (0.5, 1.0, 2.0)  # seconds between attempts when the connection fails
+MAX_FAILURES_IN_A_ROW = 5  # then the cause is systematic (wrong URL, a server bug): stop instead of spinning
+
+
+class ServerUnreachable(Exception):
+    def __init__(self, url: str, reason: object):
+        super().__init__(f"{url}: {reason}")
+        self.reason = reason
+
+
+class SessionFailed(Exception):
+    pass
+
+
+class ApiClient:
+    def __init__(self, base_url: str, token: str, timeout: float = 15.0):
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout = timeout
+
+    def call(self, method: str, path: str, body: object = None, headers: dict | None = None) -> tuple[int, object]:
+        """(status, decoded answer); error statuses are answers too. Raises ServerUnreachable."""
+        request = urllib.request.Request(
+            self.base_url + path,
+            data=None if body is None else json.dumps(body).encode(),
+            method=method,
+            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json", **(headers or {})},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as response:
+                return response.status, decode(response.read())
+        except urllib.error.HTTPError as error:
+            return error.code, decode(error.read())
+        except (HTTPException, OSError) as error:  # URLError is an OSError
+            raise ServerUnreachable(self.base_url + path, getattr(error, "reason", error)) from error
+
+
+def decode(raw: bytes) -> object:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode(errors="replace")
+
+
+def describe(status: int, answer: object) -> str:
+    """An error answer in one line: status, machine code, human detail."""
+    if isinstance(answer, dict):
+        code = f" {answer['error']}" if answer.get("error") else ""
+        return f"HTTP {status}{code}: {answer.get('detail', answer)}"
+    return f"HTTP {status}: {' '.join(str(answer).split())[:160]}"  # an HTML page, say: one short line
+
+
+class Simulation:
+    """N worker threads, each playing one scenario after another until the run drains.
+
+    `draining` stops new sessions and cuts the pauses, so sessions in flight finish as planned
+    (only scenarios meant to crash leave open turns); `aborted` (Ctrl-C, or the server lost)
+    stops every worker before its next request.
+    """
+
+    def __init__(
+        self, api: ApiClient, *, workers: int, rate: float, crash_rate: float, seed: int, say: Callable[[str, str, str], None]
+    ):
+        self.api, self.crash_rate, self.say = api, crash_rate, say
+        self.session_rate = rate / workers  # events per second for each concurrent session
+        self.seeds = random.Random(seed)
+        self.lock = threading.Lock()
+        self.draining, self.aborted = threading.Event(), threading.Event()
+        self.fatal: str | None = None
+        self.counts = dict.fromkeys(["finished", "crashed", "failed", "stopped", "events"], 0)
+        self.failures_in_a_row = 0
+        self.threads = [threading.Thread(target=self.work, daemon=True) for _ in range(workers)]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def abort(self, reason: str | None = None) -> None:
+        with self.lock:
+            self.fatal = self.fatal or reason
+        self.aborted.set()
+        self.draining.set()
+
+    def drain(self) -> None:
+        """Start no new session, send what is left without pauses, and wait for the workers."""
+        self.draining.set()
+        for thread in self.threads:
+            thread.join()
+
+    def count(self, key: str, n: int = 1) -> int:
+        """Add to a counter; returns how many sessions in a row have failed."""
+        with self.lock:
+            self.counts[key] += n
+            if key in ("finished", "crashed"):
+                self.failures_in_a_row = 0
+            elif key == "failed":
+                self.failures_in_a_row += 1
+            return self.failures_in_a_row
+
+    def work(self) -> None:
+        while not self.draining.is_set():
+            with self.lock:
+                seed = self.seeds.getrandbits(32)
+            scenario = demo.scenario(seed, crash_rate=self.crash_rate)
+            try:
+                self.play(scenario)
+            except SessionFailed as error:
+                self.say("failed", scenario.session_id, str(error))
+                if self.count("failed") >= MAX_FAILURES_IN_A_ROW:
+                    self.abort(f"{MAX_FAILURES_IN_A_ROW} sessions failed in a row; stopped (see the lines above)")
+            except ServerUnreachable as error:
+                self.abort(f"lost the server at {error}. Is it still running (`make run`)?")
+
+    def play(self, scenario: demo.Scenario) -> None:
+        status, answer = self.api.call(
+            "POST",
+            "/api/v1/sessions",
+            {"id": scenario.session_id, "agent_name": scenario.agent_name, "metadata": scenario.metadata},
+        )
+        if status != 201:
+            hint = " (was this --seed already simulated against this database?)" if status == 409 else ""
+            raise SessionFailed(f"creating the session: {describe(status, answer)}{hint}")
+        events = len(scenario.events)
+        self.say("started", scenario.session_id, f"{scenario.agent_name}, {events} events to send")
+        # Keep the scenario's rhythm (user, model and tool latencies) at this session's share of --rate.
+        scale = events / self.session_rate / scenario.duration if scenario.duration else 0.0
+        next_seq = 0
+        for index, (pause, batch) in enumerate(zip(scenario.pauses, scenario.batches, strict=True)):
+            self.draining.wait(pause * scale)
+            if self.aborted.is_set():
+                self.count("stopped")
+                self.say("stopped", scenario.session_id, f"after {next_seq} events")
+                return
+            next_seq = self.append(scenario.session_id, index, batch, next_seq)
+            self.count("events", len(batch))
+        if scenario.crashes:
+            self.count("crashed")
+            where = demo.CRASH_POINTS[scenario.crash_point]
+            self.say("crashed", scenario.session_id, f"stopped mid-turn after {next_seq} events, {where}")
+        else:
+            self.count("finished")
+            self.say("finished", scenario.session_id, f"{next_seq} events")
+
+    def append(self, session_id: str, index: int, batch: list[dict], expected_seq: int) -> int:
+        """Send one batch; returns the next seq. Retries a failed connection with the same key."""
+        path = f"/api/v1/sessions/{session_id}/events"
+        body = {"events": batch, "expected_seq": expected_seq}
+        headers = {"Idempotency-Key": f"{session_id}:{index}"}
+        for delay in (*RETRY_DELAYS, None):
+            try:
+                status, answer = self.api.call("POST", path, body, headers)
+                break
+            except ServerUnreachable:
+                if delay is None or self.aborted.is_set():
+                    raise
+                time.sleep(delay)
+        if status != 201:
+            raise SessionFailed(f"batch {index} (seq {expected_seq}): {describe(status, answer)}")
+        return answer["next_seq"]
+
+
+class Command(BaseCommand):
+    help = (
+        "Run live agent sessions against a running server through its HTTP API "
+        "(start the server first with `make run`)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--sessions", type=int, default=3, help="concurrent sessions (default 3)")
+        parser.add_argument("--rate", type=float, default=5.0, help="events per second overall, roughly (default 5)")
+        parser.add_argument(
+            "--crash-rate", type=float, default=0.2, help="share of sessions that crash mid-turn (default 0.2)"
+        )
+        parser.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default http://127.0.0.1:8000)")
+        parser.add_argument(
+            "--token",
+            help=f"API token; by default a new one for the user {SIMULATOR_USERNAME!r} in this project's database",
+        )
+        parser.add_argument("--seed", type=int, help="seed for reproducible sessions (default: random, printed)")
+        parser.add_argument("--duration", type=float, help="seconds to run (default: until Ctrl-C)")
+
+    def handle(self, *args, sessions, rate, crash_rate, url, token, seed, duration, **options):
+        if sessions < 1 or rate <= 0 or not 0 <= crash_rate <= 1:
+            raise CommandError("--sessions must be at least 1, --rate above 0 and --crash-rate within 0..1")
+        self.output_lock, self.started_at = threading.Lock(), time.monotonic()
+        seed = random.SystemRandom().randrange(2**32) if seed is None else seed
+        api = ApiClient(url, token or "")
+        status = self.probe(api)  # first, so a run against no server issues no token
+        if not token:
+            api.token = self.local_token()
+            status = self.probe(api)
+        if status == 401:
+            hint = "" if token else " Its token was issued in this project's database: is the server using another one?"
+            raise CommandError(f"the server at {url} refused the token (HTTP 401).{hint}")
+        self.say(
+            "simulate", url, f"{sessions} concurrent sessions, ~{rate:g} events/s, crash rate {crash_rate:g}, "
+            f"seed {seed}; {f'{duration:g}s' if duration else 'Ctrl-C to stop'}"
+        )  # fmt: skip
+        simulation = Simulation(api, workers=sessions, rate=rate, crash_rate=crash_rate, seed=seed, say=self.say)
+        simulation.start()
+        try:
+            simulation.aborted.wait(duration)
+        except KeyboardInterrupt:
+            self.say("stopping", url, "Ctrl-C: sessions in progress stop where they are")
+            simulation.abort()
+        simulation.drain()
+        if simulation.fatal:
+            raise CommandError(simulation.fatal)
+        counts = simulation.counts
+        elapsed = time.monotonic() - self.started_at
+        self.say(
+            "done", url, f"{counts['finished']} finished, {counts['crashed']} crashed, {counts['failed']} failed, "
+            f"{counts['stopped']} stopped; {counts['events']} events in {elapsed:.1f}s"
+        )  # fmt: skip
+        if counts["failed"]:
+            raise CommandError(f"{counts['failed']} sessions failed; see the lines above")
+
+    def say(self, what: str, subject: str, detail: str) -> None:
+        with self.output_lock:
+            self.stdout.write(f"[{time.monotonic() - self.started_at:7.1f}s] {what:<9} {subject}  {detail}")
+            self.stdout.flush()
+
+    def local_token(self) -> str:
+        user, created = get_user_model().objects.get_or_create(username=SIMULATOR_USERNAME)
+        if created:
+            user.set_unusable_password()
+            user.save()
+        return ApiToken.issue(user)[1]
+
+    def probe(self, api: ApiClient) -> int:
+        """The status of an authenticated read: 200, or 401 for a refused token."""
+        try:
+            status, answer = api.call("GET", "/api/v1/sessions?limit=1")
+        except ServerUnreachable as error:
+            raise CommandError(
+                f"cannot reach the Turnlog server at {api.base_url} ({error.reason}). "
+                "Start it first with `make run`, or point --url at it."
+            ) from None
+        if status not in (200, 401) or (status == 200 and not (isinstance(answer, dict) and "items" in answer)):
+            raise CommandError(f"{api.base_url} does not answer like a Turnlog server: {describe(status, answer)}")
+        return status

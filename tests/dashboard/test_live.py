@@ -1,0 +1,135 @@
+"""The browsers' HTML streams (dashboard.live), through the real ASGI application."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+
+from dashboard import live
+from dashboard.asgi import application
+from sessions_app import services
+from sessions_app.log.events import validate_batch
+from tests.dashboard.test_consumers import (  # noqa: F401 (fixtures)
+    QUIET,
+    WAIT,
+    append,
+    create,
+    fresh_layer,
+    opened,
+    session_cookie,
+    sid,
+    slow_poll,
+    token,
+    user,
+)
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+ORIGIN = "http://127.0.0.1"
+
+
+async def browser_socket(path: str, cookie: str | None, origin: str | None = ORIGIN) -> WebsocketCommunicator:
+    headers = [(b"origin", origin.encode())] if origin else []
+    if cookie:
+        headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
+    communicator = WebsocketCommunicator(application, path, headers=headers)
+    opened.append(communicator)
+    connected, _ = await communicator.connect(timeout=WAIT)
+    assert connected
+    return communicator
+
+
+async def closed_with(communicator) -> int:
+    message = await communicator.receive_output(timeout=WAIT)
+    assert message["type"] == "websocket.close"
+    return message["code"]
+
+
+@database_sync_to_async
+def append_events(session_id: str, events: list[dict]) -> None:
+    services.append_events(session_id=session_id, events=validate_batch(events))
+
+
+async def test_a_page_socket_needs_a_login_and_an_allowed_origin(sid, session_cookie, token):
+    await create(sid, 1)
+    assert await closed_with(await browser_socket(f"/ws/sessions/{sid}/live", None)) == 4401
+    assert await closed_with(await browser_socket(f"/ws/sessions/{sid}/live", session_cookie, "https://evil.test")) == 4403
+    assert await closed_with(await browser_socket("/ws/sessions/nope/live", session_cookie)) == 4404
+    assert await closed_with(await browser_socket("/ws/sessions/live", None)) == 4401
+
+
+async def test_new_blocks_are_appended_and_touched_blocks_replaced(sid, session_cookie):
+    await create(sid, 1)  # seq 0: a user message the page already shows
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
+    await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
+    frame = await page.receive_from(timeout=WAIT)
+    assert '<div hx-swap-oob="beforeend:#blocks"><section id="turn-1"' in frame
+    assert '<span id="live-cursor" data-last-seq="1" hidden hx-swap-oob="true">' in frame
+    assert 'id="session-summary"' in frame and "2 events" in frame
+    await append_events(sid, [{"type": "assistant_message", "data": {"content": "<b>hi</b>", "tool_calls": [{"id": "c1", "name": "t"}]}}])
+    frame = await page.receive_from(timeout=WAIT)
+    assert '<section id="turn-1" class="block turn open" hx-swap-oob="true">' in frame
+    assert "&lt;b&gt;hi&lt;/b&gt;" in frame and "<b>hi</b>" not in frame
+    assert 'data-call-id="c1"' in frame and "in flight" in frame
+    assert await page.receive_nothing(QUIET)
+
+
+async def test_a_late_result_re_renders_the_block_of_its_call(sid, session_cookie):
+    await create(sid)
+    await append_events(sid, [
+        {"type": "turn_start", "data": {"turn": 1}},
+        {"type": "assistant_message", "data": {"tool_calls": [{"id": "c1", "name": "t"}]}},
+        {"type": "turn_end", "data": {"turn": 1, "steps": 0, "reason": "complete"}},
+    ])  # fmt: skip
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=2", session_cookie)
+    await append_events(sid, [{"type": "tool_result", "data": {"tool_call_id": "c1", "content": "finally"}}])
+    frame = await page.receive_from(timeout=WAIT)
+    assert '<section id="turn-0" class="block turn" hx-swap-oob="true">' in frame  # the call's card, now completed
+    assert "completed" in frame
+    assert '<div hx-swap-oob="beforeend:#blocks"><section id="event-3"' in frame  # where the result arrived
+
+
+async def test_a_page_socket_is_closed_for_a_reconnect_before_it_gets_old(sid, session_cookie, monkeypatch):
+    monkeypatch.setattr(live, "MAX_SOCKET_SECONDS", 0.2)
+    await create(sid, 1)
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
+    assert await closed_with(page) == live.SERVICE_RESTART  # htmx reconnects after 1012
+
+
+async def test_the_list_prepends_new_sessions_and_replaces_changed_rows(sid, session_cookie):
+    await create(f"{sid}-old", 1)
+    listing = await browser_socket("/ws/sessions/live", session_cookie)
+    await create(sid)
+    frame = await listing.receive_from(timeout=WAIT)
+    assert frame.startswith('<tbody hx-swap-oob="afterbegin:#session-rows">') and sid in frame
+    await append(sid, 1)
+    frame = await listing.receive_from(timeout=WAIT)
+    assert frame.startswith("<tr id=") and 'hx-swap-oob="true"' in frame and "clean" in frame
+    await append(f"{sid}-old", 1)
+    frame = await listing.receive_from(timeout=WAIT)
+    assert f"{sid}-old" in frame and 'hx-swap-oob="true"' in frame
+
+
+async def test_a_filtered_list_ignores_sessions_outside_its_filter(sid, session_cookie):
+    listing = await browser_socket("/ws/sessions/live?status=running", session_cookie)
+    await create(sid, 1)  # clean: not shown
+    assert await listing.receive_nothing(QUIET * 2)
+    await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])  # now running
+    frame = await listing.receive_from(timeout=WAIT)
+    assert sid in frame and "running" in frame
+
+
+async def test_a_running_row_turns_stalled_without_any_event(sid, session_cookie, monkeypatch, settings):
+    monkeypatch.setattr(live, "LIST_REFRESH_SECONDS", 0.2)
+    listing = await browser_socket("/ws/sessions/live", session_cookie)
+    await create(sid)
+    await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
+    frames = [await listing.receive_from(timeout=WAIT) for _ in range(2)]
+    assert "running" in frames[-1]
+    settings.TURNLOG_STALL_SECONDS = 0
+    frame = await listing.receive_from(timeout=WAIT)
+    assert "stalled" in frame
+    await asyncio.sleep(0)

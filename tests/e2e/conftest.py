@@ -1,0 +1,81 @@
+"""Browser tests: Playwright drives Debian's Chromium against a real Daphne on the test database."""
+
+import json
+import os
+import urllib.request
+
+import pytest
+from django.db import connection
+
+from sessions_app.models import ApiToken
+from tests.servers import DaphneServer
+
+# Playwright's sync API runs an event loop in this thread; the test code's ORM
+# calls are still synchronous and safe. (The server process never sees this.)
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+PASSWORD = "correct horse battery staple"
+
+
+@pytest.fixture(scope="module")
+def browser(request):
+    """One Chromium per module: Playwright's loop must be gone before other tests call async_to_sync."""
+    chromium = request.getfixturevalue("chromium_path")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def chromium_path():
+    from tests.conftest import find_chromium
+
+    return find_chromium()
+
+
+@pytest.fixture
+def server(transactional_db, tmp_path):
+    daphne = DaphneServer(connection.settings_dict, tmp_path / "daphne.log").start()
+    yield daphne
+    daphne.stop()
+
+
+@pytest.fixture
+def staff_user(django_user_model):
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user("ops", password=PASSWORD, is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="recover_session"))
+    return user
+
+
+@pytest.fixture
+def plain_user(django_user_model):
+    return django_user_model.objects.create_user("viewer", password=PASSWORD)
+
+
+def open_page(browser, server, user, path="/"):
+    """A new browser page, logged in as user through the login form, at path."""
+    page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.on("dialog", lambda dialog: dialog.dismiss())
+    page.goto(f"{server.url}/login/?next={path}")
+    page.fill("#id_username", user.username)
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{server.url}{path}*")
+    return page
+
+
+def api_post(server, user, path, body):
+    """POST JSON to the running server's API with a token of user."""
+    _, token = ApiToken.issue(user)
+    request = urllib.request.Request(
+        f"{server.url}{path}", data=json.dumps(body).encode(), method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return response.status, json.loads(response.read())

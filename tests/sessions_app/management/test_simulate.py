@@ -1,0 +1,97 @@
+import io
+import subprocess
+import sys
+
+import pytest
+from django.core.management import call_command
+from django.db import connection
+from django.utils import timezone
+
+from sessions_app import demo, services
+from sessions_app.management.commands.simulate import ApiClient
+from sessions_app.models import ApiToken, Event, Session
+from tests.servers import PROJECT_DIR, DaphneServer, free_port
+
+
+def run(*args) -> str:
+    out = io.StringIO()
+    call_command(*args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+@pytest.fixture
+def daphne_url(transactional_db, tmp_path):
+    """A real Daphne serving the project on a free port, on the test database."""
+    server = DaphneServer(connection.settings_dict, tmp_path / "daphne.log")
+    try:
+        yield server.start().url
+    finally:
+        server.stop()
+
+
+@pytest.mark.django_db
+def test_seed_demo_fills_an_empty_database_with_finished_and_crashed_sessions():
+    output = run("seed_demo", "--sessions", "6")
+    lines = {line.split()[0]: line for line in output.splitlines()}
+    sessions = list(Session.objects.order_by("created_at"))
+    assert len(sessions) == 6
+    assert {s.interrupted for s in sessions} == {True, False}
+    now = timezone.now()
+    for session in sessions:
+        events = list(session.events.order_by("seq"))
+        assert events and [e.seq for e in events] == list(range(session.event_count))
+        assert [e.time for e in events] == sorted(e.time for e in events)
+        assert session.created_at == events[0].time and events[-1].time <= now
+        assert ("crashed" in lines[session.id]) == session.interrupted
+    assert any(e.data.get("surface_op") for e in Event.objects.all())  # a compaction
+    assert (now - sessions[0].created_at).total_seconds() > 3600  # spread over the last hours
+
+    assert "skipped" in run("seed_demo")
+    assert Session.objects.count() == 6 and Event.objects.count() == sum(s.event_count for s in sessions)
+
+
+@pytest.mark.django_db
+def test_seed_demo_leaves_a_database_with_sessions_alone():
+    services.create_session(session_id="mine")
+    assert "skipped" in run("seed_demo")
+    assert list(Session.objects.values_list("id", flat=True)) == ["mine"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_simulate_writes_live_sessions_through_the_real_api(daphne_url, agent_user):
+    _, token = ApiToken.issue(agent_user)
+    output = run(
+        "simulate", "--sessions", "2", "--duration", "3", "--rate", "50", "--crash-rate", "0.5",
+        "--url", daphne_url, "--token", token, "--seed", "11",
+    )  # fmt: skip
+
+    outcomes = {}
+    for line in output.splitlines():
+        what, subject = line.split("] ", 1)[1].split()[:2]
+        if what in {"finished", "crashed"}:
+            outcomes[subject] = what
+    assert len(outcomes) >= 2, output
+    api = ApiClient(daphne_url, token)
+    status, page = api.call("GET", "/api/v1/sessions?limit=200")
+    assert status == 200
+    listed = {s["id"]: s for s in page["items"]}
+    assert set(listed) == set(outcomes), output
+    for session_id, outcome in outcomes.items():
+        session = listed[session_id]
+        status, answer = api.call("GET", f"/api/v1/sessions/{session_id}/events?limit=5000")
+        assert status == 200
+        assert [e["seq"] for e in answer["events"]] == list(range(session["event_count"]))
+        assert session["interrupted"] == (outcome == "crashed")
+        scenario = demo.scenario(session["metadata"]["demo_seed"], crash_rate=0.5)
+        assert [{"type": e["type"], "data": e["data"]} for e in answer["events"]] == scenario.events
+
+
+def test_simulate_without_a_server_exits_non_zero_and_says_to_start_one():
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    done = subprocess.run(
+        [sys.executable, "manage.py", "simulate", "--url", url, "--token", "unused", "--duration", "1"],
+        cwd=PROJECT_DIR, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert f"cannot reach the Turnlog server at {url}" in done.stderr
+    assert "make run" in done.stderr
