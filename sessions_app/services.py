@@ -11,6 +11,7 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
@@ -78,13 +79,17 @@ def create_session(
     metadata: dict | None = None,
     parent: Session | None = None,
     seed_length: int = 0,
+    created_at: datetime | None = None,
 ) -> Session:
+    now = created_at or timezone.now()
     session = Session(
         id=session_id or new_session_id(),
         agent_name=agent_name or "",
         metadata=metadata or {},
         parent=parent,
         seed_length=seed_length,
+        created_at=now,
+        last_activity_at=now,
     )
     try:
         with transaction.atomic():

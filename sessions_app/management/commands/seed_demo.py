@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from sessions_app import demo, services
 from sessions_app.log import events as log_events
-from sessions_app.models import Session
+from sessions_app.models import Event, Session
 
 SPREAD = timedelta(hours=6)  # demo sessions start over this window before now
 
@@ -31,16 +31,27 @@ def seed_sessions(count: int, now: datetime) -> list[SeededSession]:
         )
         duration = timedelta(seconds=scenario.duration)
         start = min(now - SPREAD * (count - index) / count, now - duration)
-        session = services.create_session(
-            session_id=scenario.session_id, agent_name=scenario.agent_name, metadata=scenario.metadata
-        )
         # The session began with its first event, hours ago, not at seeding time.
-        Session.objects.filter(pk=session.id).update(created_at=start)
+        session = services.create_session(
+            session_id=scenario.session_id, agent_name=scenario.agent_name, metadata=scenario.metadata, created_at=start
+        )
         for batch in demo.timed_batches(scenario, start):
             services.append_events(session_id=session.id, events=log_events.validate_batch(batch))
         session.refresh_from_db()
         seeded.append(SeededSession(session, scenario))
     return seeded
+
+
+def fork_one(seeded: list[SeededSession]) -> Session | None:
+    """Fork the first clean session after its first turn, to show provenance and lineage."""
+    for item in seeded:
+        if item.scenario.crashes:
+            continue
+        turn_ends = Event.objects.filter(session=item.session, type="turn_end").order_by("seq")
+        first = turn_ends.values_list("seq", flat=True).first()
+        if first is not None and first < item.session.event_count - 1:
+            return services.fork(session_id=item.session.id, boundary=first, new_session_id=f"{item.session.id}-replay")
+    return None
 
 
 class Command(BaseCommand):
@@ -56,9 +67,12 @@ class Command(BaseCommand):
         # One transaction: a failed seed leaves the database empty, so a rerun seeds again.
         with transaction.atomic():
             seeded = seed_sessions(sessions, timezone.now())
+            forked = fork_one(seeded)
         for item in seeded:
             state = f"crashed {demo.CRASH_POINTS[item.scenario.crash_point]}" if item.scenario.crashes else "clean"
             self.stdout.write(
                 f"{item.session.id}  {item.session.agent_name:<18} {item.session.event_count:>4} events  {state}"
             )
-        self.stdout.write(f"seed_demo: created {len(seeded)} demo sessions.")
+        if forked is not None:
+            self.stdout.write(f"{forked.id}  forked from {forked.parent_id} at seq {forked.seed_length - 1}")
+        self.stdout.write(f"seed_demo: created {len(seeded) + (forked is not None)} demo sessions.")

@@ -83,15 +83,15 @@ class Simulation:
     """
 
     def __init__(
-        self, api: ApiClient, *, workers: int, rate: float, crash_rate: float, seed: int, say: Callable[[str, str, str], None]
+        self, api: ApiClient, *, workers: int, rate: float, crash_rate: float, fork_rate: float, seed: int, say: Callable[[str, str, str], None]
     ):
-        self.api, self.crash_rate, self.say = api, crash_rate, say
+        self.api, self.crash_rate, self.fork_rate, self.say = api, crash_rate, fork_rate, say
         self.session_rate = rate / workers  # events per second for each concurrent session
         self.seeds = random.Random(seed)
         self.lock = threading.Lock()
         self.draining, self.aborted = threading.Event(), threading.Event()
         self.fatal: str | None = None
-        self.counts = dict.fromkeys(["finished", "crashed", "failed", "stopped", "events"], 0)
+        self.counts = dict.fromkeys(["finished", "crashed", "forked", "failed", "stopped", "events"], 0)
         self.failures_in_a_row = 0
         self.threads = [threading.Thread(target=self.work, daemon=True) for _ in range(workers)]
 
@@ -164,6 +164,18 @@ class Simulation:
         else:
             self.count("finished")
             self.say("finished", scenario.session_id, f"{next_seq} events")
+            with self.lock:
+                forks = self.seeds.random() < self.fork_rate
+            if forks:
+                self.fork(scenario.session_id)
+
+    def fork(self, session_id: str) -> None:
+        """Hand the finished session on as a fork, as someone replaying it would."""
+        status, answer = self.api.call("POST", f"/api/v1/sessions/{session_id}/fork", {"boundary": "last", "id": f"{session_id}-fork"})
+        if status != 201:
+            raise SessionFailed(f"forking: {describe(status, answer)}")
+        self.count("forked")
+        self.say("forked", answer["id"], f"from {session_id}, {answer['event_count']} events inherited")
 
     def append(self, session_id: str, index: int, batch: list[dict], expected_seq: int) -> int:
         """Send one batch; returns the next seq. Retries a failed connection with the same key."""
@@ -195,6 +207,9 @@ class Command(BaseCommand):
         parser.add_argument(
             "--crash-rate", type=float, default=0.2, help="share of sessions that crash mid-turn (default 0.2)"
         )
+        parser.add_argument(
+            "--fork-rate", type=float, default=0.2, help="share of finished sessions that are forked (default 0.2)"
+        )
         parser.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default http://127.0.0.1:8000)")
         parser.add_argument(
             "--token",
@@ -203,9 +218,9 @@ class Command(BaseCommand):
         parser.add_argument("--seed", type=int, help="seed for reproducible sessions (default: random, printed)")
         parser.add_argument("--duration", type=float, help="seconds to run (default: until Ctrl-C)")
 
-    def handle(self, *args, sessions, rate, crash_rate, url, token, seed, duration, **options):
-        if sessions < 1 or rate <= 0 or not 0 <= crash_rate <= 1:
-            raise CommandError("--sessions must be at least 1, --rate above 0 and --crash-rate within 0..1")
+    def handle(self, *args, sessions, rate, crash_rate, fork_rate, url, token, seed, duration, **options):
+        if sessions < 1 or rate <= 0 or not 0 <= crash_rate <= 1 or not 0 <= fork_rate <= 1:
+            raise CommandError("--sessions must be at least 1, --rate above 0, --crash-rate and --fork-rate within 0..1")
         self.output_lock, self.started_at = threading.Lock(), time.monotonic()
         seed = random.SystemRandom().randrange(2**32) if seed is None else seed
         api = ApiClient(url, token or "")
@@ -220,7 +235,9 @@ class Command(BaseCommand):
             "simulate", url, f"{sessions} concurrent sessions, ~{rate:g} events/s, crash rate {crash_rate:g}, "
             f"seed {seed}; {f'{duration:g}s' if duration else 'Ctrl-C to stop'}"
         )  # fmt: skip
-        simulation = Simulation(api, workers=sessions, rate=rate, crash_rate=crash_rate, seed=seed, say=self.say)
+        simulation = Simulation(
+            api, workers=sessions, rate=rate, crash_rate=crash_rate, fork_rate=fork_rate, seed=seed, say=self.say
+        )
         simulation.start()
         try:
             simulation.aborted.wait(duration)
@@ -233,7 +250,7 @@ class Command(BaseCommand):
         counts = simulation.counts
         elapsed = time.monotonic() - self.started_at
         self.say(
-            "done", url, f"{counts['finished']} finished, {counts['crashed']} crashed, {counts['failed']} failed, "
+            "done", url, f"{counts['finished']} finished, {counts['crashed']} crashed, {counts['forked']} forked, {counts['failed']} failed, "
             f"{counts['stopped']} stopped; {counts['events']} events in {elapsed:.1f}s"
         )  # fmt: skip
         if counts["failed"]:

@@ -33,8 +33,11 @@ def daphne_url(transactional_db, tmp_path):
 def test_seed_demo_fills_an_empty_database_with_finished_and_crashed_sessions():
     output = run("seed_demo", "--sessions", "6")
     lines = {line.split()[0]: line for line in output.splitlines()}
-    sessions = list(Session.objects.order_by("created_at"))
+    sessions = list(Session.objects.filter(parent=None).order_by("created_at"))
     assert len(sessions) == 6
+    fork = Session.objects.get(parent__isnull=False)  # one clean session replayed from its first turn
+    assert not fork.parent.interrupted and 0 < fork.seed_length < fork.parent.event_count
+    assert f"forked from {fork.parent_id}" in lines[fork.id]
     assert {s.interrupted for s in sessions} == {True, False}
     now = timezone.now()
     for session in sessions:
@@ -47,7 +50,8 @@ def test_seed_demo_fills_an_empty_database_with_finished_and_crashed_sessions():
     assert (now - sessions[0].created_at).total_seconds() > 3600  # spread over the last hours
 
     assert "skipped" in run("seed_demo")
-    assert Session.objects.count() == 6 and Event.objects.count() == sum(s.event_count for s in sessions)
+    assert Session.objects.count() == 7
+    assert Event.objects.count() == sum(s.event_count for s in sessions) + fork.event_count
 
 
 @pytest.mark.django_db
@@ -61,21 +65,28 @@ def test_seed_demo_leaves_a_database_with_sessions_alone():
 def test_simulate_writes_live_sessions_through_the_real_api(daphne_url, agent_user):
     _, token = ApiToken.issue(agent_user)
     output = run(
-        "simulate", "--sessions", "2", "--duration", "3", "--rate", "50", "--crash-rate", "0.5",
+        "simulate", "--sessions", "2", "--duration", "3", "--rate", "50", "--crash-rate", "0.5", "--fork-rate", "1",
         "--url", daphne_url, "--token", token, "--seed", "11",
     )  # fmt: skip
 
-    outcomes = {}
+    outcomes, forks = {}, {}
     for line in output.splitlines():
         what, subject = line.split("] ", 1)[1].split()[:2]
         if what in {"finished", "crashed"}:
             outcomes[subject] = what
+        elif what == "forked":
+            forks[subject] = line
     assert len(outcomes) >= 2, output
     api = ApiClient(daphne_url, token)
     status, page = api.call("GET", "/api/v1/sessions?limit=200")
     assert status == 200
     listed = {s["id"]: s for s in page["items"]}
-    assert set(listed) == set(outcomes), output
+    assert set(listed) == set(outcomes) | set(forks), output
+    assert forks and len(forks) == list(outcomes.values()).count("finished")  # every finished session was forked
+    for fork_id in forks:
+        parent = listed[fork_id]["parent"]
+        assert outcomes[parent["session_id"]] == "finished"
+        assert parent["seed_length"] == listed[parent["session_id"]]["event_count"] == listed[fork_id]["event_count"]
     for session_id, outcome in outcomes.items():
         session = listed[session_id]
         status, answer = api.call("GET", f"/api/v1/sessions/{session_id}/events?limit=5000")
