@@ -96,6 +96,7 @@ class ToolCard:
     synthetic: Event | None = None
     real: Event | None = None
     started_at: datetime | None = None
+    stalled: bool = False  # in flight in a session that has gone quiet: likely crashed
 
     @property
     def state_label(self) -> str:
@@ -374,6 +375,7 @@ class Builder:
             card.state = ERROR if metadata.get("is_error") or metadata.get("error") else COMPLETED
         elif cid in self.owed:
             card.risk, card.rule = self.owed[cid].risk, self.owed[cid].rule
+            card.stalled = self.session.status == "stalled"
         return card
 
 

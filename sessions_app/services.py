@@ -202,7 +202,8 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
         child.event_count = point.seed_length
         child.step_stack = point.step_stack
         child.last_event_at = last
-        child.last_activity_at = last or child.created_at
+        # A new fork is new activity, whatever the age of what it inherited.
+        child.last_activity_at = child.created_at
         child.save(update_fields=["event_count", "step_stack", "last_event_at", "last_activity_at"])
     return child
 

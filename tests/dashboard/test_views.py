@@ -62,7 +62,7 @@ def test_the_transcript_groups_turns_steps_and_pairs_calls_with_results(viewer):
     assert "completed" in c1 and "Result at" in c1
     c3 = page[page.index('data-call-id="c3"') :][:3000]
     assert "in flight" in c3 and "outcome unknown" in c3 and "(rule 1)" in c3
-    assert 'id="seq-9"' not in page  # the tool_call of c3 shows inside its card
+    assert '<article id="seq-9"' not in page and '<a id="seq-9"' in page  # c3's tool_call shows in its card
     assert "Dispatched (tool_call) at" in c3
 
 

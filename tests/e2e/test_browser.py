@@ -88,6 +88,9 @@ def test_a_crashed_session_shows_its_owed_calls_in_flight_and_stalled(browser, s
     expect(c3).to_contain_text("in flight")
     expect(c3).to_contain_text("outcome unknown (rule 1)")
     expect(c3.locator(".elapsed")).to_contain_text("running")
+    expect(c2).to_contain_text("stalled")
+    expect(c3).to_contain_text("stalled")
+    expect(c1).not_to_contain_text("stalled")
 
 
 def test_staff_previews_and_confirms_a_recovery(browser, server, staff_user):
