@@ -442,8 +442,7 @@ def require_recover_permission(request) -> None:
 def recover_session(request, session_id: str, payload: RepairIn):
     """Append the recovery plan; with `digest`, only if it is still the plan previewed."""
     require_recover_permission(request)
-    result = services.recover(session_id=session_id, user=request.user, digest=payload.digest, note=payload.note)
-    return {"appended": [log_events.event_to_wire(e.to_log_event()) for e in result.appended], "next_seq": result.next_seq}
+    return applied(services.recover(session_id=session_id, user=request.user, digest=payload.digest, note=payload.note))
 
 
 @router.post(
@@ -454,9 +453,12 @@ def recover_session(request, session_id: str, payload: RepairIn):
 def patch_dangling_calls(request, session_id: str, payload: RepairIn):
     """The turn-blind patch for calls outside turns; refused (409 recovery_first) while a turn is open."""
     require_recover_permission(request)
-    result = services.patch_dangling_calls(
-        session_id=session_id, user=request.user, digest=payload.digest, note=payload.note
+    return applied(
+        services.patch_dangling_calls(session_id=session_id, user=request.user, digest=payload.digest, note=payload.note)
     )
+
+
+def applied(result: services.RepairResult) -> dict:
     return {"appended": [log_events.event_to_wire(e.to_log_event()) for e in result.appended], "next_seq": result.next_seq}
 
 

@@ -1,11 +1,9 @@
 """Recovery through storage: the indexed plan, the locked apply, the audit trail."""
 
-import threading
 import uuid
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connections
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +11,7 @@ from sessions_app import errors, selectors, services
 from sessions_app.log import recovery
 from sessions_app.log.events import event_to_wire, validate_batch
 from sessions_app.models import Event, RecoveryRecord, Session
+from tests.concurrency import run_at_once
 from tests.sessions_app.log.strategies import events_of, logs
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE, assistant, dispatch, result
 
@@ -112,22 +111,14 @@ def test_two_people_confirming_one_plan_at_once_append_once():
     people = [get_user_model().objects.create_user(f"op{i}", is_staff=True) for i in range(2)]
     session = store(WORKED_EXAMPLE, session_id="crashed")
     digest = selectors.recovery_plan(session).digest(session.event_count)
-    outcomes, start = [], threading.Barrier(2)
 
     def confirm(person):
-        start.wait()
         try:
-            outcomes.append(len(services.recover(session_id="crashed", user=person, digest=digest).appended))
+            return len(services.recover(session_id="crashed", user=person, digest=digest).appended)
         except errors.StalePlan as stale:
-            outcomes.append(("stale", stale.plan.repairs))
-        finally:
-            connections.close_all()
+            return ("stale", stale.plan.repairs)
 
-    workers = [threading.Thread(target=confirm, args=(p,)) for p in people]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    outcomes = run_at_once(confirm, [(p,) for p in people])
     assert sorted(outcomes, key=str) == [("stale", []), 3]
     assert Event.objects.filter(session_id="crashed").count() == 13
     assert RecoveryRecord.objects.count() == 1

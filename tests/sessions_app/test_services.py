@@ -1,13 +1,12 @@
-import threading
-
 import pytest
-from django.db import connection, connections
+from django.db import connection
 
 from sessions_app import errors, services
 from sessions_app.log.events import validate_batch
 from sessions_app.log.structure import place_all
 from sessions_app.models import Event, Session
 from sessions_app.selectors import session_log
+from tests.concurrency import run_at_once
 from tests.sessions_app import factories as f
 
 
@@ -35,34 +34,16 @@ def test_append_copies_call_ids_for_lookup():
     assert list(Event.objects.order_by("seq").values_list("call_id", flat=True)) == ["c1", "c1", "7"]
 
 
-def append_concurrently(session_id: str, threads: int, batches_per_thread: int, batch_size: int) -> list[Exception]:
-    errors: list[Exception] = []
-    start = threading.Barrier(threads)
-
-    def writer(worker: int):
-        try:
-            start.wait()
-            for b in range(batches_per_thread):
-                batch = validate_batch([f.user(f"w{worker}-b{b}-{i}") for i in range(batch_size)])
-                services.append_events(session_id=session_id, events=batch)
-        except Exception as exc:  # reported to the test below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    workers = [threading.Thread(target=writer, args=(n,)) for n in range(threads)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    return errors
-
-
 @pytest.mark.django_db(transaction=True)
 def test_eight_threads_appending_to_one_session_get_gapless_unique_seqs():
     services.create_session(session_id="busy")
-    errors = append_concurrently("busy", threads=8, batches_per_thread=10, batch_size=3)
-    assert errors == []
+
+    def writer(worker: int):
+        for b in range(10):
+            batch = validate_batch([f.user(f"w{worker}-b{b}-{i}") for i in range(3)])
+            services.append_events(session_id="busy", events=batch)
+
+    assert run_at_once(writer, [(n,) for n in range(8)]) == [None] * 8
     seqs = list(Event.objects.filter(session_id="busy").order_by("seq").values_list("seq", flat=True))
     assert seqs == list(range(8 * 10 * 3))
     assert Session.objects.get(pk="busy").event_count == 240
@@ -86,24 +67,12 @@ def test_the_concurrency_test_uses_a_real_database_file_or_server():
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_retries_with_one_idempotency_key_store_once():
     services.create_session(session_id="retry")
-    results, start = [], threading.Barrier(6)
 
     def retry():
-        start.wait()
-        try:
-            results.append(
-                services.append_events(
-                    session_id="retry", events=validate_batch([f.user(), f.user()]), idempotency_key="k", request_sha256="same"
-                ).as_response()
-            )
-        finally:
-            connections.close_all()
+        batch = validate_batch([f.user(), f.user()])
+        return services.append_events(session_id="retry", events=batch, idempotency_key="k", request_sha256="same").as_response()
 
-    workers = [threading.Thread(target=retry) for _ in range(6)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    results = run_at_once(retry, [()] * 6)
     assert results == [{"first_seq": 0, "next_seq": 2}] * 6
     assert Event.objects.filter(session_id="retry").count() == 2
 
@@ -111,23 +80,15 @@ def test_concurrent_retries_with_one_idempotency_key_store_once():
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_writers_with_expected_seq_one_wins_per_seq():
     services.create_session(session_id="race")
-    outcomes, start = [], threading.Barrier(8)
 
     def writer():
-        start.wait()
         try:
             services.append_events(session_id="race", events=validate_batch([f.user()]), expected_seq=0)
-            outcomes.append("stored")
+            return "stored"
         except errors.SeqConflict as exc:
-            outcomes.append(exc.next_seq)
-        finally:
-            connections.close_all()
+            return exc.next_seq
 
-    workers = [threading.Thread(target=writer) for _ in range(8)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    outcomes = run_at_once(writer, [()] * 8)
     assert sorted(outcomes, key=str) == [1] * 7 + ["stored"]
     assert Event.objects.filter(session_id="race").count() == 1
 
