@@ -161,6 +161,10 @@ class Block:
     parts: list[Row | Step] = field(default_factory=list)
     open: bool = False
     inherited: bool = False
+    # Compaction: the summary that hides every event of this block, and the
+    # summaries whose range begins here (shown in their place, as the model sees them).
+    compacted_by: int | None = None
+    summaries: list[Row] = field(default_factory=list)
 
     @property
     def number(self) -> object:
@@ -225,6 +229,9 @@ def blocks_touched(session: Session, events: list[Event]) -> list[Block]:
     sighted = CallSighting.objects.filter(session=session, call_id__in=call_ids).values_list("seq", flat=True)
     for seq, turn_seq in EventRow.objects.filter(session=session, seq__in=list(sighted)).values_list("seq", "turn_seq"):
         placed[seq] = turn_seq
+    for start, stop in {r for e in events if e.type in ROLE_OF and (r := log_events.replace_range(e.data))}:
+        # A new summary changes the blocks of the range it compacts.
+        placed.update(EventRow.objects.filter(session=session, seq__gte=start, seq__lte=stop).values_list("seq", "turn_seq"))
     turns = {t for t in placed.values() if t is not None}
     loose = {seq for seq, t in placed.items() if t is None}
     rows = EventRow.objects.filter(session=session).filter(Q(turn_seq__in=turns) | Q(seq__in=turns | loose))
@@ -271,9 +278,11 @@ class Builder:
         self.lookups(events)
         blocks: dict[str, Block] = {}
         steps: dict[int, Step] = {}
+        hidden_by: dict[str, set[int | None]] = defaultdict(set)
         for event in events:
             turn_seq, step_seq = placement[event.seq]
             block = self.block_for(blocks, event, turn_seq)
+            hidden_by[block.key].add(shadowed_by(event, self.replaces))
             if event.type == "turn_start" and turn_seq == event.seq:
                 block.turn_start = event
                 block.open = event.seq in self.session.turn_stack
@@ -287,6 +296,11 @@ class Builder:
             elif (row := self.row(event)) is not None:
                 in_step = step_seq in steps and self.block_of[steps[step_seq].start.seq] == block.key
                 (steps[step_seq].rows if in_step else block.parts).append(row)
+                if row.summary_of and (home := self.block_of.get(row.summary_of[0])) in blocks:
+                    blocks[home].summaries.append(row)
+        for key, summaries in hidden_by.items():
+            if None not in summaries:
+                blocks[key].compacted_by = max(summaries)
         return sorted(blocks.values(), key=lambda b: b.first_seq)
 
     def block_for(self, blocks: dict[str, Block], event: Event, turn_seq: int | None) -> Block:

@@ -133,3 +133,16 @@ async def test_a_running_row_turns_stalled_without_any_event(sid, session_cookie
     frame = await listing.receive_from(timeout=WAIT)
     assert "stalled" in frame
     await asyncio.sleep(0)
+
+
+async def test_a_new_summary_re_renders_the_blocks_it_compacts(sid, session_cookie):
+    await create(sid)
+    await append_events(sid, [
+        {"type": "turn_start", "data": {"turn": 1}},
+        {"type": "turn_end", "data": {"turn": 1, "steps": 0, "reason": "complete"}},
+    ])  # fmt: skip
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=1", session_cookie)
+    await append_events(sid, [{"type": "user_message", "data": {"content": "summary", "surface_op": ["replace", 0, 1]}}])
+    frame = await page.receive_from(timeout=WAIT)
+    assert '<section id="turn-0" class="block turn compacted" hx-swap-oob="true">' in frame
+    assert "stands here for seqs 0–1" in frame

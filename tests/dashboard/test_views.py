@@ -93,6 +93,21 @@ def test_compacted_events_are_marked_and_expandable(viewer):
     assert "shadowed by 1" in text_of(viewer.get("/sessions/s/?view=raw"))
 
 
+def test_a_compacted_turn_folds_away_under_its_summary_in_place(viewer):
+    store([
+        ("user_message", message("q1")), ("turn_start", {"turn": 1}), assistant("c1"), result("c1"),
+        ("turn_end", {"turn": 1, "steps": 0, "reason": "complete"}),
+        ("user_message", message("the user asked q1; the tool said ok", surface_op=["replace", 0, 4])),
+        ("user_message", message("q2")),
+    ], session_id="s")  # fmt: skip
+    page = text_of(viewer.get("/sessions/s/"))
+    turn = page[page.index('<section id="turn-1"') : page.index('<section id="event-5"')]
+    assert "block turn compacted" in turn and "Turn 1: compacted into the summary at seq 5 (show)" in turn
+    first = page[page.index('<section id="event-0"') : page.index('<section id="turn-1"')]
+    assert "stands here for seqs 0–4" in first and "the user asked q1" in first
+    assert "compacted" not in page[page.index('<section id="event-6"') :]
+
+
 def test_a_large_session_opens_on_its_latest_turns_with_constant_queries(viewer):
     def turn(n):
         return [("user_message", message(f"q{n}")), ("turn_start", {"turn": n}), assistant(f"c{n}"), result(f"c{n}"),
