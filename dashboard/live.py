@@ -46,7 +46,22 @@ async def login_user(consumer: AsyncWebsocketConsumer):
     return user
 
 
-class SessionPageConsumer(SessionEventsConsumer):
+class RenewedSocket:
+    """A browser socket that asks htmx to reconnect (1012) before it gets old."""
+
+    _expiry: asyncio.TimerHandle | None = None
+
+    def renew_later(self) -> None:
+        self._expiry = asyncio.get_running_loop().call_later(
+            MAX_SOCKET_SECONDS, lambda: asyncio.ensure_future(self.close(code=SERVICE_RESTART))
+        )
+
+    def cancel_renewal(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+
+
+class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
     """HTML frames for one session page; the browser's cursor is `after`."""
 
     async def connect(self):
@@ -54,10 +69,7 @@ class SessionPageConsumer(SessionEventsConsumer):
         if await login_user(self) is None:
             return
         await self.connect_stream()
-        self._expiry = asyncio.get_running_loop().call_later(MAX_SOCKET_SECONDS, self._expire)
-
-    def _expire(self):
-        asyncio.ensure_future(self.close(code=SERVICE_RESTART))
+        self.renew_later()
 
     async def _send_events(self, wires: list[dict]) -> None:
         shown_through = wires[0]["seq"] - 1
@@ -65,8 +77,7 @@ class SessionPageConsumer(SessionEventsConsumer):
         await self.send(text_data=frame)
 
     async def disconnect(self, code):
-        if getattr(self, "_expiry", None) is not None:
-            self._expiry.cancel()
+        self.cancel_renewal()
         await super().disconnect(code)
 
 
@@ -84,7 +95,7 @@ def render_page_frame(session_id: str, wires: list[dict], shown_through: int) ->
     return "".join(parts)
 
 
-class SessionListConsumer(AsyncWebsocketConsumer):
+class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
     """Row updates for the session list: changed rows replaced, new matching sessions prepended."""
 
     groups = [services.SESSIONS_GROUP]
@@ -100,6 +111,7 @@ class SessionListConsumer(AsyncWebsocketConsumer):
         self.shown = await database_sync_to_async(self.first_page_ids)()
         self.statuses: dict[str, str] = {}
         self._refresh = asyncio.create_task(self.refresh_statuses())
+        self.renew_later()
 
     def first_page_ids(self) -> set[str]:
         return {s.id for s in selectors.list_sessions(status=self.status, q=self.q, limit=50).items}
@@ -134,6 +146,7 @@ class SessionListConsumer(AsyncWebsocketConsumer):
         return [frame for sid in running if Session.objects.filter(pk=sid).exists() and (frame := self.render_row(sid))]
 
     async def disconnect(self, code):
+        self.cancel_renewal()
         task = getattr(self, "_refresh", None)
         if task is not None:
             task.cancel()

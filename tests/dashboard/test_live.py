@@ -96,7 +96,9 @@ async def test_a_page_socket_is_closed_for_a_reconnect_before_it_gets_old(sid, s
     monkeypatch.setattr(live, "MAX_SOCKET_SECONDS", 0.2)
     await create(sid, 1)
     page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
+    listing = await browser_socket("/ws/sessions/live", session_cookie)
     assert await closed_with(page) == live.SERVICE_RESTART  # htmx reconnects after 1012
+    assert await closed_with(listing) == live.SERVICE_RESTART
 
 
 async def test_the_list_prepends_new_sessions_and_replaces_changed_rows(sid, session_cookie):
