@@ -1,0 +1,572 @@
+"""Live benchmark: websocket viewers of one session while events are appended, and the session page's render time.
+
+Part (a), for each scenario (each in its own child process, on a fresh database):
+
+- **embedded**: a fresh SQLite file, the in-memory channel layer, ONE
+  `daphne dashboard.asgi:application` subprocess; every viewer and every
+  append goes to it;
+- **scale-out**: a fresh PostgreSQL database, the Redis channel layer
+  (`REDIS_URL`), TWO daphne subprocesses behind no balancer: viewers split
+  half and half, appends all sent to the first one, so the second one's
+  viewers only hear of them through Redis (or the per-process count poll).
+
+1. create the database, `manage.py migrate`, `manage.py create_token bench`,
+   start the daphne(s); create a session and append 100 events over HTTP;
+2. open `--viewers` (default 100) websockets on
+   `/ws/v1/sessions/{id}/events?after=N` with `Authorization: Bearer <token>`
+   (autobahn's asyncio client, installed with daphne), N from 80 to 99 so each
+   viewer first gets 1 to 20 backlog events from the database; wait until
+   every viewer has its backlog;
+3. a separate process appends `--rate` events/s (default 20) for `--duration`
+   seconds (default 30) through `POST /api/v1/sessions/{id}/events`, one event
+   per request, on a fixed schedule, from 4 keep-alive connections (so a slow
+   answer does not delay the next send; `--append-connections 1` sends them
+   strictly one after another, which caps the rate at 1 / POST time). Each event's data carries
+   `sent_at`, the wall clock (time.time()) taken just before its POST; the
+   appender also records when each answer arrived;
+4. when the appends end, wait (up to 15 s) until every viewer has the last
+   seq, then count per viewer: events received, lost (expected seqs never
+   received), duplicated (a seq received twice), out of order.
+
+Latency, over every (viewer, appended event) delivery, from the viewer's
+receipt time (time.time() in the autobahn callback):
+- **end-to-end** = receipt - `sent_at`: the whole POST (the commit and the
+  publish happen inside it) plus the delivery;
+- **after the answer** = receipt - the time the POST's answer reached the
+  appender. Publishing happens on commit, inside the request, before the
+  answer is sent, so this can be negative (the frame overtakes the answer).
+
+Targets for (a): zero lost and zero duplicated events for every viewer, and
+every viewer connected until the end. Latency is reported, not judged.
+
+Part (b), in each child after its servers are stopped (django.setup() on the
+same database, in-process): server time of `GET /sessions/{id}/` through
+django.test.Client with `force_login`, median of `--page-runs` (default 20)
+after warm-up, for a session of 100 events and one of `--page-events`
+(default 100,000), both built with `services.append_events` (the workload of
+bench/recovery.py: closed turns, then an open last turn). Measured with the
+last turn open (a live session, whose page also shows the recovery
+preview of the open turn) and again after `services.recover` closed it.
+Target: the big session's page within 2x of the small one's, for both.
+
+The exit status is 1 when any target is missed. Results: docs/benchmarks.md.
+
+    .venv/bin/python bench/live.py [--scenario embedded|scaleout|both] [--db sqlite|postgres] [--viewers N]
+                                   [--rate R] [--duration S] [--append-connections N]
+                                   [--page-events N] [--page-runs N] [--skip-page]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import multiprocessing
+import os
+import queue
+import random
+import resource
+import signal
+import statistics
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from _common import (
+    DEFAULT_REDIS_URL,
+    Client,
+    Target,
+    agent_log,
+    build_session,
+    db_version,
+    machine_line,
+    make_events,
+    quantile,
+    setup_django,
+    spread_ms,
+    timed,
+)
+
+PAGE_RATIO = 2.0
+SEED_EVENTS = 100
+APPEND_CONNECTIONS = 4
+SCENARIOS = {
+    "embedded": {"db": "sqlite", "redis": False, "servers": 1},
+    "scaleout": {"db": "postgres", "redis": True, "servers": 2},
+}
+
+
+# The appender (its own process) ---------------------------------------------
+
+
+def appender(port: int, token: str, session_id: str, rate: float, duration: float, connections: int, pipe) -> None:
+    """POST one event per request on a fixed schedule; send back [(seq, sent_at, answered_at)]."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    n = int(rate * duration)
+    events = make_events(n, seed=42, start=datetime(2025, 1, 1, tzinfo=UTC))
+    for e in events:
+        e.pop("time")  # the server stamps the append time, as for a live emitter
+    path = f"/api/v1/sessions/{session_id}/events"
+    jobs: queue.Queue = queue.Queue()
+    records: list[tuple[int, float, float]] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        client = Client(port, token)
+        nonlocal behind
+        while (item := jobs.get()) is not None:
+            due, event = item
+            event["data"]["sent_at"] = sent_at = time.time()
+            with lock:
+                behind = max(behind, sent_at - due)
+            try:
+                status, body = client.post(path, json.dumps({"events": [event]}).encode())
+            except (OSError, http.client.HTTPException) as exc:
+                with lock:
+                    errors.append(repr(exc))
+                client = Client(port, token)
+                continue
+            answered_at = time.time()
+            with lock:
+                if status == 201:
+                    records.append((json.loads(body)["first_seq"], sent_at, answered_at))
+                else:
+                    errors.append(f"{status} {body[:200]!r}")
+        client.conn.close()
+
+    behind = 0.0
+    start_at = pipe.recv()
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(connections)]
+    for t in threads:
+        t.start()
+    for i, event in enumerate(events):
+        due = start_at + i / rate
+        delay = due - time.time()
+        if delay > 0:
+            time.sleep(delay)
+        jobs.put((due, event))
+    for _ in threads:
+        jobs.put(None)
+    for t in threads:
+        t.join()
+    pipe.send({"records": records, "errors": errors, "elapsed": time.time() - start_at, "max_behind": behind})
+
+
+# The viewers (asyncio, autobahn) --------------------------------------------
+
+
+class Viewer:
+    def __init__(self, index: int, server: int, after: int):
+        self.index = index
+        self.server = server
+        self.after = after
+        self.seen: set[int] = set()
+        self.received = 0
+        self.duplicates = 0
+        self.out_of_order = 0
+        self.last = after
+        self.deliveries: list[tuple[int, float]] = []  # (seq, receipt time) of appended events
+        self.opened: asyncio.Future | None = None
+        self.close_code: int | None = None
+        self.closed = False
+
+    def on_frame(self, payload: bytes, now: float) -> None:
+        message = json.loads(payload)
+        event = message["event"]
+        seq = event["seq"]
+        self.received += 1
+        if seq in self.seen:
+            self.duplicates += 1
+            return
+        self.seen.add(seq)
+        if seq < self.last:
+            self.out_of_order += 1
+        self.last = max(self.last, seq)
+        if "sent_at" in event["data"]:
+            self.deliveries.append((seq, now))
+
+
+def make_protocol():
+    from autobahn.asyncio.websocket import WebSocketClientProtocol
+
+    class ViewerProtocol(WebSocketClientProtocol):
+        def onOpen(self):
+            if not self.factory.viewer.opened.done():
+                self.factory.viewer.opened.set_result(True)
+
+        def onMessage(self, payload, isBinary):
+            self.factory.viewer.on_frame(payload, time.time())
+
+        def onClose(self, wasClean, code, reason):
+            viewer = self.factory.viewer
+            viewer.closed, viewer.close_code = True, code
+            if not viewer.opened.done():
+                viewer.opened.set_exception(RuntimeError(f"closed before opening: {code} {reason}"))
+
+    return ViewerProtocol
+
+
+async def open_viewer(viewer: Viewer, port: int, token: str, session_id: str, protocol) -> None:
+    from autobahn.asyncio.websocket import WebSocketClientFactory
+
+    loop = asyncio.get_running_loop()
+    viewer.opened = loop.create_future()
+    url = f"ws://127.0.0.1:{port}/ws/v1/sessions/{session_id}/events?after={viewer.after}"
+    factory = WebSocketClientFactory(url, headers={"Authorization": f"Bearer {token}"})
+    factory.setProtocolOptions(utf8validateIncoming=False, openHandshakeTimeout=30)
+    factory.protocol = protocol
+    factory.viewer = viewer
+    await loop.create_connection(factory, "127.0.0.1", port)
+    await asyncio.wait_for(viewer.opened, 30)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def watch_session(target: Target, session_id: str, args, pipe) -> dict:
+    n_viewers = args.viewers
+    ports = [s.port for s in target.servers]
+    rng = random.Random(3)
+    viewers = [
+        Viewer(i, server=i * len(ports) // n_viewers, after=SEED_EVENTS - 1 - rng.randrange(20)) for i in range(n_viewers)
+    ]
+    protocol = make_protocol()
+    t0 = time.perf_counter()
+    await asyncio.gather(*(open_viewer(v, ports[v.server], target.token, session_id, protocol) for v in viewers))
+    deadline = time.monotonic() + 30
+    while any(v.last < SEED_EVENTS - 1 for v in viewers):
+        if time.monotonic() > deadline:
+            raise RuntimeError("some viewers never received their backlog")
+        await asyncio.sleep(0.05)
+    connect_seconds = time.perf_counter() - t0
+
+    server_cpu0 = [cpu_seconds(s.process.pid) for s in target.servers]
+    client_cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    start_at = time.time() + 0.5
+    pipe.send(start_at)
+    loop = asyncio.get_running_loop()
+    report = await loop.run_in_executor(None, pipe.recv)
+    server_cpu = [cpu_seconds(s.process.pid) - c for s, c in zip(target.servers, server_cpu0)]
+    client_cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    client_cpu = (client_cpu1.ru_utime + client_cpu1.ru_stime) - (client_cpu0.ru_utime + client_cpu0.ru_stime)
+    run_seconds = time.time() - start_at
+
+    records = report["records"]
+    final_count = SEED_EVENTS + len(records)
+    drain_start = time.perf_counter()
+    deadline = time.monotonic() + 15
+    while any(v.last < final_count - 1 and not v.closed for v in viewers) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    drain_seconds = time.perf_counter() - drain_start
+    await asyncio.sleep(0.5)  # let any late duplicate arrive before counting
+    still_open = sum(not v.closed for v in viewers)
+
+    answered = {seq: (sent, answer) for seq, sent, answer in records}
+    # Keyed by the server's index as a string (the result travels as JSON).
+    end_to_end: dict[str, list[float]] = {str(i): [] for i in range(len(ports))}
+    after_answer: dict[str, list[float]] = {str(i): [] for i in range(len(ports))}
+    window = 5.0
+    by_window: dict[int, list[float]] = {}
+    per_viewer = []
+    for v in viewers:
+        expected = set(range(v.after + 1, final_count))
+        lost = len(expected - v.seen)
+        for seq, now in v.deliveries:
+            sent, answer = answered[seq]
+            end_to_end[str(v.server)].append(now - sent)
+            by_window.setdefault(int((sent - start_at) // window), []).append(now - sent)
+            after_answer[str(v.server)].append(now - answer)
+        per_viewer.append(
+            {"server": v.server, "received": v.received, "expected": len(expected), "lost": lost,
+             "duplicates": v.duplicates, "out_of_order": v.out_of_order, "closed": v.closed, "close_code": v.close_code}
+        )  # fmt: skip
+    return {
+        "viewers": per_viewer,
+        "appended": len(records),
+        "append_errors": report["errors"],
+        "append_elapsed": report["elapsed"],
+        "append_max_behind": report["max_behind"],
+        "final_count": final_count,
+        "connect_seconds": connect_seconds,
+        "drain_seconds": drain_seconds,
+        "run_seconds": run_seconds,
+        "still_open": still_open,
+        "end_to_end": end_to_end,
+        "after_answer": after_answer,
+        "server_cpu": server_cpu,
+        "client_cpu": client_cpu,
+        "post_seconds": [answer - sent for _, sent, answer in records],
+        # p50 end-to-end latency of the events sent in each 5 s window of the run: a steady rise
+        # means the server falls behind (a throughput limit), not a constant delay.
+        "e2e_p50_by_window": [quantile(by_window[k], 0.5) for k in sorted(by_window)],
+    }
+
+
+def viewers_process(target: Target, session_id: str, args, out) -> None:
+    """The viewers, in their own process: autobahn's asyncio flavour must not meet Django's daphne (twisted) import."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    ctx = multiprocessing.get_context("fork")
+    parent_end, child_end = ctx.Pipe()
+    proc = ctx.Process(
+        target=appender, args=(target.port, target.token, session_id, args.rate, args.duration, args.append_connections, child_end),
+        daemon=True,
+    )
+    proc.start()
+    try:
+        out.send(asyncio.run(watch_session(target, session_id, args, parent_end)))
+    except Exception as exc:
+        out.send({"error": repr(exc)})
+        raise
+    finally:
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.terminate()
+
+
+def run_viewers(target: Target, args) -> dict:
+    client = Client(target.port, target.token)
+    session_id = "bench-live"
+    client.create_session(session_id)
+    seed = make_events(SEED_EVENTS, seed=7, start=datetime(2025, 1, 1, tzinfo=UTC))
+    status, body = client.post(f"/api/v1/sessions/{session_id}/events", json.dumps({"events": seed}).encode())
+    assert status == 201, body
+    client.conn.close()
+
+    ctx = multiprocessing.get_context("fork")
+    parent_end, child_end = ctx.Pipe()
+    proc = ctx.Process(target=viewers_process, args=(target, session_id, args, child_end))
+    proc.start()
+    try:
+        result = parent_end.recv()
+    finally:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.terminate()
+    if "error" in result:
+        raise RuntimeError(f"the viewers failed: {result['error']}")
+    client = Client(target.port, target.token)
+    status, body = client.get(f"/api/v1/sessions/{session_id}")
+    client.conn.close()
+    stored = json.loads(body)["event_count"]
+    if stored != result["final_count"]:
+        raise RuntimeError(f"the session holds {stored} events; the appender recorded {result['final_count']}")
+    return result
+
+
+# The session page (in-process) -----------------------------------------------
+
+
+def measure_pages(args) -> dict:
+    from django.contrib.auth import get_user_model
+    from django.test import Client as DjangoClient
+
+    from sessions_app import services
+
+    user = get_user_model().objects.create_user("bench-viewer")
+    client = DjangoClient()
+    client.force_login(user)
+    sizes = {"small": 100, "big": args.page_events}
+    built = {}
+    for label, n in sizes.items():
+        log = agent_log(n, seed=11, start=datetime(2025, 1, 1, tzinfo=UTC))
+        built[label] = build_session(f"bench-page-{label}", log.events)
+
+    def page(session_id: str):
+        response = client.get(f"/sessions/{session_id}/")
+        assert response.status_code == 200, response.status_code
+        return response
+
+    out: dict = {"sizes": sizes, "build_seconds": built}
+    for state in ("open", "closed"):
+        if state == "closed":
+            for label in sizes:
+                services.recover(session_id=f"bench-page-{label}", user=user)
+        for label in sizes:
+            sid = f"bench-page-{label}"
+            body = page(sid).content
+            out[f"{state}_{label}"] = timed(lambda: page(sid), runs=args.page_runs, warmup=2)
+            out[f"{state}_{label}_bytes"] = len(body)
+    return out
+
+
+def page_ratios(pages: dict) -> dict[str, float]:
+    return {
+        state: statistics.median(pages[f"{state}_big"]) / statistics.median(pages[f"{state}_small"]) for state in ("open", "closed")
+    }
+
+
+# One scenario -------------------------------------------------------------------
+
+
+def run_scenario(name: str, args) -> dict:
+    spec = SCENARIOS[name]
+    db = args.db or spec["db"]
+    target = Target(db, args.redis_url if spec["redis"] else None)
+    result: dict = {"scenario": name, "db": db, "layer": "redis" if spec["redis"] else "in-memory", "servers": spec["servers"]}
+    try:
+        target.setup(servers=spec["servers"])
+        result["live"] = run_viewers(target, args)
+        target.stop_servers()
+        setup_django(target)
+        result["version"] = db_version()
+        if not args.skip_page:
+            result["pages"] = measure_pages(args)
+        return result
+    except Exception:
+        tail = target.log_tail()
+        if tail:
+            print(f"--- daphne log tail ({name}) ---\n{tail}", file=sys.stderr)
+        raise
+    finally:
+        target.teardown()
+
+
+def live_ok(live: dict) -> bool:
+    return (
+        all(v["lost"] == 0 and v["duplicates"] == 0 and not v["closed"] for v in live["viewers"])
+        and not live["append_errors"]
+    )
+
+
+def ms(values: list[float], q: float) -> str:
+    return f"{quantile(values, q) * 1000:7.1f}" if values else "      -"
+
+
+def print_result(r: dict, args) -> None:
+    live = r["live"]
+    servers = r["servers"]
+    print(f"\n== {r['scenario']}: {r['version']}, {r['layer']} channel layer, {servers} daphne process{'es' if servers > 1 else ''} ==")
+    print(
+        f"{len(live['viewers'])} viewers connected and had their backlog in {live['connect_seconds']:.1f} s; "
+        f"appended {live['appended']} events in {live['append_elapsed']:.1f} s ({live['appended'] / live['append_elapsed']:.1f}/s, "
+        f"one per POST, {live['append_max_behind'] * 1000:.0f} ms behind schedule at worst); "
+        f"POST p50 {ms(live['post_seconds'], 0.5).strip()} ms, p99 {ms(live['post_seconds'], 0.99).strip()} ms"
+    )
+    print(f"all viewers had the last seq {live['drain_seconds']:.2f} s after the last append's answer")
+    cpu = ", ".join(f"daphne {i}: {c / live['run_seconds']:.2f}" for i, c in enumerate(live["server_cpu"]))
+    print(f"CPU during the run (cores): {cpu}; the viewers' process: {live['client_cpu'] / live['run_seconds']:.2f}")
+    print(f"{'viewers':<34}{'deliveries':>11}{'e2e p50':>9}{'p99':>8}{'max':>8}{'answer→recv p50':>17}{'p99':>8}   (ms)")
+    groups = [(f"on daphne {i}" + (" (receives the POSTs)" if i == 0 and servers > 1 else ""), [i]) for i in range(servers)]
+    if servers > 1:
+        groups.append(("all", list(range(servers))))
+    for label, idx in groups:
+        e2e = [x for i in idx for x in live["end_to_end"][str(i)]]
+        aa = [x for i in idx for x in live["after_answer"][str(i)]]
+        print(f"{label:<34}{len(e2e):>11,}{ms(e2e, 0.5)}{ms(e2e, 0.99):>8}{ms(e2e, 1.0):>8}{ms(aa, 0.5):>17}{ms(aa, 0.99):>8}")
+    print("e2e p50 of the events sent in each 5 s of the run (ms): " + ", ".join(f"{x * 1000:.0f}" for x in live["e2e_p50_by_window"]))
+    vs = live["viewers"]
+    received = [v["received"] for v in vs]
+    print(
+        f"per viewer: received {min(received)}–{max(received)} events (expected {min(v['expected'] for v in vs)}–{max(v['expected'] for v in vs)}); "
+        f"lost total {sum(v['lost'] for v in vs)} (max {max(v['lost'] for v in vs)}), "
+        f"duplicated total {sum(v['duplicates'] for v in vs)}, out of order {sum(v['out_of_order'] for v in vs)}, "
+        f"closed early {sum(v['closed'] for v in vs)}"
+    )
+    if live["append_errors"]:
+        print(f"append errors: {live['append_errors'][:5]}")
+    print(f"(a) {'meets' if live_ok(live) else 'MISSES'} the target: zero lost, zero duplicated, every viewer connected throughout")
+    if "pages" in r:
+        p = r["pages"]
+        print(f"\n(b) GET /sessions/{{id}}/ in-process (django.test.Client, force_login), server time in ms:")
+        print(f"{'session':<44}{'median ms':>10}  (min–max, n)    page bytes")
+        for state in ("open", "closed"):
+            for label in ("small", "big"):
+                n = p["sizes"][label]
+                what = f"{n:,} events, last turn {'open' if state == 'open' else 'closed (recovered)'}"
+                print(f"{what:<44}{spread_ms(p[f'{state}_{label}'])}    {p[f'{state}_{label}_bytes']:,}")
+        for state, ratio in page_ratios(p).items():
+            verdict = "meets" if ratio <= PAGE_RATIO else "MISSES"
+            print(f"last turn {state}: {p['sizes']['big']:,} / 100 events = {ratio:.2f}x ({verdict} the {PAGE_RATIO:.0f}x target)")
+
+
+def scenario_ok(r: dict) -> bool:
+    ok = live_ok(r["live"])
+    if "pages" in r:
+        ok &= all(ratio <= PAGE_RATIO for ratio in page_ratios(r["pages"]).values())
+    return ok
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scenario", choices=["embedded", "scaleout", "both"], default="both")
+    parser.add_argument("--db", choices=["sqlite", "postgres"], help="override the scenario's database (embedded: sqlite, scale-out: postgres)")
+    parser.add_argument("--viewers", type=int, default=100)
+    parser.add_argument("--rate", type=float, default=20.0, help="appended events per second (one per POST)")
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds of appends")
+    parser.add_argument(
+        "--append-connections", type=int, default=APPEND_CONNECTIONS,
+        help=f"concurrent keep-alive connections of the appender (default {APPEND_CONNECTIONS}; 1 = strictly sequential POSTs)",
+    )
+    parser.add_argument("--page-events", type=int, default=100_000, help="events of the big session of part (b)")
+    parser.add_argument("--page-runs", type=int, default=20)
+    parser.add_argument("--skip-page", action="store_true", help="only part (a)")
+    parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL, help=argparse.SUPPRESS)
+    parser.add_argument("--json-out", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    if args.scenario != "both":
+        t0 = time.perf_counter()
+        result = run_scenario(args.scenario, args)
+        print_result(result, args)
+        print(f"({args.scenario} took {time.perf_counter() - t0:.0f} s)")
+        if args.json_out:
+            Path(args.json_out).write_text(json.dumps(result))
+        return 0 if scenario_ok(result) else 1
+
+    print(machine_line("Turnlog live benchmark"))
+    import subprocess
+    import tempfile
+
+    summary, failed = [], False
+    given = sys.argv[1:] if argv is None else list(argv)
+    forwarded, skip = [], False
+    for arg in given:  # everything but --scenario goes to the children
+        if skip:
+            skip = False
+        elif arg == "--scenario":
+            skip = True
+        elif not arg.startswith("--scenario="):
+            forwarded.append(arg)
+    for name in SCENARIOS:
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+            out = f.name
+        rc = subprocess.call([sys.executable, str(Path(__file__).resolve()), "--scenario", name, *forwarded, "--json-out", out])
+        try:
+            summary.append((name, json.loads(Path(out).read_text())))
+        except (OSError, ValueError):
+            summary.append((name, None))
+        finally:
+            Path(out).unlink(missing_ok=True)
+        failed |= rc != 0
+
+    print("\n== summary ==")
+    for name, r in summary:
+        if r is None:
+            print(f"{name:<10} error")
+            continue
+        live = r["live"]
+        e2e = [x for xs in live["end_to_end"].values() for x in xs]
+        vs = live["viewers"]
+        line = (
+            f"{name:<10} {r['db']}, {r['layer']}, {r['servers']} daphne: {len(vs)} viewers, e2e p50 {quantile(e2e, 0.5) * 1000:.0f} ms "
+            f"p99 {quantile(e2e, 0.99) * 1000:.0f} ms, lost {sum(v['lost'] for v in vs)}, dup {sum(v['duplicates'] for v in vs)}"
+        )
+        if "pages" in r:
+            ratios = page_ratios(r["pages"])
+            line += f"; page {r['pages']['sizes']['big']:,}/100 events: open {ratios['open']:.2f}x, closed {ratios['closed']:.2f}x"
+        print(line + ("" if scenario_ok(r) else "  TARGET MISSED"))
+    if failed:
+        print("FAILED: a target is missed (or a run failed).")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
