@@ -43,6 +43,8 @@ logger = logging.getLogger(__name__)
 # Seconds between two checks of the watched sessions' event counts. Read at
 # every tick, so tests may shorten it (before the socket connects).
 POLL_INTERVAL = 1.5
+# Seconds a layer event past a gap waits for the missing ones before the database is read.
+GAP_GRACE = 0.25
 # Events read from the database (and handed to `send`) at a time.
 PAGE_SIZE = 500
 # Pending layer messages per stream; beyond it they are dropped (and repaired
@@ -155,7 +157,8 @@ class SessionStream:
         self.last_sent = -1 if after is None else after
         self._send = send
         self._inbox: asyncio.Queue = asyncio.Queue(maxsize=INBOX_LIMIT)
-        self._wanted = -1  # the highest seq the watcher knows is stored
+        self._wanted = -1  # the highest seq the watcher knows is overdue
+        self._previous_count: int | None = None  # the event_count the watcher saw a tick ago
         self._poll_queued = False
 
     # Inputs (never block, never touch the database) ---------------------
@@ -170,10 +173,18 @@ class SessionStream:
         self._put(("event", wire))
 
     def offer_count(self, event_count: int) -> None:
-        """The watcher read the session's event_count: fetch what was not sent."""
-        if event_count - 1 <= self.last_sent:
+        """The watcher read the session's event_count: fetch what the layer never brought.
+
+        Only events already stored at the previous tick count: the layer
+        gets one interval to deliver an event before the database is asked,
+        so a busy session does not send every viewer to the database on
+        every tick.
+        """
+        stored_a_tick_ago, self._previous_count = self._previous_count, event_count
+        overdue = min(event_count, stored_a_tick_ago if stored_a_tick_ago is not None else 0) - 1
+        if overdue <= self.last_sent:
             return
-        self._wanted = max(self._wanted, event_count - 1)
+        self._wanted = max(self._wanted, overdue)
         if not self._poll_queued and self._put(("poll", None)):
             self._poll_queued = True
 
@@ -187,22 +198,32 @@ class SessionStream:
     # The pump -------------------------------------------------------------
 
     async def run(self) -> None:
-        """The backlog (paged), then the live events, until cancelled."""
+        """The backlog (paged), then the live events, until cancelled.
+
+        A layer message past a gap waits up to GAP_GRACE for the missing ones
+        (concurrent writers' commits often publish out of order); then the
+        database, which has every committed event, fills the gap.
+        """
         await self._send_from_db(through=None)
+        loop = asyncio.get_running_loop()
+        early: dict[int, dict] = {}  # layer events past a gap, by seq
+        deadline = None
         while True:
-            kind, value = await self._inbox.get()
+            try:
+                wait = None if deadline is None else max(deadline - loop.time(), 0)
+                kind, value = await asyncio.wait_for(self._inbox.get(), wait)
+            except asyncio.TimeoutError:
+                kind, value = "gap", None
             if kind == "event":
-                seq = value["seq"]
-                if seq == self.last_sent + 1:
-                    await self._emit([value])
-                elif seq > self.last_sent + 1:
-                    # A gap: messages were lost (or are late). The database
-                    # has every committed event; it sends them all, this one
-                    # included, and the late ones are dropped as stale.
-                    await self._send_from_db(through=seq)
-            else:
+                early[value["seq"]] = value
+            elif kind == "poll":
                 self._poll_queued = False
                 await self._send_from_db(through=self._wanted)
+            else:
+                await self._send_from_db(through=max(early))
+            await self._emit([early[seq] for seq in sorted(early) if seq > self.last_sent])
+            early = {seq: wire for seq, wire in early.items() if seq > self.last_sent}
+            deadline = (deadline or loop.time() + GAP_GRACE) if early else None
 
     async def _send_from_db(self, *, through: int | None) -> None:
         """Send the stored events after last_sent, up to seq `through` (None: all), page by page."""

@@ -322,7 +322,8 @@ class Builder:
         }
         result_ids = {log_events.call_id(e.data) for e in events if e.type in ("tool_result", "tool_call")} - {None}
         ids = set(sighted) | result_ids
-        related = EventRow.objects.filter(session=session, call_id__in=ids, type__in=["tool_call", "tool_result"])
+        # call_id is set on tool_call and tool_result events only.
+        related = EventRow.objects.filter(session=session, call_id__in=ids)
         self.results: dict[str, list[Event]] = defaultdict(list)
         self.dispatches: dict[str, list[Event]] = defaultdict(list)
         for event in selectors.to_log_events(related.order_by("seq")):

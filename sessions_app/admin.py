@@ -64,6 +64,7 @@ class SessionAdmin(ReadOnlyAdmin):
 @admin.register(Event)
 class EventAdmin(ReadOnlyAdmin):
     list_display = ["session", "seq", "type", "time", "call_id", "turn_seq", "step_seq"]
+    ordering = ["session", "seq"]
     list_filter = ["type"]
     search_fields = ["session__id", "call_id"]
     list_select_related = ["session"]

@@ -15,6 +15,7 @@ import secrets
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 
 from sessions_app.log import events as log_events
@@ -99,7 +100,8 @@ class EventQuerySet(models.QuerySet):
 
 
 class Event(models.Model):
-    session = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="events")
+    # The unique (session, seq) index serves lookups by session; no second one.
+    session = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="events", db_index=False)
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=32, choices=[(t, t) for t in sorted(log_events.EVENT_TYPES)])
     time = models.DateTimeField()
@@ -119,13 +121,18 @@ class Event(models.Model):
     objects = EventQuerySet.as_manager()
 
     class Meta:
-        ordering = ["session", "seq"]
+        # No default ordering: every read orders by seq itself, and a default
+        # would make each unordered query join the sessions table.
         constraints = [models.UniqueConstraint(fields=["session", "seq"], name="event_session_seq_unique")]
         indexes = [
-            models.Index(fields=["session", "call_id"], name="event_call_id_idx"),
+            # Partial where most rows hold nothing, so appends and forks maintain small indexes.
+            models.Index(fields=["session", "call_id"], name="event_call_id_idx", condition=Q(call_id__isnull=False)),
+            models.Index(fields=["session", "replace_start"], name="event_replace_idx", condition=Q(replace_start__isnull=False)),
             models.Index(fields=["session", "turn_seq", "seq"], name="event_turn_idx"),
             models.Index(fields=["session", "type", "seq"], name="event_type_idx"),
-            models.Index(fields=["session", "replace_start"], name="event_replace_idx"),
+            models.Index(
+                fields=["session", "seq"], name="event_stray_turn_end_idx", condition=Q(type="turn_end", turn_seq__isnull=True)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -150,7 +157,7 @@ class CallSighting(models.Model):
     Derived from the event at append time and as append-only as the event itself.
     """
 
-    session = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="call_sightings")
+    session = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="call_sightings", db_index=False)
     seq = models.PositiveIntegerField()
     call_id = models.CharField(max_length=255)
     tool_name = models.CharField(max_length=200, blank=True, default="")

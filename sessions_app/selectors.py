@@ -121,10 +121,11 @@ def session_messages(session: Session) -> list[dict]:
 def recovery_plan(session: Session) -> recovery.Plan:
     """The session's recovery plan, reading only the events that can matter.
 
-    Everything from the outermost open turn on, plus: earlier tool_call /
+    Everything from the outermost open turn on, plus, before it: tool_call /
     tool_result events and assistant messages naming the same call ids
-    (dispatch, result and first sighting are log-wide), stray turn_ends
-    (warnings), and the steps still open where the open turn began. The
+    (dispatch, result and first sighting are log-wide) and stray turn_ends
+    (warnings); and the steps still open where the open turn began. Each is
+    an indexed lookup, so the cost follows the open turn, not the log. The
     result equals sessions_app.log.recovery.plan over the whole log.
     """
     events = Event.objects.filter(session=session)
@@ -137,27 +138,30 @@ def recovery_plan(session: Session) -> recovery.Plan:
         CallSighting.objects.filter(session=session, seq__gte=outermost).values_list("call_id", flat=True)
     )
     call_ids |= {log_events.call_id(e.data) for e in tail if e.type == "tool_call"} - {None}
-    earlier_sightings = CallSighting.objects.filter(session=session, call_id__in=call_ids, seq__lt=outermost)
-    earlier = events.filter(seq__lt=outermost).filter(
-        Q(type="turn_end", turn_seq__isnull=True)
-        | Q(type__in=["tool_call", "tool_result"], call_id__in=call_ids)
-        | Q(seq__in=earlier_sightings.values("seq"))
+    before = events.filter(seq__lt=outermost)
+    sighted_before = CallSighting.objects.filter(session=session, call_id__in=call_ids, seq__lt=outermost)
+    earlier_seqs = (
+        set(strays.filter(seq__lt=outermost).values_list("seq", flat=True))
+        | set(before.filter(call_id__in=call_ids).values_list("seq", flat=True))
+        | set(sighted_before.values_list("seq", flat=True))
     )
-    return recovery.plan(
-        to_log_events(earlier.order_by("seq")) + tail, step_stack=open_steps_before(session, outermost)
-    )
+    earlier = to_log_events(before.filter(seq__in=earlier_seqs).order_by("seq")) if earlier_seqs else []
+    return recovery.plan(earlier + tail, step_stack=steps_open_at(session, outermost))
+
+
+def steps_open_at(session: Session, seq: int) -> list[int]:
+    """The scan's step stack just before `seq`: steps opened earlier and not yet closed there.
+
+    Each is either still open now (session.step_stack) or closed by a step_end
+    at or after `seq` (whose step_seq names it); stacks push in seq order.
+    """
+    closed_later = Event.objects.filter(session=session, type="step_end", seq__gte=seq, step_seq__lt=seq)
+    return sorted({s for s in session.step_stack if s < seq} | set(closed_later.values_list("step_seq", flat=True)))
 
 
 def dangling_patch(session: Session) -> list[recovery.Repair]:
     """The turn-blind patch's repairs (reads the whole log: a rare, manual action)."""
     return recovery.patch_dangling_tool_calls(session_log(session))
-
-
-def open_steps_before(session: Session, seq: int) -> list[int]:
-    """Seqs of step_starts before `seq` still open there, oldest first (the scan's step stack)."""
-    events = Event.objects.filter(session=session, seq__lt=seq)
-    closed = events.filter(type="step_end", step_seq__isnull=False).values("step_seq")
-    return list(events.filter(type="step_start").exclude(seq__in=closed).order_by("seq").values_list("seq", flat=True))
 
 
 def to_log_events(rows) -> list[log_events.Event]:
@@ -200,7 +204,7 @@ def fork_point(session: Session, boundary: object) -> ForkPoint:
         refusal = fork.open_turn_refusal(seed_length - 1, innermost)
         refusal.fields["valid_boundaries"] = valid_boundaries_around(session, unclosed[0].seq)
         raise refusal
-    return ForkPoint(seed_length=seed_length, step_stack=open_steps_before(session, seed_length))
+    return ForkPoint(seed_length=seed_length, step_stack=steps_open_at(session, seed_length))
 
 
 def open_turn_starts_before(session: Session, seq: int) -> list[log_events.Event]:
