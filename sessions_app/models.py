@@ -51,6 +51,8 @@ class Session(models.Model):
     turn_stack = models.JSONField(default=list, blank=True)
     step_stack = models.JSONField(default=list, blank=True)
     interrupted = models.BooleanField(default=False)
+    # Seqs of turn_ends that closed no open turn (the plan's warnings); almost always empty.
+    stray_turn_ends = models.JSONField(default=list, blank=True)
     # When a recovery last closed this session's open turns.
     recovered_at = models.DateTimeField(null=True, blank=True)
 
@@ -130,9 +132,6 @@ class Event(models.Model):
             models.Index(fields=["session", "replace_start"], name="event_replace_idx", condition=Q(replace_start__isnull=False)),
             models.Index(fields=["session", "turn_seq", "seq"], name="event_turn_idx"),
             models.Index(fields=["session", "type", "seq"], name="event_type_idx"),
-            models.Index(
-                fields=["session", "seq"], name="event_stray_turn_end_idx", condition=Q(type="turn_end", turn_seq__isnull=True)
-            ),
         ]
 
     def __str__(self) -> str:

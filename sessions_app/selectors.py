@@ -129,23 +129,20 @@ def recovery_plan(session: Session) -> recovery.Plan:
     result equals sessions_app.log.recovery.plan over the whole log.
     """
     events = Event.objects.filter(session=session)
-    strays = events.filter(type="turn_end", turn_seq__isnull=True)
     if not session.turn_stack:
-        return recovery.plan(to_log_events(strays.order_by("seq")))
+        return recovery.plan(to_log_events(events.filter(seq__in=session.stray_turn_ends).order_by("seq")))
     outermost = session.turn_stack[0]
     tail = to_log_events(events.filter(seq__gte=outermost).order_by("seq"))
     call_ids = set(
         CallSighting.objects.filter(session=session, seq__gte=outermost).values_list("call_id", flat=True)
     )
     call_ids |= {log_events.call_id(e.data) for e in tail if e.type == "tool_call"} - {None}
-    before = events.filter(seq__lt=outermost)
-    sighted_before = CallSighting.objects.filter(session=session, call_id__in=call_ids, seq__lt=outermost)
-    earlier_seqs = (
-        set(strays.filter(seq__lt=outermost).values_list("seq", flat=True))
-        | set(before.filter(call_id__in=call_ids).values_list("seq", flat=True))
-        | set(sighted_before.values_list("seq", flat=True))
-    )
-    earlier = to_log_events(before.filter(seq__in=earlier_seqs).order_by("seq")) if earlier_seqs else []
+    # Looked up by call id alone (then cut at the turn in Python) so that the
+    # planner has one obvious index, with or without statistics.
+    by_call_id = events.filter(call_id__in=call_ids).values_list("seq", flat=True)
+    sightings = CallSighting.objects.filter(session=session, call_id__in=call_ids).values_list("seq", flat=True)
+    earlier_seqs = {seq for seq in [*session.stray_turn_ends, *by_call_id, *sightings] if seq < outermost}
+    earlier = to_log_events(events.filter(seq__in=earlier_seqs).order_by("seq")) if earlier_seqs else []
     return recovery.plan(earlier + tail, step_stack=steps_open_at(session, outermost))
 
 

@@ -201,10 +201,11 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
         last = Event.objects.filter(session=parent, seq=point.seed_length - 1).values_list("time", flat=True).first()
         child.event_count = point.seed_length
         child.step_stack = point.step_stack
+        child.stray_turn_ends = [seq for seq in parent.stray_turn_ends if seq < point.seed_length]
         child.last_event_at = last
         # A new fork is new activity, whatever the age of what it inherited.
         child.last_activity_at = child.created_at
-        child.save(update_fields=["event_count", "step_stack", "last_event_at", "last_activity_at"])
+        child.save(update_fields=["event_count", "step_stack", "stray_turn_ends", "last_event_at", "last_activity_at"])
     return child
 
 
@@ -268,8 +269,11 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Even
     turn_stack = list(session.turn_stack)
     step_stack = list(session.step_stack)
     rows = []
+    strays = list(session.stray_turn_ends)
     for seq, new in enumerate(events, start=session.event_count):
         placement = structure.place(turn_stack, step_stack, seq, new.type)
+        if new.type == "turn_end" and placement.turn_seq is None:
+            strays.append(seq)
         rows.append(
             Event(
                 session=session,
@@ -292,11 +296,14 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Even
     session.turn_stack = turn_stack
     session.step_stack = step_stack
     session.interrupted = bool(turn_stack)
+    session.stray_turn_ends = strays
     session.last_event_at = rows[-1].time
     session.last_activity_at = rows[-1].time
     session.save(
-        update_fields=["event_count", "turn_stack", "step_stack", "interrupted", "last_event_at", "last_activity_at"]
-    )
+        update_fields=[
+            "event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_activity_at",
+        ]
+    )  # fmt: skip
     transaction.on_commit(lambda: publish_events(session.id, rows))
     return rows
 
