@@ -130,8 +130,10 @@ class Event(models.Model):
             # Partial where most rows hold nothing, so appends and forks maintain small indexes.
             models.Index(fields=["session", "call_id"], name="event_call_id_idx", condition=Q(call_id__isnull=False)),
             models.Index(fields=["session", "replace_start"], name="event_replace_idx", condition=Q(replace_start__isnull=False)),
+            # Grouping by turn and finding the turn_end that closed a turn.
+            # (No index by type: lookups by type are cut by seq ranges of the
+            # unique (session, seq) index, and every index slows appends and forks.)
             models.Index(fields=["session", "turn_seq", "seq"], name="event_turn_idx"),
-            models.Index(fields=["session", "type", "seq"], name="event_type_idx"),
         ]
 
     def __str__(self) -> str:

@@ -205,10 +205,15 @@ def fork_point(session: Session, boundary: object) -> ForkPoint:
 
 
 def open_turn_starts_before(session: Session, seq: int) -> list[log_events.Event]:
-    """turn_start events before `seq` still open there, outermost first."""
-    events = Event.objects.filter(session=session, seq__lt=seq)
-    closed = events.filter(type="turn_end", turn_seq__isnull=False).values("turn_seq")
-    return to_log_events(events.filter(type="turn_start").exclude(seq__in=closed).order_by("seq"))
+    """turn_start events before `seq` still open there, outermost first.
+
+    As for steps (steps_open_at): still open now, or closed by a turn_end at
+    or after `seq`; so the cost follows what comes after `seq`, not the log.
+    """
+    events = Event.objects.filter(session=session)
+    closed_later = events.filter(type="turn_end", seq__gte=seq, turn_seq__lt=seq).values_list("turn_seq", flat=True)
+    open_seqs = {t for t in session.turn_stack if t < seq} | set(closed_later)
+    return to_log_events(events.filter(seq__in=open_seqs).order_by("seq")) if open_seqs else []
 
 
 def valid_boundaries_around(session: Session, outermost_open: int) -> dict:
