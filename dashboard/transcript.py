@@ -27,7 +27,8 @@ from sessions_app.models import CallSighting
 from sessions_app.models import Event as EventRow
 from sessions_app.models import Session
 
-BLOCKS_PER_PAGE = 30
+# A turn and the user message before it are two blocks: a page opens on about six turns.
+BLOCKS_PER_PAGE = 12
 # Longer text is cut on the server; the full value is one click away.
 TRUNCATE_CHARS = 2000
 

@@ -7,6 +7,7 @@ from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from dashboard import transcript
 from sessions_app import selectors, services
 from sessions_app.log.events import validate_batch
 from sessions_app.models import Event, RecoveryRecord, Session, ToolPolicy
@@ -123,9 +124,11 @@ def test_a_large_session_opens_on_its_latest_turns_with_constant_queries(viewer)
         assert "Load earlier turns" in page and "q1<" not in page
     assert counts["small"] == counts["big"]
     page = text_of(viewer.get("/sessions/big/"))
+    shown_turns = transcript.BLOCKS_PER_PAGE // 2  # each turn is preceded by its user message block
+    assert f"Turn {200 - shown_turns + 1}<" in page and f"Turn {200 - shown_turns}<" not in page
     before = re.search(r"before=(\d+)", page).group(1)
     earlier = text_of(viewer.get(f"/sessions/big/blocks?before={before}", HTTP_HX_REQUEST="true"))
-    assert "Turn 185" in earlier and f'id="turn-{int(before)}"' not in earlier
+    assert f"Turn {200 - shown_turns}<" in earlier and f'id="turn-{int(before)}"' not in earlier
 
 
 def test_recovery_preview_shows_risks_evidence_and_the_events_to_append(staff):
