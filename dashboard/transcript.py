@@ -200,10 +200,7 @@ class Window:
 
 def latest_window(session: Session, *, before: int | None = None, blocks: int = BLOCKS_PER_PAGE) -> Window:
     """The newest `blocks` blocks (or those before seq `before`)."""
-    starts = EventRow.objects.filter(session=session).filter(Q(type="turn_start") | Q(turn_seq__isnull=True))
-    if before is not None:
-        starts = starts.filter(seq__lt=before)
-    block_starts = list(starts.order_by("-seq").values_list("seq", flat=True)[: blocks + 1])
+    block_starts = latest_block_starts(session, before=before, count=blocks + 1)
     if not block_starts:
         return Window(blocks=[], earlier_before=None, last_seq=session.event_count - 1)
     first = block_starts[: blocks][-1]
@@ -216,6 +213,24 @@ def latest_window(session: Session, *, before: int | None = None, blocks: int = 
         earlier_before=first if len(block_starts) > blocks else None,
         last_seq=session.event_count - 1,
     )
+
+
+def latest_block_starts(session: Session, *, before: int | None, count: int) -> list[int]:
+    """Seqs of the last `count` block starts before `before`, newest first.
+
+    Read backwards in growing seq ranges of the unique (session, seq) index,
+    a few small columns at a time, so the cost follows the blocks shown, not
+    the length of the log.
+    """
+    end = session.event_count if before is None else min(before, session.event_count)
+    starts: list[int] = []
+    span = 256
+    while end > 0 and len(starts) < count:
+        low = max(end - span, 0)
+        rows = EventRow.objects.filter(session=session, seq__gte=low, seq__lt=end).order_by("-seq")
+        starts += [seq for seq, type_, turn_seq in rows.values_list("seq", "type", "turn_seq") if turn_seq is None or (type_ == "turn_start" and turn_seq == seq)]
+        end, span = low, span * 2
+    return starts[:count]
 
 
 def blocks_touched(session: Session, events: list[Event]) -> list[Block]:
