@@ -474,7 +474,7 @@ def print_result(r: dict, args) -> None:
     print(f"(a) {'meets' if live_ok(live) else 'MISSES'} the target: zero lost, zero duplicated, every viewer connected throughout")
     if "pages" in r:
         p = r["pages"]
-        print(f"\n(b) GET /sessions/{{id}}/ in-process (django.test.Client, force_login), server time in ms:")
+        print("\n(b) GET /sessions/{id}/ in-process (django.test.Client, force_login), server time in ms:")
         print(f"{'session':<44}{'median ms':>10}  (min–max, n)    page bytes")
         for state in ("open", "closed"):
             for label in ("small", "big"):

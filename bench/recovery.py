@@ -113,7 +113,6 @@ def measure(target: Target, n_events: int, runs: int) -> dict:
     events = selectors.session_log(session)
     naive_load = timed(lambda: selectors.session_log(session), runs=naive_runs, warmup=0)
     naive_scan = timed(lambda: recovery.plan(events), runs=naive_runs, warmup=0)
-    del events
 
     # The same selector once the database has planner statistics. The project never runs
     # ANALYZE; PostgreSQL's autovacuum does it on its own schedule, SQLite never does.

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 
 from sessions_app import selectors
@@ -250,8 +249,11 @@ def blocks_touched(session: Session, events: list[Event]) -> list[Block]:
         placed.update(EventRow.objects.filter(session=session, seq__gte=start, seq__lte=stop).values_list("seq", "turn_seq"))
     turns = {t for t in placed.values() if t is not None}
     loose = {seq for seq, t in placed.items() if t is None}
-    rows = EventRow.objects.filter(session=session).filter(Q(turn_seq__in=turns) | Q(seq__in=turns | loose))
-    return Builder(session).build(selectors.to_log_events(rows.order_by("seq")), with_placement(rows))
+    # Two index lookups (by turn, by seq), merged here: an OR would scan the log.
+    in_turns = EventRow.objects.filter(session=session, turn_seq__in=turns)
+    own = EventRow.objects.filter(session=session, seq__in=turns | loose)
+    events = {e.seq: e for e in [*selectors.to_log_events(in_turns), *selectors.to_log_events(own)]}
+    return Builder(session).build(sorted(events.values(), key=lambda e: e.seq), {**with_placement(in_turns), **with_placement(own)})
 
 
 def compactions(session: Session) -> list[tuple[int, int, int]]:
@@ -342,7 +344,9 @@ class Builder:
         related = EventRow.objects.filter(session=session, call_id__in=ids)
         self.results: dict[str, list[Event]] = defaultdict(list)
         self.dispatches: dict[str, list[Event]] = defaultdict(list)
-        for event in selectors.to_log_events(related.order_by("seq")):
+        # Sorted here, not by the query: ORDER BY seq would lure SQLite's
+        # planner onto the (session, seq) index and a scan of the whole log.
+        for event in sorted(selectors.to_log_events(related), key=lambda e: e.seq):
             target = self.results if event.type == "tool_result" else self.dispatches
             target[log_events.call_id(event.data)].append(event)
         # Where each call was first sighted, so a result elsewhere can point at its card.

@@ -223,7 +223,10 @@ def valid_boundaries_around(session: Session, outermost_open: int) -> dict:
     open there). After: the turn_end that closes that turn, if any.
     """
     closing = (
-        Event.objects.filter(session=session, type="turn_end", turn_seq=outermost_open).values_list("seq", flat=True).first()
+        Event.objects.filter(session=session, type="turn_end", turn_seq=outermost_open)
+        .order_by("seq")
+        .values_list("seq", flat=True)
+        .first()
     )
     return {"before": outermost_open - 1 if outermost_open > 0 else None, "after": closing}
 

@@ -198,7 +198,8 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
             seed_length=point.seed_length,
         )
         _copy_prefix(parent, child, point.seed_length)
-        last = Event.objects.filter(session=parent, seq=point.seed_length - 1).values_list("time", flat=True).first()
+        inherited_last = Event.objects.filter(session=parent, seq=point.seed_length - 1).order_by("seq")
+        last = inherited_last.values_list("time", flat=True).first()
         child.event_count = point.seed_length
         child.step_stack = point.step_stack
         child.stray_turn_ends = [seq for seq in parent.stray_turn_ends if seq < point.seed_length]

@@ -13,83 +13,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 
 import pytest
-import pytest_asyncio
 from channels.db import database_sync_to_async
-from channels import DEFAULT_CHANNEL_LAYER
-from channels.layers import InMemoryChannelLayer, channel_layers, get_channel_layer
+from channels.layers import InMemoryChannelLayer, get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
-from django.db import connections
-from django.test import Client
 
 from dashboard import stream
 from dashboard.asgi import application
 from sessions_app import selectors, services
 from sessions_app.log.events import validate_batch
-from sessions_app.models import ApiToken, Event
+from sessions_app.models import Event
+from tests.dashboard.conftest import QUIET, WAIT, opened
 from tests.sessions_app import factories as f
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
 
-QUIET = 0.3  # how long "nothing more arrives" is watched for
-WAIT = 3  # the longest a frame that must come may take
-
-
-@pytest.fixture(autouse=True)
-def slow_poll(monkeypatch):
-    monkeypatch.setattr(stream, "POLL_INTERVAL", 3600)
-    monkeypatch.setattr(stream, "_watcher", None)  # never one a failed test left behind
-
-
-@pytest_asyncio.fixture(autouse=True)
-async def fresh_layer():
-    """A new channel layer per test: each test has its own event loop, and
-    layers keep loop-bound state (queues, locks, connection pools). Never
-    flushed: Redis may be shared with other runs, hence the unique session ids."""
-    channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
-    opened.clear()
-    yield
-    for communicator in opened:  # sockets a failed test left open
-        with contextlib.suppress(Exception, asyncio.CancelledError):
-            await communicator.disconnect(timeout=WAIT)
-    # channels' communicator disables close_old_connections while it waits, so
-    # the worker thread may still hold a connection (PostgreSQL then refuses
-    # to drop the test database): close it there.
-    await database_sync_to_async(connections.close_all)()
-    layer = channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
-    if hasattr(layer, "close_pools"):  # Redis: finish its cleaners in this loop
-        await layer.close_pools()
-    assert stream.watched_sessions() == set(), "a stream was left watched after its socket closed"
-
-
-@pytest.fixture
-def user(django_user_model):
-    return django_user_model.objects.create_user("viewer")
-
-
-@pytest.fixture
-def token(user):
-    return ApiToken.issue(user)[1]
-
-
-@pytest.fixture
-def session_cookie(user):
-    client = Client()
-    client.force_login(user)
-    return client.cookies[settings.SESSION_COOKIE_NAME].value
-
-
-@pytest.fixture
-def sid():
-    return f"ws-{uuid.uuid4().hex[:16]}"
 
 
 # Helpers ---------------------------------------------------------------
 
-opened: list[WebsocketCommunicator] = []
 
 
 @database_sync_to_async

@@ -13,21 +13,10 @@ from dashboard import live
 from dashboard.asgi import application
 from sessions_app import services
 from sessions_app.log.events import validate_batch
-from tests.dashboard.test_consumers import (  # noqa: F401 (fixtures)
-    QUIET,
-    WAIT,
-    append,
-    create,
-    fresh_layer,
-    opened,
-    session_cookie,
-    sid,
-    slow_poll,
-    token,
-    user,
-)
+from tests.dashboard.conftest import QUIET, WAIT, opened
+from tests.dashboard.test_consumers import append, create
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio]
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
 ORIGIN = "http://127.0.0.1"
 
 
