@@ -166,10 +166,8 @@ class CallSighting(models.Model):
     objects = EventQuerySet.as_manager()
 
     class Meta:
-        indexes = [
-            models.Index(fields=["session", "call_id", "seq"], name="sighting_call_id_idx"),
-            models.Index(fields=["tool_name"], name="sighting_tool_name_idx"),
-        ]
+        # Search by tool name is a substring match (icontains), which no b-tree serves.
+        indexes = [models.Index(fields=["session", "call_id", "seq"], name="sighting_call_id_idx")]
 
     def save(self, *args, **kwargs):
         if not self._state.adding:
