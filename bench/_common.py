@@ -482,3 +482,28 @@ def run_children(script: str, dbs: list[str], args: list[str]) -> list[tuple[str
             Path(out).unlink(missing_ok=True)
         results.append((db, data, rc))
     return results
+
+
+def measure_in_process(db: str, args, measure: Callable[..., dict]) -> dict:
+    """Set up a fresh `db`, run measure(target, args.events, args.runs), always tear down."""
+    target = Target(db, None)
+    try:
+        target.setup(servers=0)
+        return measure(target, args.events, args.runs)
+    except Exception:
+        if tail := target.log_tail():
+            print(f"--- daphne log tail ({db}) ---\n{tail}", file=sys.stderr)
+        raise
+    finally:
+        target.teardown()
+
+
+def run_single(args, measure: Callable[..., dict], print_result: Callable[[dict], None], passed: Callable[[dict], bool]) -> int:
+    """One database in this process: measure, print, hand the result to a parent run (--json-out)."""
+    started = time.perf_counter()
+    result = measure_in_process(args.db, args, measure)
+    print_result(result)
+    print(f"({args.db} took {time.perf_counter() - started:.0f} s)")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result))
+    return 0 if passed(result) else 1

@@ -35,7 +35,6 @@ missed. Results and method: docs/benchmarks.md.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import signal
 import statistics
@@ -44,7 +43,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import Target, agent_log, build_session, db_version, machine_line, run_children, setup_django
+from _common import Target, agent_log, build_session, db_version, machine_line, run_children, run_single, setup_django
 
 TARGET_SECONDS = 2.0
 SAMPLE = 500
@@ -153,15 +152,6 @@ def print_result(r: dict) -> None:
     print(f"slowest median {worst:.2f} s ({verdict} the {TARGET_SECONDS:.0f} s target)")
 
 
-def run_one(db: str, args) -> dict:
-    target = Target(db, None)
-    try:
-        target.setup(servers=0)
-        return measure(target, args.events, args.runs)
-    finally:
-        target.teardown()
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
@@ -175,13 +165,7 @@ def main(argv=None) -> int:
         print(machine_line("Turnlog fork benchmark"))
 
     if args.db != "both":
-        t0 = time.perf_counter()
-        result = run_one(args.db, args)
-        print_result(result)
-        print(f"({args.db} took {time.perf_counter() - t0:.0f} s)")
-        if args.json_out:
-            Path(args.json_out).write_text(json.dumps(result))
-        return 0 if max(medians(result).values()) < TARGET_SECONDS else 1
+        return run_single(args, measure, print_result, lambda r: max(medians(r).values()) < TARGET_SECONDS)
 
     results = run_children(str(Path(__file__).resolve()), ["sqlite", "postgres"], ["--events", str(args.events), "--runs", str(args.runs)])
     print(f"\n== summary: services.fork of {args.events:,} events, target < {TARGET_SECONDS:.0f} s ==")

@@ -38,11 +38,10 @@ import json
 import signal
 import statistics
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import Client, Target, agent_log, build_session, db_version, machine_line, setup_django, spread_ms, timed
+from _common import Client, Target, agent_log, build_session, db_version, machine_line, run_single, setup_django, spread_ms, timed
 
 TARGET_MS = 50.0
 
@@ -179,20 +178,6 @@ def print_result(r: dict) -> None:
     print(f"selector median {median_ms:.1f} ms ({verdict} the {TARGET_MS:.0f} ms target)")
 
 
-def run_one(db: str, args) -> dict:
-    target = Target(db, None)
-    try:
-        target.setup(servers=0)
-        return measure(target, args.events, args.runs)
-    except Exception:
-        tail = target.log_tail()
-        if tail:
-            print(f"--- daphne log tail ({db}) ---\n{tail}", file=sys.stderr)
-        raise
-    finally:
-        target.teardown()
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
@@ -206,13 +191,7 @@ def main(argv=None) -> int:
         print(machine_line("Turnlog recovery-plan benchmark"))
 
     if args.db != "both":
-        t0 = time.perf_counter()
-        result = run_one(args.db, args)
-        print_result(result)
-        print(f"({args.db} took {time.perf_counter() - t0:.0f} s)")
-        if args.json_out:
-            Path(args.json_out).write_text(json.dumps(result))
-        return 0 if statistics.median(result["selector"]) * 1000 < TARGET_MS else 1
+        return run_single(args, measure, print_result, lambda r: statistics.median(r["selector"]) * 1000 < TARGET_MS)
 
     from _common import run_children
 

@@ -136,7 +136,8 @@ def test_recovery_preview_shows_risks_evidence_and_the_events_to_append(staff):
     store(WORKED_EXAMPLE, session_id="crashed")
     page = text_of(staff.get("/sessions/crashed/recovery"))
     assert "Outcome unknown: it may have run" in page and "Not started: it did not run" in page
-    assert page.index("c3") < page.index("c2")  # the unknown outcome of an external-effect tool first
+    owed_order = re.findall(r'<h3><span class="tool-name">echo</span> <code class="muted">(c\d)</code></h3>', page)
+    assert owed_order == ["c3", "c2"]  # the unknown outcome of an external-effect tool first
     assert "Check this first" in page and "Why (rule 1)" in page and "Why (rule 2)" in page
     assert '#seq-9">seq 9</a>' in page and '#seq-6">seq 6</a>' not in page  # c3 rule 1: its tool_call
     assert '#seq-4">seq 4</a>' in page  # c2 rule 2: the sibling's tool_call
