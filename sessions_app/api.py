@@ -159,15 +159,19 @@ class EventOut(Schema):
 
 
 class EventIn(Schema):
-    type: str
+    """One event to append (documentation of AppendIn.events' items)."""
+
+    type: str = Field(..., description="one of the event types of session-log.md section 1")
     data: dict[str, Any]
-    time: str | None = None
+    time: str | None = Field(None, description="ISO 8601 with a UTC offset or Z; default: the append time")
 
 
 class AppendIn(Schema):
     # Items stay untyped here so that the core's validation names the index
     # and reason of a bad event (422 invalid_event) instead of pydantic.
-    events: list[Any] = Field(..., description="Events to append: objects shaped like EventIn")
+    events: list[Any] = Field(
+        ..., description="Events to append, all or nothing", json_schema_extra={"items": EventIn.model_json_schema()}
+    )
     expected_seq: StrictInt | None = None
 
 
