@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import argparse
 import http.client
 import json
 import os
@@ -507,3 +508,13 @@ def run_single(args, measure: Callable[..., dict], print_result: Callable[[dict]
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result))
     return 0 if passed(result) else 1
+
+
+def database_arguments(doc: str, *, events_help: str, runs: int, runs_help: str) -> argparse.ArgumentParser:
+    """The options bench/recovery.py and bench/fork.py share (--db, --events, --runs)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
+    parser.add_argument("--events", type=int, default=100_000, help=events_help)
+    parser.add_argument("--runs", type=int, default=runs, help=runs_help)
+    parser.add_argument("--json-out", help=argparse.SUPPRESS)
+    return parser

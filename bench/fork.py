@@ -34,7 +34,6 @@ missed. Results and method: docs/benchmarks.md.
 
 from __future__ import annotations
 
-import argparse
 import random
 import signal
 import statistics
@@ -43,7 +42,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import Target, agent_log, build_session, db_version, machine_line, run_children, run_single, setup_django
+from _common import Target, agent_log, build_session, database_arguments, db_version, machine_line, run_children, run_single, setup_django
 
 TARGET_SECONDS = 2.0
 SAMPLE = 500
@@ -153,11 +152,7 @@ def print_result(r: dict) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
-    parser.add_argument("--events", type=int, default=100_000, help="events in the parent session (default 100,000)")
-    parser.add_argument("--runs", type=int, default=5, help="forks per boundary (default 5)")
-    parser.add_argument("--json-out", help=argparse.SUPPRESS)
+    parser = database_arguments(__doc__, events_help="events in the parent session (default 100,000)", runs=5, runs_help="forks per boundary (default 5)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 

@@ -33,16 +33,14 @@ import os
 import random
 import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import DEFAULT_REDIS_URL, ROOT, Client, Target, batches, make_events
+from _common import DEFAULT_REDIS_URL, ROOT, Client, Target, batches, make_events, run_children
 
 TARGET_RATIO = 0.40
 
@@ -306,23 +304,10 @@ def main(argv=None) -> int:
         return 0 if result.ratio >= TARGET_RATIO else 1
 
     # Each database in its own process: Django's settings read DATABASE_URL once.
-    summary = []
-    failed = False
-    for db in ("sqlite", "postgres"):
-        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-            out = f.name
-        cmd = [sys.executable, __file__, "--db", db, "--events", str(args.events), "--json-out", out]
-        if args.redis:
-            cmd += ["--redis", "--redis-url", args.redis_url]
-        rc = subprocess.call(cmd)
-        try:
-            data = json.loads(Path(out).read_text())
-            summary.append((db, data["ratio"]))
-        except (OSError, ValueError):
-            summary.append((db, None))
-        finally:
-            Path(out).unlink(missing_ok=True)
-        failed |= rc != 0
+    forwarded = ["--events", str(args.events), *(["--redis", "--redis-url", args.redis_url] if args.redis else [])]
+    results = run_children(str(Path(__file__).resolve()), ["sqlite", "postgres"], forwarded)
+    summary = [(db, data["ratio"] if data else None) for db, data, _ in results]
+    failed = any(rc != 0 for _, _, rc in results)
     print("\n== summary: API(1000) / raw bulk_create, target >= 40% ==")
     for db, ratio in summary:
         shown = "error" if ratio is None else f"{ratio:.2f} {'ok' if ratio >= TARGET_RATIO else 'BELOW TARGET'}"

@@ -33,7 +33,6 @@ status is 1 when it is missed. Results and method: docs/benchmarks.md.
 
 from __future__ import annotations
 
-import argparse
 import json
 import signal
 import statistics
@@ -41,7 +40,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import Client, Target, agent_log, build_session, db_version, machine_line, run_single, setup_django, spread_ms, timed
+from _common import Client, Target, agent_log, build_session, database_arguments, db_version, machine_line, run_children, run_single, setup_django, spread_ms, timed
 
 TARGET_MS = 50.0
 
@@ -179,11 +178,7 @@ def print_result(r: dict) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--db", choices=["sqlite", "postgres", "both"], default="both")
-    parser.add_argument("--events", type=int, default=100_000, help="events in the session (default 100,000)")
-    parser.add_argument("--runs", type=int, default=20, help="timed runs per measurement (default 20)")
-    parser.add_argument("--json-out", help=argparse.SUPPRESS)
+    parser = database_arguments(__doc__, events_help="events in the session (default 100,000)", runs=20, runs_help="timed runs per measurement (default 20)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
@@ -192,8 +187,6 @@ def main(argv=None) -> int:
 
     if args.db != "both":
         return run_single(args, measure, print_result, lambda r: statistics.median(r["selector"]) * 1000 < TARGET_MS)
-
-    from _common import run_children
 
     results = run_children(str(Path(__file__).resolve()), ["sqlite", "postgres"], ["--events", str(args.events), "--runs", str(args.runs)])
     print(f"\n== summary: selectors.recovery_plan on {args.events:,} events, target < {TARGET_MS:.0f} ms ==")

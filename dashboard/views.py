@@ -109,8 +109,8 @@ def fork_session(request, session_id: str):
         child = services.fork(session_id=session.id, boundary=boundary)
     except log_fork.ForkRefused as refused:
         context = {"session": session, "refused": refused, "boundary": raw, "can_recover": request.user.has_perm("sessions_app.recover_session")}
-        response = render(request, "sessions/fork_refused.html", context, status=200 if request.htmx else 422)
-        return response
+        # htmx swaps only 2xx answers into the page; other clients get the honest 422.
+        return render(request, "sessions/fork_refused.html", context, status=200 if request.htmx else 422)
     url = reverse("session_detail", args=[child.id])
     if request.htmx:
         response = HttpResponse(status=204)
