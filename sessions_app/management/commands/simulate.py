@@ -14,14 +14,18 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from http.client import HTTPException
+from pathlib import Path
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 from sessions_app import demo
-from sessions_app.models import ApiToken
+from sessions_app.models import ApiToken, hash_token
 
 SIMULATOR_USERNAME = "simulator"
+# Reused across runs, so that simulating does not leave a token per run behind.
+TOKEN_FILE = Path(settings.BASE_DIR) / "var" / "simulator-token"
 RETRY_DELAYS = (0.5, 1.0, 2.0)  # seconds between attempts when the connection fails
 MAX_FAILURES_IN_A_ROW = 5  # then the cause is systematic (wrong URL, a server bug): stop instead of spinning
 
@@ -213,7 +217,7 @@ class Command(BaseCommand):
         parser.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default http://127.0.0.1:8000)")
         parser.add_argument(
             "--token",
-            help=f"API token; by default a new one for the user {SIMULATOR_USERNAME!r} in this project's database",
+            help=f"API token; by default the user {SIMULATOR_USERNAME!r}'s token in this project's database (issued once, kept in var/)",
         )
         parser.add_argument("--seed", type=int, help="seed for reproducible sessions (default: random, printed)")
         parser.add_argument("--duration", type=float, help="seconds to run (default: until Ctrl-C)")
@@ -262,11 +266,20 @@ class Command(BaseCommand):
             self.stdout.flush()
 
     def local_token(self) -> str:
+        """The simulator's stored token, or a new one when it was never issued or has been revoked."""
         user, created = get_user_model().objects.get_or_create(username=SIMULATOR_USERNAME)
         if created:
             user.set_unusable_password()
             user.save()
-        return ApiToken.issue(user)[1]
+        if TOKEN_FILE.exists():
+            stored = TOKEN_FILE.read_text().strip()
+            if ApiToken.objects.filter(user=user, token_sha256=hash_token(stored)).exists():
+                return stored
+        token = ApiToken.issue(user)[1]
+        TOKEN_FILE.parent.mkdir(parents=True, exist_ok=True)
+        TOKEN_FILE.write_text(token)
+        TOKEN_FILE.chmod(0o600)
+        return token
 
     def probe(self, api: ApiClient) -> int:
         """The status of an authenticated read: 200, or 401 for a refused token."""

@@ -8,8 +8,9 @@ from django.db import connection
 from django.utils import timezone
 
 from sessions_app import demo, services
+from sessions_app.management.commands import simulate
 from sessions_app.management.commands.simulate import ApiClient
-from sessions_app.models import ApiToken, Event, Session
+from sessions_app.models import ApiToken, Event, Session, hash_token
 from tests.servers import PROJECT_DIR, DaphneServer, free_port
 
 
@@ -106,3 +107,17 @@ def test_simulate_without_a_server_exits_non_zero_and_says_to_start_one():
     assert done.returncode != 0
     assert f"cannot reach the Turnlog server at {url}" in done.stderr
     assert "make run" in done.stderr
+
+
+@pytest.mark.django_db
+def test_simulate_reuses_its_local_token_until_it_is_revoked(tmp_path, monkeypatch):
+    monkeypatch.setattr(simulate, "TOKEN_FILE", tmp_path / "var" / "simulator-token")
+    first = simulate.Command().local_token()
+    assert simulate.Command().local_token() == first
+    assert ApiToken.objects.filter(user__username=simulate.SIMULATOR_USERNAME).count() == 1
+    assert (tmp_path / "var" / "simulator-token").stat().st_mode & 0o777 == 0o600
+
+    ApiToken.objects.all().delete()  # revoked in the admin
+    second = simulate.Command().local_token()
+    assert second != first
+    assert ApiToken.objects.get().token_sha256 == hash_token(second)
