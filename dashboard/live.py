@@ -30,8 +30,8 @@ from sessions_app.models import Session
 # (--websocket_timeout) can end live updates silently. Tests shorten it.
 MAX_SOCKET_SECONDS = 3600
 SERVICE_RESTART = 1012
-# How often the list re-checks statuses that change with time alone (running -> stalled).
-LIST_REFRESH_SECONDS = 15
+# How often pages re-check statuses that change with time alone (running -> stalled).
+STATUS_REFRESH_SECONDS = 15
 
 
 async def login_user(consumer: AsyncWebsocketConsumer):
@@ -64,11 +64,15 @@ class RenewedSocket:
 class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
     """HTML frames for one session page; the browser's cursor is `after`."""
 
+    _status_watch: asyncio.Task | None = None
+
     async def connect(self):
         await self.accept()
         if await login_user(self) is None:
             return
         await self.connect_stream()
+        if self._stream is not None:
+            self._status_watch = asyncio.create_task(self.refresh_status(self._stream.session_id))
         self.renew_later()
 
     async def _send_events(self, wires: list[dict]) -> None:
@@ -76,9 +80,28 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         frame = await database_sync_to_async(render_page_frame)(self._stream.session_id, wires, shown_through)
         await self.send(text_data=frame)
 
+    async def refresh_status(self, session_id: str):
+        """A running session turns stalled with silence alone: its header is re-sent when that happens."""
+        shown = await database_sync_to_async(session_status)(session_id)
+        while True:
+            await asyncio.sleep(STATUS_REFRESH_SECONDS)
+            status = await database_sync_to_async(session_status)(session_id)
+            if status != shown:
+                shown = status
+                await self.send(text_data=await database_sync_to_async(render_state_frame)(session_id))
+
     async def disconnect(self, code):
         self.cancel_renewal()
         await super().disconnect(code)
+
+    async def _stop_stream(self) -> None:
+        task, self._status_watch = self._status_watch, None
+        await stop_task(task)
+        await super()._stop_stream()
+
+
+def session_status(session_id: str) -> str:
+    return Session.objects.get(pk=session_id).status
 
 
 def render_page_frame(session_id: str, wires: list[dict], shown_through: int) -> str:
@@ -90,9 +113,28 @@ def render_page_frame(session_id: str, wires: list[dict], shown_through: int) ->
         oob = "true" if block.first_seq <= shown_through else None
         html = render_to_string("sessions/detail.html#block", {"session": session, "block": block, "oob": oob}).strip()
         parts.append(html if oob else f'<div hx-swap-oob="beforeend:#blocks">{html}</div>')
-    parts.append(render_to_string("sessions/_summary.html", {"session": session, "oob": True}).strip())
+    parts.append(state_parts(session))
     parts.append(f'<span id="live-cursor" data-last-seq="{wires[-1]["seq"]}" hidden hx-swap-oob="true"></span>')
     return "".join(parts)
+
+
+def render_state_frame(session_id: str) -> str:
+    return state_parts(Session.objects.get(pk=session_id))
+
+
+def state_parts(session: Session) -> str:
+    """The header's status pill and count, open-turn alert and recovery history, as out-of-band swaps."""
+    context = {"session": session, "status": session.status, "recoveries": selectors.recovery_history(session), "oob": True}
+    return render_to_string("sessions/_summary.html", context).strip() + render_to_string(
+        "sessions/_header.html#session-state", context
+    ).strip()
+
+
+async def stop_task(task: asyncio.Task | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
@@ -136,7 +178,7 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
     async def refresh_statuses(self):
         """Statuses that change with silence alone (running -> stalled) are re-sent."""
         while True:
-            await asyncio.sleep(LIST_REFRESH_SECONDS)
+            await asyncio.sleep(STATUS_REFRESH_SECONDS)
             frames = await database_sync_to_async(self.changed_rows)()
             for frame in frames:
                 await self.send(text_data=frame)
@@ -147,8 +189,4 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
 
     async def disconnect(self, code):
         self.cancel_renewal()
-        task = getattr(self, "_refresh", None)
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await stop_task(getattr(self, "_refresh", None))

@@ -114,7 +114,7 @@ async def test_a_filtered_list_ignores_sessions_outside_its_filter(sid, session_
 
 
 async def test_a_running_row_turns_stalled_without_any_event(sid, session_cookie, monkeypatch, settings):
-    monkeypatch.setattr(live, "LIST_REFRESH_SECONDS", 0.2)
+    monkeypatch.setattr(live, "STATUS_REFRESH_SECONDS", 0.2)
     listing = await browser_socket("/ws/sessions/live", session_cookie)
     await create(sid)
     await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
@@ -137,3 +137,32 @@ async def test_a_new_summary_re_renders_the_blocks_it_compacts(sid, session_cook
     frame = await page.receive_from(timeout=WAIT)
     assert '<section id="turn-0" class="block turn compacted" hx-swap-oob="true">' in frame
     assert "stands here for seqs 0–1" in frame
+
+
+async def test_the_header_follows_the_status_a_turn_opens_and_a_recovery_closes(sid, session_cookie, user):
+    await create(sid, 1)
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
+    await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
+    frame = await page.receive_from(timeout=WAIT)
+    assert '<div id="session-state" hx-swap-oob="true">' in frame
+    assert "<strong>Running:</strong> a turn is open at seq 1" in frame and "Preview recovery" in frame
+
+    await database_sync_to_async(services.recover)(session_id=sid, user=user, note="checked <b>it</b>")
+    frame = await page.receive_from(timeout=WAIT)
+    state = frame[frame.index('<div id="session-state"') :]
+    assert "Running:" not in state and "Preview recovery" not in state
+    assert f"Recovery of open turns by <strong>{user.username}</strong>" in state
+    assert "checked &lt;b&gt;it&lt;/b&gt;" in state  # the note is escaped
+    assert 'class="badge status-recovered"' in frame
+
+
+async def test_a_running_page_turns_stalled_without_any_event(sid, session_cookie, monkeypatch, settings):
+    monkeypatch.setattr(live, "STATUS_REFRESH_SECONDS", 0.2)
+    await create(sid)
+    await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
+    assert await page.receive_nothing(QUIET)  # still running: nothing to re-send
+    settings.TURNLOG_STALL_SECONDS = 0
+    frame = await page.receive_from(timeout=WAIT)
+    assert "<strong>Stalled:</strong>" in frame and 'class="badge status-stalled"' in frame
+    assert await page.receive_nothing(QUIET)  # sent once, not on every check
