@@ -70,6 +70,10 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         await self.accept()
         if await login_user(self) is None:
             return
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        # The raw log view follows the log too; `first` is the first seq its page shows.
+        first = query.get("first", [""])[0]
+        self.raw_from = (int(first) if first.isdigit() else 0) if query.get("view") == ["raw"] else None
         await self.connect_stream()
         if self._stream is not None:
             self._status_watch = asyncio.create_task(self.refresh_status(self._stream.session_id))
@@ -77,7 +81,11 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
 
     async def _send_events(self, wires: list[dict]) -> None:
         shown_through = wires[0]["seq"] - 1
-        frame = await database_sync_to_async(render_page_frame)(self._stream.session_id, wires, shown_through)
+        if self.raw_from is None:
+            render, extra = render_page_frame, ()
+        else:
+            render, extra = render_raw_frame, (self.raw_from,)
+        frame = await database_sync_to_async(render)(self._stream.session_id, wires, shown_through, *extra)
         await self.send(text_data=frame)
 
     async def refresh_status(self, session_id: str):
@@ -113,6 +121,21 @@ def render_page_frame(session_id: str, wires: list[dict], shown_through: int) ->
         oob = "true" if block.first_seq <= shown_through else None
         html = render_to_string("sessions/detail.html#block", {"session": session, "block": block, "oob": oob}).strip()
         parts.append(html if oob else f'<div hx-swap-oob="beforeend:#blocks">{html}</div>')
+    parts.append(state_parts(session))
+    parts.append(f'<span id="live-cursor" data-last-seq="{wires[-1]["seq"]}" hidden hx-swap-oob="true"></span>')
+    return "".join(parts)
+
+
+def render_raw_frame(session_id: str, wires: list[dict], shown_through: int, first_shown: int) -> str:
+    """Out-of-band swaps for the raw log: new rows appended, rows a new summary shadows replaced."""
+    session = Session.objects.get(pk=session_id)
+    events = [log_events.event_from_wire(w) for w in wires]
+    parts = [
+        render_to_string("sessions/detail.html#raw-row", {"session": session, "entry": row, "oob": True}).strip()
+        for row in transcript.raw_rows_shadowed_by(session, events, first_shown=first_shown, shown_through=shown_through)
+    ]
+    rows = "".join(render_to_string("sessions/detail.html#raw-row", {"session": session, "entry": row}) for row in transcript.raw_rows(session, events))
+    parts.append(f'<div hx-swap-oob="beforeend:#raw-rows">{rows}</div>')
     parts.append(state_parts(session))
     parts.append(f'<span id="live-cursor" data-last-seq="{wires[-1]["seq"]}" hidden hx-swap-oob="true"></span>')
     return "".join(parts)

@@ -275,6 +275,53 @@ def shadowing(session: Session, events: list[Event]) -> dict[int, int]:
     return {e.seq: by for e in events if (by := shadowed_by(e, replaces)) is not None}
 
 
+# The raw log ----------------------------------------------------------------
+
+RAW_PAGE = 200
+
+
+@dataclass
+class RawRow:
+    event: Event
+    data: Value
+    shadowed_by: int | None
+
+
+@dataclass
+class RawPage:
+    rows: list[RawRow]
+    first_seq: int  # of the page (its end when empty)
+    earlier_before: int | None  # where the previous page ends; None at the start of the log
+    live: bool  # the latest page follows new events
+
+
+def raw_rows(session: Session, events: list[Event]) -> list[RawRow]:
+    shadowed = shadowing(session, events)
+    return [RawRow(e, Value.of(e.data), shadowed.get(e.seq)) for e in events]
+
+
+def raw_page(session: Session, *, before: int | None = None) -> RawPage:
+    """RAW_PAGE events ending before `before` (default: the latest ones, which follow the log live)."""
+    end = session.event_count if before is None else max(0, min(before, session.event_count))
+    start = max(end - RAW_PAGE, 0)
+    rows = raw_rows(session, selectors.events_since(session, since=start, limit=end - start))
+    return RawPage(rows, start, start if start > 0 else None, live=end == session.event_count)
+
+
+def raw_rows_shadowed_by(session: Session, new_events: list[Event], *, first_shown: int, shown_through: int) -> list[RawRow]:
+    """Rows already on a raw page (seqs first_shown..shown_through) that a summary among new_events now shadows."""
+    replaces = compactions(session)
+    new = {seq: start for seq, start, _ in replaces if seq >= new_events[0].seq}
+    if not new:
+        return []
+    # A row's position is its seq, or a summary's own range start (never after its seq).
+    since = max(first_shown, min(new.values()))
+    if since > shown_through:
+        return []
+    shown = selectors.events_since(session, since=since, limit=shown_through - since + 1)
+    return [row for row in raw_rows(session, shown) if row.shadowed_by in new]
+
+
 def block_key(seq: int, turn_seq: int | None) -> str:
     return f"turn-{turn_seq}" if turn_seq is not None else f"event-{seq}"
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
@@ -17,8 +15,6 @@ from sessions_app import errors, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
-
-RAW_PAGE = 200
 
 
 def session_or_404(session_id: str):
@@ -58,7 +54,7 @@ def session_detail(request, session_id: str):
         "can_recover": request.user.has_perm("sessions_app.recover_session"),
     }
     if view == "raw":
-        context["raw"] = raw_page(session, before=int_param(request, "before"))
+        context["raw"] = transcript.raw_page(session, before=int_param(request, "before"))
     else:
         context["window"] = transcript.latest_window(session)
     return render(request, "sessions/detail.html", context)
@@ -78,15 +74,6 @@ def session_blocks(request, session_id: str):
     session = session_or_404(session_id)
     window = transcript.latest_window(session, before=int_param(request, "before"))
     return render(request, "sessions/detail.html#earlier", {"session": session, "window": window})
-
-
-def raw_page(session, *, before: int | None) -> dict:
-    end = min(before, session.event_count) if before is not None else session.event_count
-    start = max(end - RAW_PAGE, 0)
-    events = selectors.events_since(session, since=start, limit=end - start)
-    shadowed = transcript.shadowing(session, events)
-    rows = [{"event": e, "data": json.dumps(e.data, indent=2, ensure_ascii=False), "shadowed_by": shadowed.get(e.seq)} for e in events]
-    return {"rows": rows, "earlier_before": start if start > 0 else None}
 
 
 @login_required

@@ -72,7 +72,7 @@
     document.body.addEventListener("htmx:wsClose", function () { setLiveState("Reconnecting…", "closed"); });
     document.body.addEventListener("htmx:wsAfterMessage", function () {
       var empty = document.getElementById("no-events");
-      if (empty && document.querySelector("#blocks .block")) empty.remove();
+      if (empty && document.querySelector("#blocks .block, #raw-rows .raw-row")) empty.remove();
     });
   });
 })();

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import pytest
 from channels.db import database_sync_to_async
@@ -166,3 +167,20 @@ async def test_a_running_page_turns_stalled_without_any_event(sid, session_cooki
     frame = await page.receive_from(timeout=WAIT)
     assert "<strong>Stalled:</strong>" in frame and 'class="badge status-stalled"' in frame
     assert await page.receive_nothing(QUIET)  # sent once, not on every check
+
+
+async def test_a_raw_page_gets_new_rows_and_rows_a_new_summary_shadows(sid, session_cookie):
+    await create(sid, 3)  # seqs 0-2; the page shows 1-2
+    page = await browser_socket(f"/ws/sessions/{sid}/live?view=raw&first=1&after=2", session_cookie)
+    await append_events(sid, [{"type": "user_message", "data": {"content": "<b>new</b>"}}])
+    frame = await page.receive_from(timeout=WAIT)
+    assert '<div hx-swap-oob="beforeend:#raw-rows">\n<div id="seq-3" role="row" class="raw-row">' in frame
+    assert "&lt;b&gt;new&lt;/b&gt;" in frame and "<b>new</b>" not in frame
+    assert '<span id="live-cursor" data-last-seq="3" hidden hx-swap-oob="true">' in frame
+    assert "<section" not in frame  # no transcript blocks on a raw page
+
+    await append_events(sid, [{"type": "user_message", "data": {"content": "summary", "surface_op": ["replace", 0, 2]}}])
+    frame = await page.receive_from(timeout=WAIT)
+    replaced = re.findall(r'<div id="seq-(\d+)" role="row" class="raw-row shadowed" hx-swap-oob="true">', frame)
+    assert replaced == ["1", "2"]  # seq 0 is not on the page; seq 3 is outside the range
+    assert "shadowed by 4" in frame and '<div id="seq-4" role="row" class="raw-row">' in frame

@@ -87,6 +87,26 @@ def test_long_values_are_cut_with_a_link_to_the_full_event(viewer):
     assert viewer.get("/sessions/s/events/9.json").status_code == 404
 
 
+def test_the_latest_raw_page_follows_the_log_and_earlier_pages_do_not(viewer, monkeypatch):
+    monkeypatch.setattr(transcript, "RAW_PAGE", 2)
+    store([("user_message", message(f"m{i}")) for i in range(5)], session_id="s")
+    latest = text_of(viewer.get("/sessions/s/?view=raw"))
+    assert 'ws-connect="/ws/sessions/s/live?view=raw&amp;first=3&amp;after=4"' in latest
+    assert re.findall(r'<div id="seq-(\d+)" role="row"', latest) == ["3", "4"]
+    assert 'href="?view=raw&amp;before=3"' in latest
+    earlier = text_of(viewer.get("/sessions/s/?view=raw&before=3"))
+    assert "ws-connect" not in earlier and 'id="live-cursor"' not in earlier
+    assert re.findall(r'<div id="seq-(\d+)" role="row"', earlier) == ["1", "2"]
+    assert "the latest events</a> follow the log live" in earlier
+
+
+def test_long_values_in_the_raw_log_are_cut_with_a_link_to_the_full_event(viewer):
+    store([("user_message", message("y" * 5000))], session_id="s")
+    raw = text_of(viewer.get("/sessions/s/?view=raw"))
+    assert "show all (" in raw and "y" * 2001 not in raw
+    assert 'href="/sessions/s/events/0.json"' in raw
+
+
 def test_compacted_events_are_marked_and_expandable(viewer):
     store([("user_message", message("old question")), ("user_message", message("summary", surface_op=["replace", 0, 0]))], session_id="s")
     page = text_of(viewer.get("/sessions/s/"))

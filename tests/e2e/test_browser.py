@@ -41,6 +41,26 @@ def test_an_event_appended_through_the_api_appears_without_reload(browser, serve
     expect(page.locator("#session-summary")).to_contain_text("4 events")
 
 
+def test_the_raw_log_follows_new_events_and_marks_what_a_summary_shadows(browser, server, plain_user):
+    store([("user_message", {"content": "first"})], session_id="raw")
+    page = open_page(browser, server, plain_user, "/sessions/raw/?view=raw")
+    expect(page.locator("#live-state")).to_have_attribute("data-state", "open", timeout=LIVE)
+    sockets = []
+    page.on("websocket", lambda socket: sockets.append(socket.url))
+    page.reload()
+    expect(page.locator("#live-state")).to_have_attribute("data-state", "open", timeout=LIVE)
+    api_post(server, plain_user, "/api/v1/sessions/raw/events", {"events": [
+        {"type": "user_message", "data": {"content": "second"}},
+        {"type": "user_message", "data": {"content": "summary", "surface_op": ["replace", 0, 1]}},
+    ]})  # fmt: skip
+    expect(page.locator("#seq-2")).to_contain_text("user_message", timeout=LIVE)
+    expect(page.locator("#seq-0")).to_contain_text("shadowed by 2")
+    expect(page.locator("#seq-1")).to_contain_text("shadowed by 2")
+    assert page.locator("#raw-rows .raw-row").count() == 3
+    assert sockets == [f"{server.url.replace('http', 'ws')}/ws/sessions/raw/live?view=raw&first=0&after=0"]  # one per page
+    expect(page.locator("#session-summary")).to_contain_text("3 events")
+
+
 def test_after_the_server_closes_the_socket_every_event_arrives_once_in_order(browser, server, plain_user):
     store([("user_message", {"content": "before"})], session_id="flaky")
     page = open_page(browser, server, plain_user, "/sessions/flaky/")
