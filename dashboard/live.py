@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+from collections.abc import Callable
 from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
@@ -80,13 +82,14 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         self.renew_later()
 
     async def _send_events(self, wires: list[dict]) -> None:
-        shown_through = wires[0]["seq"] - 1
+        session_id, shown_through = self._stream.session_id, wires[0]["seq"] - 1
         if self.raw_from is None:
-            render, extra = render_page_frame, ()
+            render = functools.partial(render_page_frame, session_id, wires, shown_through)
         else:
-            render, extra = render_raw_frame, (self.raw_from,)
-        frame = await database_sync_to_async(render)(self._stream.session_id, wires, shown_through, *extra)
-        await self.send(text_data=frame)
+            render = functools.partial(render_raw_frame, session_id, wires, shown_through, self.raw_from)
+        # Everything a frame depends on, so viewers in step share one render.
+        key = (session_id, self.raw_from, wires[0]["seq"], wires[-1]["seq"])
+        await self.send(text_data=await shared_frames.get(key, render))
 
     async def refresh_status(self, session_id: str):
         """A running session turns stalled with silence alone: its header is re-sent when that happens."""
@@ -106,6 +109,47 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         task, self._status_watch = self._status_watch, None
         await stop_task(task)
         await super()._stop_stream()
+
+
+class SharedRenders:
+    """Frames rendered once per process for every page socket that needs the same one.
+
+    Viewers of a session in step with the log need the same frame for each
+    commit; rendering it for each of them (~10 ms a frame) made the CPU, not
+    the sockets, the limit of how many browsers one process could serve. The
+    first socket starts the render and the others await it; a frame is kept
+    for `keep_seconds`, long enough for every socket to ask, and a failed
+    render is not kept.
+    """
+
+    def __init__(self, keep_seconds: float = 10.0):
+        self.keep_seconds = keep_seconds
+        self._renders: dict[tuple, asyncio.Future] = {}
+
+    async def get(self, key: tuple, render: Callable[[], str]) -> str:
+        future = self._renders.get(key)
+        if future is None:
+            future = asyncio.ensure_future(database_sync_to_async(render)())
+            self._renders[key] = future
+            future.add_done_callback(lambda done: self._forget_later(key, done))
+        # A viewer that goes away must not cancel the render the others await.
+        return await asyncio.shield(future)
+
+    def _forget_later(self, key: tuple, done: asyncio.Future) -> None:
+        if done.cancelled() or done.exception() is not None:
+            self._forget(key, done)
+        else:
+            asyncio.get_running_loop().call_later(self.keep_seconds, self._forget, key, done)
+
+    def _forget(self, key: tuple, future: asyncio.Future) -> None:
+        if self._renders.get(key) is future:
+            del self._renders[key]
+
+    def __len__(self) -> int:
+        return len(self._renders)
+
+
+shared_frames = SharedRenders()
 
 
 def session_status(session_id: str) -> str:

@@ -184,3 +184,42 @@ async def test_a_raw_page_gets_new_rows_and_rows_a_new_summary_shadows(sid, sess
     replaced = re.findall(r'<div id="seq-(\d+)" role="row" class="raw-row shadowed" hx-swap-oob="true">', frame)
     assert replaced == ["1", "2"]  # seq 0 is not on the page; seq 3 is outside the range
     assert "shadowed by 4" in frame and '<div id="seq-4" role="row" class="raw-row">' in frame
+
+
+async def test_viewers_in_step_share_one_render_of_each_frame(sid, session_cookie, monkeypatch):
+    renders, render = [], live.render_page_frame
+
+    def counted(*args):
+        renders.append(args[2])  # shown_through
+        return render(*args)
+
+    monkeypatch.setattr(live, "render_page_frame", counted)
+    monkeypatch.setattr(live, "shared_frames", live.SharedRenders())
+    await create(sid, 1)
+    pages = [await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie) for _ in range(3)]
+    await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
+    frames = [await page.receive_from(timeout=WAIT) for page in pages]
+    assert frames[0] == frames[1] == frames[2] and 'data-last-seq="1"' in frames[0]
+    assert renders == [0]
+
+    late = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)  # behind: the same frame, kept
+    assert await late.receive_from(timeout=WAIT) == frames[0]
+    behind = await browser_socket(f"/ws/sessions/{sid}/live", session_cookie)  # another range: its own render
+    assert 'data-last-seq="1"' in await behind.receive_from(timeout=WAIT)
+    assert renders == [0, -1]
+
+
+async def test_a_failed_render_is_not_kept(monkeypatch):
+    shared = live.SharedRenders()
+    attempts = []
+
+    def failing():
+        attempts.append(1)
+        raise RuntimeError("the database went away")
+
+    for _ in range(2):
+        with pytest.raises(RuntimeError):
+            await shared.get(("s", None, 1, 1), failing)
+    assert len(attempts) == 2 and len(shared) == 0
+    assert await shared.get(("s", None, 1, 1), lambda: "frame") == "frame"
+    assert len(shared) == 1
