@@ -16,7 +16,11 @@ Part (a), for each scenario (each in its own child process, on a fresh database)
    `/ws/v1/sessions/{id}/events?after=N` with `Authorization: Bearer <token>`
    (autobahn's asyncio client, installed with daphne), N from 80 to 99 so each
    viewer first gets 1 to 20 backlog events from the database; wait until
-   every viewer has its backlog;
+   every viewer has its backlog. With `--viewer-kind page` the viewers are
+   browsers instead: `/ws/sessions/{id}/live?after=N` with a logged-in
+   session cookie and an allowed Origin, receiving the page's HTML frames;
+   a frame's cursor (`data-last-seq`) tells which events it shows, and an
+   event counts as delivered with the first frame that shows it;
 3. a separate process appends `--rate` events/s (default 20) for `--duration`
    seconds (default 30) through `POST /api/v1/sessions/{id}/events`, one event
    per request, on a fixed schedule, from 4 keep-alive connections (so a slow
@@ -51,7 +55,7 @@ Target: the big session's page within 2x of the small one's, for both.
 
 The exit status is 1 when any target is missed. Results: docs/benchmarks.md.
 
-    .venv/bin/python bench/live.py [--scenario embedded|scaleout|both] [--db sqlite|postgres] [--viewers N]
+    .venv/bin/python bench/live.py [--scenario embedded|scaleout|both] [--db sqlite|postgres] [--viewers N] [--viewer-kind json|page]
                                    [--rate R] [--duration S] [--append-connections N]
                                    [--page-events N] [--page-runs N] [--skip-page]
 """
@@ -66,6 +70,7 @@ import multiprocessing
 import os
 import queue
 import random
+import re
 import resource
 import signal
 import statistics
@@ -190,6 +195,44 @@ class Viewer:
             self.deliveries.append((seq, now))
 
 
+class PageViewer(Viewer):
+    """A browser's session page socket: HTML frames, each ending with the cursor (the last seq it shows)."""
+
+    CURSOR = re.compile(rb'id="live-cursor" data-last-seq="(\d+)"')
+
+    def on_frame(self, payload: bytes, now: float) -> None:
+        found = self.CURSOR.search(payload)
+        if found is None:  # a header-only frame (a status that changed with time)
+            return
+        cursor = int(found.group(1))
+        self.received += 1
+        if cursor <= self.last:  # a range shown again
+            self.duplicates += 1
+            return
+        shown = range(self.last + 1, cursor + 1)
+        self.seen.update(shown)
+        self.deliveries.extend((seq, now) for seq in shown if seq >= SEED_EVENTS)
+        self.last = cursor
+
+
+VIEWER_KINDS = {"json": Viewer, "page": PageViewer}
+
+
+def page_login(target: Target) -> str:
+    """A logged-in browser session's cookie value, made with Django's own session store."""
+    script = (
+        "from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model\n"
+        "from django.contrib.sessions.backends.db import SessionStore\n"
+        "user = get_user_model().objects.create_user('bench-viewer')\n"
+        "store = SessionStore()\n"
+        "store.update({SESSION_KEY: str(user.pk), BACKEND_SESSION_KEY: 'django.contrib.auth.backends.ModelBackend', "
+        "HASH_SESSION_KEY: user.get_session_auth_hash()})\n"
+        "store.create()\n"
+        "print(store.session_key)"
+    )
+    return target.manage("shell", "-c", script).strip().splitlines()[-1]
+
+
 def make_protocol():
     from autobahn.asyncio.websocket import WebSocketClientProtocol
 
@@ -210,13 +253,18 @@ def make_protocol():
     return ViewerProtocol
 
 
-async def open_viewer(viewer: Viewer, port: int, token: str, session_id: str, protocol) -> None:
+async def open_viewer(viewer: Viewer, port: int, credentials: dict, session_id: str, protocol) -> None:
     from autobahn.asyncio.websocket import WebSocketClientFactory
 
     loop = asyncio.get_running_loop()
     viewer.opened = loop.create_future()
-    url = f"ws://127.0.0.1:{port}/ws/v1/sessions/{session_id}/events?after={viewer.after}"
-    factory = WebSocketClientFactory(url, headers={"Authorization": f"Bearer {token}"})
+    if isinstance(viewer, PageViewer):
+        url = f"ws://127.0.0.1:{port}/ws/sessions/{session_id}/live?after={viewer.after}"
+        headers = {"Cookie": f"sessionid={credentials['cookie']}", "Origin": f"http://127.0.0.1:{port}"}
+    else:
+        url = f"ws://127.0.0.1:{port}/ws/v1/sessions/{session_id}/events?after={viewer.after}"
+        headers = {"Authorization": f"Bearer {credentials['token']}"}
+    factory = WebSocketClientFactory(url, headers=headers)
     factory.setProtocolOptions(utf8validateIncoming=False, openHandshakeTimeout=30)
     factory.protocol = protocol
     factory.viewer = viewer
@@ -234,12 +282,14 @@ async def watch_session(target: Target, session_id: str, args, pipe) -> dict:
     n_viewers = args.viewers
     ports = [s.port for s in target.servers]
     rng = random.Random(3)
+    kind = VIEWER_KINDS[args.viewer_kind]
     viewers = [
-        Viewer(i, server=i * len(ports) // n_viewers, after=SEED_EVENTS - 1 - rng.randrange(20)) for i in range(n_viewers)
+        kind(i, server=i * len(ports) // n_viewers, after=SEED_EVENTS - 1 - rng.randrange(20)) for i in range(n_viewers)
     ]
     protocol = make_protocol()
+    credentials = {"token": target.token, "cookie": page_login(target) if args.viewer_kind == "page" else None}
     t0 = time.perf_counter()
-    await asyncio.gather(*(open_viewer(v, ports[v.server], target.token, session_id, protocol) for v in viewers))
+    await asyncio.gather(*(open_viewer(v, ports[v.server], credentials, session_id, protocol) for v in viewers))
     deadline = time.monotonic() + 30
     while any(v.last < SEED_EVENTS - 1 for v in viewers):
         if time.monotonic() > deadline:
@@ -442,7 +492,8 @@ def ms(values: list[float], q: float) -> str:
 def print_result(r: dict, args) -> None:
     live = r["live"]
     servers = r["servers"]
-    print(f"\n== {r['scenario']}: {r['version']}, {r['layer']} channel layer, {servers} daphne process{'es' if servers > 1 else ''} ==")
+    sockets = "session page sockets (HTML)" if args.viewer_kind == "page" else "API event streams (JSON)"
+    print(f"\n== {r['scenario']}: {r['version']}, {r['layer']} channel layer, {servers} daphne process{'es' if servers > 1 else ''}, {sockets} ==")
     print(
         f"{len(live['viewers'])} viewers connected and had their backlog in {live['connect_seconds']:.1f} s; "
         f"appended {live['appended']} events in {live['append_elapsed']:.1f} s ({live['appended'] / live['append_elapsed']:.1f}/s, "
@@ -463,8 +514,9 @@ def print_result(r: dict, args) -> None:
     print("e2e p50 of the events sent in each 5 s of the run (ms): " + ", ".join(f"{x * 1000:.0f}" for x in live["e2e_p50_by_window"]))
     vs = live["viewers"]
     received = [v["received"] for v in vs]
+    unit = "frames" if args.viewer_kind == "page" else "events"
     print(
-        f"per viewer: received {min(received)}–{max(received)} events (expected {min(v['expected'] for v in vs)}–{max(v['expected'] for v in vs)}); "
+        f"per viewer: received {min(received)}–{max(received)} {unit} (events expected {min(v['expected'] for v in vs)}–{max(v['expected'] for v in vs)}); "
         f"lost total {sum(v['lost'] for v in vs)} (max {max(v['lost'] for v in vs)}), "
         f"duplicated total {sum(v['duplicates'] for v in vs)}, out of order {sum(v['out_of_order'] for v in vs)}, "
         f"closed early {sum(v['closed'] for v in vs)}"
@@ -498,6 +550,10 @@ def main(argv=None) -> int:
     parser.add_argument("--scenario", choices=["embedded", "scaleout", "both"], default="both")
     parser.add_argument("--db", choices=["sqlite", "postgres"], help="override the scenario's database (embedded: sqlite, scale-out: postgres)")
     parser.add_argument("--viewers", type=int, default=100)
+    parser.add_argument(
+        "--viewer-kind", choices=sorted(VIEWER_KINDS), default="json",
+        help="json: the API's event stream (default); page: the session page's HTML socket, as browsers use it",
+    )
     parser.add_argument("--rate", type=float, default=20.0, help="appended events per second (one per POST)")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of appends")
     parser.add_argument(
