@@ -91,6 +91,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Tests that exercise concurrency need a real file, never :memory:; one per
     # test process so that parallel runs never share it.
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test_turnlog_{os.getpid()}.sqlite3")}
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and not DATABASES["default"]["CONN_MAX_AGE"]:
+    # Under ASGI every request and every socket's database call would open a
+    # new connection (Django closes them after each); a pool keeps them open.
+    # Sockets and views share one sync thread per process; the headroom is
+    # for threads of management commands and tests.
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": 1,
+        "max_size": int(os.environ.get("TURNLOG_DB_POOL_SIZE", "16")),
+        "timeout": 20,
+    }
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
