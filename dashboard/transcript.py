@@ -278,6 +278,7 @@ def shadowing(session: Session, events: list[Event]) -> dict[int, int]:
 # The raw log ----------------------------------------------------------------
 
 RAW_PAGE = 200
+RESHADOW_ROWS = 5000
 
 
 @dataclass
@@ -309,13 +310,18 @@ def raw_page(session: Session, *, before: int | None = None) -> RawPage:
 
 
 def raw_rows_shadowed_by(session: Session, new_events: list[Event], *, first_shown: int, shown_through: int) -> list[RawRow]:
-    """Rows already on a raw page (seqs first_shown..shown_through) that a summary among new_events now shadows."""
+    """Rows already on a raw page (seqs first_shown..shown_through) that a summary among new_events now shadows.
+
+    Only the latest RESHADOW_ROWS rows are checked, whatever `first_shown` a
+    client claims; older rows of a page left open for long keep their badge
+    until it is reloaded.
+    """
     replaces = compactions(session)
     new = {seq: start for seq, start, _ in replaces if seq >= new_events[0].seq}
     if not new:
         return []
     # A row's position is its seq, or a summary's own range start (never after its seq).
-    since = max(first_shown, min(new.values()))
+    since = max(first_shown, min(new.values()), shown_through + 1 - RESHADOW_ROWS)
     if since > shown_through:
         return []
     shown = selectors.events_since(session, since=since, limit=shown_through - since + 1)

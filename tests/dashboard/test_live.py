@@ -10,7 +10,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
-from dashboard import live
+from dashboard import live, transcript
 from dashboard.asgi import application
 from sessions_app import services
 from sessions_app.log.events import validate_batch
@@ -223,3 +223,12 @@ async def test_a_failed_render_is_not_kept(monkeypatch):
     assert len(attempts) == 2 and len(shared) == 0
     assert await shared.get(("s", None, 1, 1), lambda: "frame") == "frame"
     assert len(shared) == 1
+
+
+async def test_a_raw_page_rechecks_only_its_latest_rows(sid, session_cookie, monkeypatch):
+    monkeypatch.setattr(transcript, "RESHADOW_ROWS", 2)
+    await create(sid, 4)  # seqs 0-3, a client claiming to show them all
+    page = await browser_socket(f"/ws/sessions/{sid}/live?view=raw&first=0&after=3", session_cookie)
+    await append_events(sid, [{"type": "user_message", "data": {"content": "summary", "surface_op": ["replace", 0, 3]}}])
+    frame = await page.receive_from(timeout=WAIT)
+    assert re.findall(r'<div id="seq-(\d+)" role="row" class="raw-row shadowed" hx-swap-oob="true">', frame) == ["2", "3"]
