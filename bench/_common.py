@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import json
 import os
@@ -27,7 +28,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -485,18 +486,24 @@ def run_children(script: str, dbs: list[str], args: list[str]) -> list[tuple[str
     return results
 
 
-def measure_in_process(db: str, args, measure: Callable[..., dict]) -> dict:
-    """Set up a fresh `db`, run measure(target, args.events, args.runs), always tear down."""
-    target = Target(db, None)
+@contextlib.contextmanager
+def torn_down(target: Target, label: str) -> Iterator[Target]:
+    """Always tear the target down; on a failure, first print its daphnes' log tail."""
     try:
-        target.setup(servers=0)
-        return measure(target, args.events, args.runs)
+        yield target
     except Exception:
         if tail := target.log_tail():
-            print(f"--- daphne log tail ({db}) ---\n{tail}", file=sys.stderr)
+            print(f"--- daphne log tail ({label}) ---\n{tail}", file=sys.stderr)
         raise
     finally:
         target.teardown()
+
+
+def measure_in_process(db: str, args, measure: Callable[..., dict]) -> dict:
+    """Set up a fresh `db`, run measure(target, args.events, args.runs), always tear down."""
+    with torn_down(Target(db, None), db) as target:
+        target.setup(servers=0)
+        return measure(target, args.events, args.runs)
 
 
 def run_single(args, measure: Callable[..., dict], print_result: Callable[[dict], None], passed: Callable[[dict], bool]) -> int:

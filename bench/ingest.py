@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import DEFAULT_REDIS_URL, ROOT, Client, Target, batches, make_events, run_children
+from _common import DEFAULT_REDIS_URL, ROOT, Client, Target, batches, make_events, run_children, torn_down
 
 TARGET_RATIO = 0.40
 
@@ -257,17 +257,9 @@ def measure(target: Target, n_events: int) -> DbResult:
 
 
 def run_one(db: str, args) -> DbResult:
-    target = Target(db, args.redis_url if args.redis else None)
-    try:
+    with torn_down(Target(db, args.redis_url if args.redis else None), db) as target:
         target.setup()
         return measure(target, args.events)
-    except Exception:
-        tail = target.log_tail()
-        if tail:
-            print(f"--- daphne log tail ({db}) ---\n{tail}", file=sys.stderr)
-        raise
-    finally:
-        target.teardown()
 
 
 def main(argv=None) -> int:

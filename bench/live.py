@@ -93,6 +93,7 @@ from _common import (
     setup_django,
     spread_ms,
     timed,
+    torn_down,
 )
 
 PAGE_RATIO = 2.0
@@ -458,9 +459,8 @@ def page_ratios(pages: dict) -> dict[str, float]:
 def run_scenario(name: str, args) -> dict:
     spec = SCENARIOS[name]
     db = args.db or spec["db"]
-    target = Target(db, args.redis_url if spec["redis"] else None)
     result: dict = {"scenario": name, "db": db, "layer": "redis" if spec["redis"] else "in-memory", "servers": spec["servers"]}
-    try:
+    with torn_down(Target(db, args.redis_url if spec["redis"] else None), name) as target:
         target.setup(servers=spec["servers"])
         result["live"] = run_viewers(target, args)
         target.stop_servers()
@@ -469,13 +469,6 @@ def run_scenario(name: str, args) -> dict:
         if not args.skip_page:
             result["pages"] = measure_pages(args)
         return result
-    except Exception:
-        tail = target.log_tail()
-        if tail:
-            print(f"--- daphne log tail ({name}) ---\n{tail}", file=sys.stderr)
-        raise
-    finally:
-        target.teardown()
 
 
 def live_ok(live: dict) -> bool:

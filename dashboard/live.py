@@ -48,6 +48,11 @@ async def login_user(consumer: AsyncWebsocketConsumer):
     return user
 
 
+def query_params(scope) -> dict[str, str]:
+    """The socket's query parameters, the first value of each."""
+    return {key: values[0] for key, values in parse_qs(scope.get("query_string", b"").decode("latin-1")).items()}
+
+
 class RenewedSocket:
     """A browser socket that asks htmx to reconnect (1012) before it gets old."""
 
@@ -72,10 +77,10 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         await self.accept()
         if await login_user(self) is None:
             return
-        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
+        query = query_params(self.scope)
         # The raw log view follows the log too; `first` is the first seq its page shows.
-        first = query.get("first", [""])[0]
-        self.raw_from = (int(first) if first.isdigit() else 0) if query.get("view") == ["raw"] else None
+        first = query.get("first", "")
+        self.raw_from = (int(first) if first.isdigit() else 0) if query.get("view") == "raw" else None
         await self.connect_stream()
         if self._stream is not None:
             self._status_watch = asyncio.create_task(self.refresh_status(self._stream.session_id))
@@ -165,24 +170,26 @@ def render_page_frame(session_id: str, wires: list[dict], shown_through: int) ->
         oob = "true" if block.first_seq <= shown_through else None
         html = render_to_string("sessions/detail.html#block", {"session": session, "block": block, "oob": oob}).strip()
         parts.append(html if oob else f'<div hx-swap-oob="beforeend:#blocks">{html}</div>')
-    parts.append(state_parts(session))
-    parts.append(f'<span id="live-cursor" data-last-seq="{wires[-1]["seq"]}" hidden hx-swap-oob="true"></span>')
-    return "".join(parts)
+    return "".join(parts) + frame_end(session, wires)
 
 
 def render_raw_frame(session_id: str, wires: list[dict], shown_through: int, first_shown: int) -> str:
     """Out-of-band swaps for the raw log: new rows appended, rows a new summary shadows replaced."""
     session = Session.objects.get(pk=session_id)
     events = [log_events.event_from_wire(w) for w in wires]
+    new_rows, reshadowed = transcript.raw_frame_rows(session, events, first_shown=first_shown, shown_through=shown_through)
     parts = [
         render_to_string("sessions/detail.html#raw-row", {"session": session, "entry": row, "oob": True}).strip()
-        for row in transcript.raw_rows_shadowed_by(session, events, first_shown=first_shown, shown_through=shown_through)
+        for row in reshadowed
     ]
-    rows = "".join(render_to_string("sessions/detail.html#raw-row", {"session": session, "entry": row}) for row in transcript.raw_rows(session, events))
+    rows = "".join(render_to_string("sessions/detail.html#raw-row", {"session": session, "entry": row}) for row in new_rows)
     parts.append(f'<div hx-swap-oob="beforeend:#raw-rows">{rows}</div>')
-    parts.append(state_parts(session))
-    parts.append(f'<span id="live-cursor" data-last-seq="{wires[-1]["seq"]}" hidden hx-swap-oob="true"></span>')
-    return "".join(parts)
+    return "".join(parts) + frame_end(session, wires)
+
+
+def frame_end(session: Session, wires: list[dict]) -> str:
+    """The header's state, then the cursor: last, so a frame cut short is sent again after a reconnect."""
+    return state_parts(session) + f'<span id="live-cursor" data-last-seq="{wires[-1]["seq"]}" hidden hx-swap-oob="true"></span>'
 
 
 def render_state_frame(session_id: str) -> str:
@@ -213,10 +220,10 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         await self.accept()
         if await login_user(self) is None:
             return
-        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        status = query.get("status", [""])[0]
+        query = query_params(self.scope)
+        status = query.get("status", "")
         self.status = status if status in selectors.STATUSES else None
-        self.q = query.get("q", [""])[0].strip()
+        self.q = query.get("q", "").strip()
         self.shown = await database_sync_to_async(self.first_page_ids)()
         self.statuses: dict[str, str] = {}
         self._refresh = asyncio.create_task(self.refresh_statuses())

@@ -270,11 +270,6 @@ def shadowed_by(event: Event, replaces: list[tuple[int, int, int]]) -> int | Non
     return max(covering) if covering else None
 
 
-def shadowing(session: Session, events: list[Event]) -> dict[int, int]:
-    replaces = compactions(session)
-    return {e.seq: by for e in events if (by := shadowed_by(e, replaces)) is not None}
-
-
 # The raw log ----------------------------------------------------------------
 
 RAW_PAGE = 200
@@ -296,36 +291,35 @@ class RawPage:
     live: bool  # the latest page follows new events
 
 
-def raw_rows(session: Session, events: list[Event]) -> list[RawRow]:
-    shadowed = shadowing(session, events)
-    return [RawRow(e, Value.of(e.data), shadowed.get(e.seq)) for e in events]
+def raw_rows(events: list[Event], replaces: list[tuple[int, int, int]]) -> list[RawRow]:
+    return [RawRow(e, Value.of(e.data), shadowed_by(e, replaces)) for e in events]
 
 
 def raw_page(session: Session, *, before: int | None = None) -> RawPage:
     """RAW_PAGE events ending before `before` (default: the latest ones, which follow the log live)."""
     end = session.event_count if before is None else max(0, min(before, session.event_count))
     start = max(end - RAW_PAGE, 0)
-    rows = raw_rows(session, selectors.events_since(session, since=start, limit=end - start))
+    rows = raw_rows(selectors.events_since(session, since=start, limit=end - start), compactions(session))
     return RawPage(rows, start, start if start > 0 else None, live=end == session.event_count)
 
 
-def raw_rows_shadowed_by(session: Session, new_events: list[Event], *, first_shown: int, shown_through: int) -> list[RawRow]:
-    """Rows already on a raw page (seqs first_shown..shown_through) that a summary among new_events now shadows.
+def raw_frame_rows(session: Session, new_events: list[Event], *, first_shown: int, shown_through: int) -> tuple[list[RawRow], list[RawRow]]:
+    """The rows of new_events, and the rows already on a raw page (seqs
+    first_shown..shown_through) that a summary among new_events now shadows.
 
     Only the latest RESHADOW_ROWS rows are checked, whatever `first_shown` a
     client claims; older rows of a page left open for long keep their badge
     until it is reloaded.
     """
     replaces = compactions(session)
+    rows = raw_rows(new_events, replaces)
     new = {seq: start for seq, start, _ in replaces if seq >= new_events[0].seq}
-    if not new:
-        return []
     # A row's position is its seq, or a summary's own range start (never after its seq).
-    since = max(first_shown, min(new.values()), shown_through + 1 - RESHADOW_ROWS)
+    since = max(first_shown, min(new.values(), default=shown_through + 1), shown_through + 1 - RESHADOW_ROWS)
     if since > shown_through:
-        return []
+        return rows, []
     shown = selectors.events_since(session, since=since, limit=shown_through - since + 1)
-    return [row for row in raw_rows(session, shown) if row.shadowed_by in new]
+    return rows, [row for row in raw_rows(shown, replaces) if row.shadowed_by in new]
 
 
 def block_key(seq: int, turn_seq: int | None) -> str:
