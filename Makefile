@@ -1,4 +1,4 @@
-# `make run`: set everything up and serve the dashboard on http://127.0.0.1:8000
+# `make run`: set everything up and serve the dashboard on http://127.0.0.1:8000 (or HOST=... PORT=...)
 # `make test`: set everything up and run the whole test suite
 PYTHON ?= python3
 VENV := .venv
@@ -25,7 +25,7 @@ migrate: $(VENV)/.installed-run
 
 run: migrate
 	$(BIN)/python manage.py seed_demo
-	$(BIN)/python manage.py local_setup
+	$(BIN)/python manage.py local_setup --host $(HOST) --port $(PORT)
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 simulate: migrate

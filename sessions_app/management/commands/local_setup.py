@@ -12,19 +12,31 @@ from sessions_app.models import ApiToken, hash_token
 CREDENTIALS_FILE = Path(settings.BASE_DIR) / "var" / "local-admin.json"
 
 
+def served_url(host: str, port: int) -> str:
+    """The address to open for a server listening on host:port (a wildcard host is reached on loopback)."""
+    host = host.strip("[]")
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 class Command(BaseCommand):
     help = "Create the local admin user once and print its login and API token (for `make run`)."
 
-    def handle(self, *args, **options):
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1", help="the address the server listens on (default 127.0.0.1)")
+        parser.add_argument("--port", type=int, default=8000, help="the port it listens on (default 8000)")
+
+    def handle(self, *args, host: str, port: int, **options):
         credentials = self.credentials()
+        url = served_url(host, port)
         self.stdout.write(
             "\n".join(
                 [
                     "",
-                    "Turnlog is starting on http://127.0.0.1:8000",
+                    f"Turnlog is starting on {url}",
                     f"  log in as:  {credentials['username']} / {credentials['password']}",
                     f"  API token:  {credentials['token']}",
-                    f"  try:        curl -H 'Authorization: Bearer {credentials['token']}' http://127.0.0.1:8000/api/v1/sessions",
+                    f"  try:        curl -H 'Authorization: Bearer {credentials['token']}' {url}/api/v1/sessions",
                     "",
                 ]
             )

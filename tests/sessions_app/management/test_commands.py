@@ -1,7 +1,9 @@
 import io
 import json
+import subprocess
 
 import pytest
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
@@ -41,3 +43,22 @@ def test_local_setup_prints_the_same_working_login_each_time(tmp_path, monkeypat
     assert stored["password"] in first and stored["token"] in first
     assert client.login(username=stored["username"], password=stored["password"])
     assert ApiClient(stored["token"]).get("/api/v1/sessions").status_code == 200
+
+
+def test_local_setup_prints_the_address_actually_served(tmp_path, monkeypatch):
+    monkeypatch.setattr(local_setup, "CREDENTIALS_FILE", tmp_path / "local-admin.json")
+    output = run("local_setup", "--host", "127.0.0.1", "--port", "8123")
+    assert "Turnlog is starting on http://127.0.0.1:8123\n" in output
+    assert "http://127.0.0.1:8123/api/v1/sessions" in output
+    assert ":8000" not in output
+    assert "http://[::1]:9000/api/v1/sessions" in run("local_setup", "--host", "::1", "--port", "9000")
+    assert "starting on http://127.0.0.1:8001\n" in run("local_setup", "--host", "0.0.0.0", "--port", "8001")
+
+
+def test_make_run_passes_host_and_port_to_the_printed_address_and_the_server():
+    dry_run = subprocess.run(
+        ["make", "--dry-run", "run", "HOST=127.0.0.2", "PORT=8123"],
+        cwd=settings.BASE_DIR, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    assert "manage.py local_setup --host 127.0.0.2 --port 8123\n" in dry_run
+    assert "manage.py runserver 127.0.0.2:8123\n" in dry_run
