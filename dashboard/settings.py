@@ -103,11 +103,17 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and not D
     }
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
+# channels-redis passes these to redis-py's ConnectionPool.from_url. Every
+# socket's receive blocks in Redis for up to 5 s (BZPOPMIN): a read timeout
+# (redis-py 8 defaults to 5 s) would end those reads, and close every idle
+# websocket with 1011. Dead peers are found by TCP keepalive (redis-py's
+# default) and by refused connects instead.
+REDIS_LAYER_HOST = {"address": REDIS_URL, "socket_timeout": None, "socket_connect_timeout": 5, "socket_keepalive": True}
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": 1500, "expiry": 30},
+            "CONFIG": {"hosts": [REDIS_LAYER_HOST], "capacity": 1500, "expiry": 30},
         }
     }
 else:

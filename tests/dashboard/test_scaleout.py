@@ -1,0 +1,205 @@
+"""Scale-out: a real Daphne with a Redis channel layer and PostgreSQL keeps its sockets through idle time and outages.
+
+Each test runs Daphne (tests/servers.py) as a subprocess on the test database
+and talks to it over real sockets: HTTP appends with a bearer token, the JSON
+stream and a browser page's socket with the `websockets` client. The Redis
+tests start their own redis-server on a free port, so they can stop it
+without touching the shared one; in CI a missing redis-server fails them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.test import Client
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import ClientConnection, connect
+
+from sessions_app import services
+from sessions_app.log.events import validate_batch
+from sessions_app.models import ApiToken, Event
+from tests.conftest import running_in_ci
+from tests.servers import DaphneServer, free_port
+from tests.sessions_app import factories as f
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUIET = 1.0  # how long "nothing more arrives" is watched for
+WAIT = 10  # the longest a frame that must come may take (a database poll, a loaded machine)
+CURSOR = re.compile(r'id="live-cursor" data-last-seq="(\d+)"')
+
+
+class RedisServer:
+    """A redis-server of this test alone on a free port: it can be killed and started again on that port."""
+
+    def __init__(self, log_path: Path):
+        binary = shutil.which("redis-server")
+        if binary is None:
+            if running_in_ci():
+                pytest.fail("redis-server is not installed; CI must install it (apt-get install redis-server)")
+            pytest.skip("redis-server is not installed (apt-get install redis-server)")
+        self.binary = binary
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> RedisServer:
+        command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        with self.log_path.open("a") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while not self.ping():
+            assert self.process.poll() is None, self.log_path.read_text()
+            assert time.monotonic() < deadline, "redis-server did not answer within 10 s"
+            time.sleep(0.05)
+        return self
+
+    def ping(self) -> bool:
+        import socket
+
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    server = RedisServer(tmp_path / "redis.log").start()
+    yield server
+    server.kill()
+
+
+@pytest.fixture
+def start_daphne(transactional_db, tmp_path):
+    """Starts Daphnes on the test database with extra environment; all are stopped after the test."""
+    servers = []
+
+    def start(**env: str) -> DaphneServer:
+        server = DaphneServer(connection.settings_dict, tmp_path / f"daphne-{len(servers)}.log", **env)
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def viewer(django_user_model):
+    return django_user_model.objects.create_user("viewer")
+
+
+@pytest.fixture
+def token(viewer):
+    return ApiToken.issue(viewer)[1]
+
+
+@pytest.fixture
+def cookie(viewer):
+    client = Client()
+    client.force_login(viewer)
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+@pytest.fixture
+def sid():
+    return f"scale-{uuid.uuid4().hex[:12]}"
+
+
+# Clients ------------------------------------------------------------------
+
+
+def api_append(server: DaphneServer, token: str, session_id: str, count: int, start: int) -> None:
+    body = json.dumps({"events": [f.user(f"m{start + i}") for i in range(count)]}).encode()
+    request = urllib.request.Request(
+        f"{server.url}/api/v1/sessions/{session_id}/events", data=body, method="POST",
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )  # fmt: skip
+    with urllib.request.urlopen(request, timeout=30) as response:
+        assert response.status == 201, response.read()
+
+
+def json_stream(server: DaphneServer, token: str, session_id: str, query: str = "") -> ClientConnection:
+    url = f"ws://127.0.0.1:{server.port}/ws/v1/sessions/{session_id}/events" + (f"?{query}" if query else "")
+    return connect(url, additional_headers={"Authorization": f"Bearer {token}"}, open_timeout=WAIT)
+
+
+def browser_socket(server: DaphneServer, cookie: str, path: str) -> ClientConnection:
+    headers = {"Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}", "Origin": server.url}
+    return connect(f"ws://127.0.0.1:{server.port}{path}", additional_headers=headers, open_timeout=WAIT)
+
+
+def receive(ws: ClientConnection, timeout: float = WAIT) -> str:
+    try:
+        return ws.recv(timeout=timeout)
+    except ConnectionClosed as closed:
+        raise AssertionError(f"the server closed the socket: {closed.rcvd}") from None
+
+
+def stream_seqs(ws: ClientConnection, count: int) -> list[int]:
+    return [json.loads(receive(ws))["event"]["seq"] for _ in range(count)]
+
+
+def page_cursor(ws: ClientConnection) -> int:
+    """The cursor (last seq shown) of the page's next frame with one."""
+    while True:
+        found = CURSOR.search(receive(ws))
+        if found:
+            return int(found.group(1))
+
+
+def assert_open_and_silent(ws: ClientConnection, seconds: float) -> None:
+    """Nothing arrives for `seconds` and the socket is still open after them."""
+    try:
+        frame = ws.recv(timeout=seconds)
+    except TimeoutError:
+        return
+    except ConnectionClosed as closed:
+        raise AssertionError(f"the server closed the socket: {closed.rcvd}") from None
+    raise AssertionError(f"unexpected frame: {frame[:200]}")
+
+
+def stored_seqs(session_id: str) -> list[int]:
+    return list(Event.objects.filter(session_id=session_id).order_by("seq").values_list("seq", flat=True))
+
+
+# Redis: idle sockets ------------------------------------------------------
+
+
+def test_idle_sockets_stay_open_on_redis_well_past_its_timeouts(redis_server, start_daphne, token, cookie, sid):
+    """redis-py 8 times out a socket read after 5 s, channels-redis blocks 5 s on each read: every idle socket used to close with 1011."""
+    services.create_session(session_id=sid)
+    services.append_events(session_id=sid, events=validate_batch([f.user("m0"), f.user("m1"), f.user("m2")]))
+    server = start_daphne(REDIS_URL=redis_server.url)
+
+    with json_stream(server, token, sid) as stream, browser_socket(server, cookie, f"/ws/sessions/{sid}/live?after=2") as page:
+        assert stream_seqs(stream, 3) == [0, 1, 2]
+        assert_open_and_silent(stream, 15)
+        assert_open_and_silent(page, 0.1)
+
+        api_append(server, token, sid, 1, start=3)
+        assert stream_seqs(stream, 1) == [3]
+        assert page_cursor(page) == 3
+        assert_open_and_silent(stream, QUIET)
+        assert_open_and_silent(page, QUIET)
