@@ -5,7 +5,18 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.html import format_html
 
+from sessions_app import selectors
 from sessions_app.models import ApiToken, Event, RecoveryRecord, Session, ToolPolicy
+
+
+class StaffMayView:
+    """Every active staff user may read these pages, with no model permission: operators need them."""
+
+    def has_module_permission(self, request):
+        return request.user.is_active and request.user.is_staff
+
+    def has_view_permission(self, request, obj=None):
+        return request.user.is_active and request.user.is_staff
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -30,10 +41,23 @@ class RecoveryRecordInline(admin.TabularInline):
         return False
 
 
+class StatusFilter(admin.SimpleListFilter):
+    """The statuses of the session list and the API, by the same rule (selectors.status_filter)."""
+
+    title = "status"
+    parameter_name = "status"
+
+    def lookups(self, request, model_admin):
+        return [(status, status) for status in selectors.STATUSES]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(selectors.status_filter(self.value())) if self.value() in selectors.STATUSES else queryset
+
+
 @admin.register(Session)
-class SessionAdmin(ReadOnlyAdmin):
+class SessionAdmin(StaffMayView, ReadOnlyAdmin):
     list_display = ["id", "agent_name", "status", "event_count", "open_turns_display", "last_activity_at", "parent"]
-    list_filter = ["interrupted"]
+    list_filter = [StatusFilter, "interrupted"]
     search_fields = ["id", "agent_name"]
     date_hierarchy = "last_activity_at"
     raw_id_fields = ["parent"]
@@ -42,7 +66,7 @@ class SessionAdmin(ReadOnlyAdmin):
 
     @admin.display(description="open turns")
     def open_turns_display(self, session):
-        return ", ".join(map(str, session.open_turns)) or "—"
+        return "; ".join(session.open_turn_labels) or "—"
 
     @admin.action(description="Preview recovery of the selected sessions")
     def preview_recovery(self, request, queryset):
@@ -62,7 +86,7 @@ class SessionAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(ReadOnlyAdmin):
+class EventAdmin(StaffMayView, ReadOnlyAdmin):
     list_display = ["session", "seq", "type", "time", "call_id", "turn_seq", "step_seq"]
     ordering = ["session", "seq"]
     list_filter = ["type"]
@@ -72,7 +96,7 @@ class EventAdmin(ReadOnlyAdmin):
 
 
 @admin.register(RecoveryRecord)
-class RecoveryRecordAdmin(ReadOnlyAdmin):
+class RecoveryRecordAdmin(StaffMayView, ReadOnlyAdmin):
     list_display = ["session", "kind", "username", "created_at", "appended", "note"]
     list_filter = ["kind"]
     search_fields = ["session__id", "username", "note"]
@@ -84,7 +108,9 @@ class RecoveryRecordAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ToolPolicy)
-class ToolPolicyAdmin(admin.ModelAdmin):
+class ToolPolicyAdmin(StaffMayView, admin.ModelAdmin):
+    """Editing needs the toolpolicy model permissions (superusers, and operators made by `create_token --staff`)."""
+
     list_display = ["pattern", "side_effect", "note"]
     list_editable = ["side_effect"]
     list_filter = ["side_effect"]
@@ -93,6 +119,8 @@ class ToolPolicyAdmin(admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(ReadOnlyAdmin):
+    """Not StaffMayView: who holds which credentials is for superusers (or a view_apitoken grant)."""
+
     list_display = ["prefix", "user", "created_at"]
 
     def has_delete_permission(self, request, obj=None):

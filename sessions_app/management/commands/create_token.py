@@ -6,13 +6,18 @@ from django.db import transaction
 from sessions_app.models import ApiToken
 
 
+# An operator recovers sessions and keeps the tool policies that recovery previews rank calls by;
+# every staff user may read the logs in the admin without a model permission.
+OPERATOR_PERMISSIONS = ["recover_session", "add_toolpolicy", "change_toolpolicy", "delete_toolpolicy", "view_toolpolicy"]
+
+
 class Command(BaseCommand):
     help = "Create a user if needed and print a new API token for it, alone on the last line."
 
     def add_arguments(self, parser):
         parser.add_argument("username")
         parser.add_argument(
-            "--staff", action="store_true", help="make the user staff with the recover_session permission"
+            "--staff", action="store_true", help="make the user a staff operator: may log in to the admin (once given a password), recover sessions and edit tool policies"
         )
 
     @transaction.atomic
@@ -24,9 +29,9 @@ class Command(BaseCommand):
         if staff:
             user.is_staff = True
             user.save(update_fields=["is_staff"])
-            user.user_permissions.add(
-                Permission.objects.get(content_type__app_label="sessions_app", codename="recover_session")
-            )
+            user.user_permissions.add(*Permission.objects.filter(content_type__app_label="sessions_app", codename__in=OPERATOR_PERMISSIONS))
         _, secret = ApiToken.issue(user)
+        if staff and not user.has_usable_password():
+            self.stderr.write(f"To log in to the admin, give {username!r} a password: python manage.py changepassword {username}")
         self.stderr.write(f"{'Created' if created else 'Found'} user {username!r}{' (staff)' if staff else ''}; new token:")
         self.stdout.write(secret)
