@@ -250,7 +250,7 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         return f'<tbody hx-swap-oob="afterbegin:#session-rows">{row}</tbody>'
 
     async def refresh_statuses(self):
-        """Statuses that change with silence alone (running -> stalled) are re-sent."""
+        """Statuses that change with silence alone (running -> stalled, active -> clean or recovered) are re-sent."""
         while True:
             await asyncio.sleep(STATUS_REFRESH_SECONDS)
             frames = await database_sync_to_async(self.changed_rows)()
@@ -258,8 +258,8 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
                 await self.send(text_data=frame)
 
     def changed_rows(self) -> list[str]:
-        running = [sid for sid, status in self.statuses.items() if status == "running"]
-        return [frame for sid in running if Session.objects.filter(pk=sid).exists() and (frame := self.render_row(sid))]
+        ageing = [sid for sid, status in self.statuses.items() if status in (selectors.RUNNING, selectors.ACTIVE)]
+        return [frame for sid in ageing if Session.objects.filter(pk=sid).exists() and (frame := self.render_row(sid))]
 
     async def disconnect(self, code):
         self.cancel_renewal()

@@ -17,8 +17,10 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.functional import cached_property
 
 from sessions_app.log import events as log_events
+from sessions_app.log import recovery as log_recovery
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 session_id_validator = RegexValidator(
@@ -69,10 +71,24 @@ class Session(models.Model):
 
     @property
     def status(self) -> str:
-        """running / stalled (open turn, quiet longer than TURNLOG_STALL_SECONDS) / recovered / clean."""
+        """running | stalled | active | recovered | clean (selectors.status_filter is the same rule in SQL).
+
+        running / stalled: a turn is open, and something was written within
+        TURNLOG_STALL_SECONDS or not. active: no turn is open and an event
+        was written within that window, other than a recovery's own repairs
+        (they are older than recovered_at, which is set after them), so a
+        just-recovered session reads recovered.
+        """
+        now = timezone.now()
         if self.interrupted:
-            quiet = (timezone.now() - self.last_activity_at).total_seconds()
+            quiet = (now - self.last_activity_at).total_seconds()
             return "running" if quiet < settings.TURNLOG_STALL_SECONDS else "stalled"
+        if (
+            self.last_event_at is not None
+            and (now - self.last_event_at).total_seconds() < settings.TURNLOG_STALL_SECONDS
+            and (self.recovered_at is None or self.last_event_at > self.recovered_at)
+        ):
+            return "active"
         return "recovered" if self.recovered_at else "clean"
 
     @property
@@ -80,11 +96,27 @@ class Session(models.Model):
         """Seqs of unclosed turn_start events, innermost first."""
         return list(reversed(self.turn_stack))
 
+    @cached_property
+    def open_turn_labels(self) -> list[str]:
+        """Each open turn as people read it, innermost first: "turn 4 (opened at seq 50)".
+
+        One indexed query; selectors.list_sessions fills it for a whole page at once.
+        """
+        if not self.turn_stack:
+            return []
+        starts = dict(Event.objects.filter(session=self, seq__in=self.turn_stack).values_list("seq", "data"))
+        return open_turn_labels_of(self.open_turns, starts)
+
     @property
     def parent_ref(self) -> dict | None:
         if self.parent_id is None:
             return None
         return {"session_id": self.parent_id, "seed_length": self.seed_length}
+
+
+def open_turn_labels_of(open_turns: list[int], starts: dict[int, dict]) -> list[str]:
+    """Labels of open turns from their turn_start events' data (seq -> data)."""
+    return [log_recovery.open_turn_label((starts.get(seq) or {}).get("turn"), seq) for seq in open_turns]
 
 
 class EventQuerySet(models.QuerySet):

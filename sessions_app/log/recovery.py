@@ -23,6 +23,33 @@ OUTCOME_UNKNOWN_TEXT = (
 )
 DANGLING_TEXT = "Tool call was interrupted and not executed. Please retry if needed."
 
+# How every view (transcript card, recovery page, CLI) words a risk and the
+# rule that decided it. Explanations only: the appended TEXTs above are the
+# spec's, and these must never contradict them (rule 4's outcome_unknown text
+# says the call "was dispatched", so its reason says why recovery assumes so).
+RISK_HEADLINES = {
+    TOOL_NOT_STARTED: "Not started: it did not run",
+    TOOL_OUTCOME_UNKNOWN: "Outcome unknown: it may have run",
+}
+RISK_DETAILS = {
+    TOOL_NOT_STARTED: "It had no side effects.",
+    TOOL_OUTCOME_UNKNOWN: "It MAY have had side effects. Verify state before retrying.",
+}
+RULE_REASONS = {
+    1: "A tool_call event shows the call was handed to the executor: it may have run, even if its step later closed.",
+    2: "This turn logged dispatches (tool_call events) for other calls but none for this one: it never got that far.",
+    3: "No dispatches were logged, and the call's step closed while the call was still unanswered: nothing was in flight.",
+    4: (
+        "This turn logged no dispatches (tool_call events) and the call's step was still open at the crash,"
+        " so it may well have been dispatched: recovery treats it as dispatched, with an unknown outcome."
+    ),
+}
+
+
+def open_turn_label(number: object, seq: int) -> str:
+    """An open turn as people read it: "turn 4 (opened at seq 50)" (number = its turn_start's data.turn)."""
+    return f"turn {number} (opened at seq {seq})" if is_integer(number) else f"unnumbered turn (opened at seq {seq})"
+
 
 @dataclass(frozen=True)
 class OwedCall:

@@ -99,7 +99,7 @@ async def test_the_list_prepends_new_sessions_and_replaces_changed_rows(sid, ses
     assert frame.startswith('<tbody hx-swap-oob="afterbegin:#session-rows">') and sid in frame
     await append(sid, 1)
     frame = await listing.receive_from(timeout=WAIT)
-    assert frame.startswith("<tr id=") and 'hx-swap-oob="true"' in frame and "clean" in frame
+    assert frame.startswith("<tr id=") and 'hx-swap-oob="true"' in frame and "active" in frame
     await append(f"{sid}-old", 1)
     frame = await listing.receive_from(timeout=WAIT)
     assert f"{sid}-old" in frame and 'hx-swap-oob="true"' in frame
@@ -127,6 +127,18 @@ async def test_a_running_row_turns_stalled_without_any_event(sid, session_cookie
     await asyncio.sleep(0)
 
 
+async def test_an_active_row_turns_clean_without_any_event(sid, session_cookie, monkeypatch, settings):
+    monkeypatch.setattr(live, "STATUS_REFRESH_SECONDS", 0.2)
+    listing = await browser_socket("/ws/sessions/live", session_cookie)
+    await create(sid)
+    await append_events(sid, [{"type": "user_message", "data": {"content": "between turns"}}])
+    frames = [await listing.receive_from(timeout=WAIT) for _ in range(2)]
+    assert 'class="badge status-active"' in frames[-1]
+    settings.TURNLOG_STALL_SECONDS = 0
+    frame = await listing.receive_from(timeout=WAIT)
+    assert 'class="badge status-clean"' in frame
+
+
 async def test_a_new_summary_re_renders_the_blocks_it_compacts(sid, session_cookie):
     await create(sid)
     await append_events(sid, [
@@ -146,7 +158,7 @@ async def test_the_header_follows_the_status_a_turn_opens_and_a_recovery_closes(
     await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
     frame = await page.receive_from(timeout=WAIT)
     assert '<div id="session-state" hx-swap-oob="true">' in frame
-    assert "<strong>Running:</strong> a turn is open at seq 1" in frame and "Preview recovery" in frame
+    assert "<strong>Running:</strong> turn 1 (opened at seq 1) is open" in frame and "Preview recovery" in frame
 
     await database_sync_to_async(services.recover)(session_id=sid, user=user, note="checked <b>it</b>")
     frame = await page.receive_from(timeout=WAIT)

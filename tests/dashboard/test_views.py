@@ -47,11 +47,38 @@ def test_the_list_shows_statuses_and_filters(viewer):
     store(WORKED_EXAMPLE, session_id="crashed")
     store([("user_message", message("hi"))], session_id="fine")
     page = text_of(viewer.get("/"))
-    assert "crashed" in page and "fine" in page and "turn open at seq 1" in page
+    assert "crashed" in page and "fine" in page and "open: turn 1 (opened at seq 1)" in page
     only_stalled = text_of(viewer.get("/", {"status": "stalled"}))  # its events are from January
     assert "/sessions/crashed/" in only_stalled and "/sessions/fine/" not in only_stalled
     assert "/sessions/crashed/" not in text_of(viewer.get("/", {"status": "running"}))
     assert "/sessions/crashed/" not in text_of(viewer.get("/", {"q": "fin"}))
+
+
+def test_a_session_written_to_between_turns_is_active_in_the_list_filter_and_header(viewer):
+    store([("user_message", message("hi"))], session_id="quiet")  # its events are from January
+    services.create_session(session_id="chatting")
+    services.append_events(session_id="chatting", events=validate_batch([{"type": "user_message", "data": message("now")}]))
+    page = text_of(viewer.get("/"))
+    assert '<option value="active">active</option>' in page
+    only_active = text_of(viewer.get("/", {"status": "active"}))
+    assert "/sessions/chatting/" in only_active and "/sessions/quiet/" not in only_active
+    assert "/sessions/chatting/" not in text_of(viewer.get("/", {"status": "clean"}))
+    assert '<span class="badge status-active">active</span>' in text_of(viewer.get("/sessions/chatting/"))
+    assert '<span class="badge status-clean">clean</span>' in text_of(viewer.get("/sessions/quiet/"))
+
+
+def test_the_header_names_the_open_turn_by_number_and_seq(viewer):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    assert "<strong>Stalled:</strong> turn 1 (opened at seq 1) never closed" in text_of(viewer.get("/sessions/crashed/"))
+
+
+def test_the_admin_names_open_turns_by_number_and_seq(client, django_user_model):
+    client.force_login(django_user_model.objects.create_superuser("root", password="x"))
+    store(WORKED_EXAMPLE, session_id="crashed")
+    page = text_of(client.get("/admin/sessions_app/session/"))
+    assert "turn 1 (opened at seq 1)" in page
+    assert "crashed" in text_of(client.get("/admin/sessions_app/session/", {"status": "stalled"}))
+    assert "crashed" not in text_of(client.get("/admin/sessions_app/session/", {"status": "active"}))
 
 
 def test_the_transcript_groups_turns_steps_and_pairs_calls_with_results(viewer):

@@ -137,14 +137,15 @@ def test_list_filters_by_status(api, settings, django_user_model):
     from sessions_app import services
 
     settings.TURNLOG_STALL_SECONDS = 60
-    for name in ["running", "stalled", "recovered", "clean"]:
+    for name in ["running", "stalled", "active", "recovered", "clean"]:
         make_session(api, name)
     append(api, "running", [f.event("turn_start", turn=1)])
     append(api, "stalled", [{**f.event("turn_start", turn=1), "time": "2020-01-01T00:00:00Z"}])
+    append(api, "active", [f.user()])  # no open turn, written to within the stall window
     append(api, "recovered", [f.event("turn_start", turn=1)])
     services.recover(session_id="recovered", user=django_user_model.objects.create_user("ops"))
-    append(api, "clean", [f.user()])
-    for status in ["running", "stalled", "recovered", "clean"]:
+    append(api, "clean", [{**f.user(), "time": "2020-01-01T00:00:00Z"}])
+    for status in ["running", "stalled", "active", "recovered", "clean"]:
         items = api.get("/api/v1/sessions", {"status": status}).json()["items"]
         assert [(s["id"], s["status"]) for s in items] == [(status, status)]
     assert_error(api.get("/api/v1/sessions", {"status": "asleep"}), 422, "invalid_request")

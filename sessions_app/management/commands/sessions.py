@@ -9,12 +9,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from sessions_app import errors, selectors, services
 from sessions_app.log import fork as log_fork
+from sessions_app.log import recovery as log_recovery
 from sessions_app.log.events import format_time
-
-RISK_WORDS = {
-    "tool_not_started": "NOT STARTED (did not run)",
-    "tool_outcome_unknown": "OUTCOME UNKNOWN (may have run)",
-}
 
 
 class Command(BaseCommand):
@@ -24,6 +20,7 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True)
         listing = sub.add_parser("list", help="sessions, newest activity first")
         listing.add_argument("--interrupted", action="store_true", help="only sessions with an open turn")
+        listing.add_argument("--status", choices=selectors.STATUSES, help="only sessions with this status")
         listing.add_argument("--limit", type=int, default=50)
         status = sub.add_parser("status", help="open turns and owed calls of a session")
         status.add_argument("session_id")
@@ -44,43 +41,45 @@ class Command(BaseCommand):
         except (errors.SessionNotFound, errors.SessionExists) as exc:
             raise CommandError(str(exc)) from None
 
-    def list(self, *, interrupted: bool, limit: int, **_):
-        page = selectors.list_sessions(interrupted=True if interrupted else None, limit=limit)
+    def list(self, *, interrupted: bool, status: str | None, limit: int, **_):
+        page = selectors.list_sessions(interrupted=True if interrupted else None, status=status, limit=limit)
         if not page.items:
-            self.stdout.write("No sessions." if not interrupted else "No interrupted sessions.")
+            self.stdout.write("No interrupted sessions." if interrupted else f"No {status} sessions." if status else "No sessions.")
             return
-        self.stdout.write(f"{'SESSION':<34} {'AGENT':<20} {'EVENTS':>7}  {'OPEN TURNS':<12} LAST ACTIVITY")
+        self.stdout.write(f"{'SESSION':<34} {'AGENT':<20} {'STATUS':<10} {'EVENTS':>7}  {'LAST ACTIVITY':<20}  OPEN TURNS")
         for session in page.items:
-            turns = ",".join(map(str, session.open_turns)) or "-"
+            turns = "; ".join(session.open_turn_labels) or "-"
             self.stdout.write(
-                f"{session.id:<34} {session.agent_name or '-':<20} {session.event_count:>7}  {turns:<12} "
-                f"{format_time(session.last_activity_at)}"
+                f"{session.id:<34} {session.agent_name or '-':<20} {session.status:<10} {session.event_count:>7}  "
+                f"{format_time(session.last_activity_at):<20}  {turns}"
             )
 
     def status(self, *, session_id: str, **_):
         session = selectors.get_session(session_id)
         plan = selectors.recovery_plan(session)
-        self.stdout.write(f"Session {session.id} ({session.agent_name or 'no agent name'}): {session.event_count} events")
+        self.stdout.write(f"Session {session.id} ({session.agent_name or 'no agent name'}): {session.event_count} events, {session.status}")
         if session.parent_id:
             self.stdout.write(f"Forked from {session.parent_id} at seq {session.seed_length - 1}")
-        self.describe_plan(plan)
+        self.describe_plan(session, plan)
 
-    def describe_plan(self, plan) -> None:
+    def describe_plan(self, session, plan) -> None:
         for warning in plan.warnings:
             self.stdout.write(self.style.WARNING(f"warning: {warning}"))
         if not plan.interrupted:
-            self.stdout.write(self.style.SUCCESS("Clean: no open turn, nothing to recover."))
+            self.stdout.write(self.style.SUCCESS("No open turn: nothing to recover."))
             return
         owed = [r.call for r in plan.repairs if r.call is not None]
         side_effects = selectors.side_effect_classes({c.name for c in owed})
-        self.stdout.write(self.style.WARNING(f"Interrupted: open turns at seqs {', '.join(map(str, plan.open_turns))}"))
+        self.stdout.write(self.style.WARNING(f"Open: {'; '.join(session.open_turn_labels)}"))
         if not owed:
             self.stdout.write("No tool call is owed a result.")
         for call in owed:
+            # Worded as on the recovery page and the transcript (sessions_app.log.recovery).
             self.stdout.write(
                 f"  {call.id}  {call.name or '?'}({json.dumps(call.arguments)[:60]})  "
-                f"{RISK_WORDS[call.risk]}  rule {call.rule}  evidence seqs {list(call.evidence) or '-'}  "
-                f"side effect: {side_effects[call.name]}"
+                f"{log_recovery.RISK_HEADLINES[call.risk]}  rule {call.rule}  evidence seqs {list(call.evidence) or '-'}  "
+                f"side effect: {side_effects[call.name]}\n"
+                f"    Why (rule {call.rule}): {log_recovery.RULE_REASONS[call.rule]}"
             )
         self.stdout.write(f"Recovery would append {len(plan.repairs)} events:")
         for repair in plan.repairs:
@@ -89,7 +88,7 @@ class Command(BaseCommand):
     def recover(self, *, session_id: str, yes: bool, note: str, user: str, **_):
         session = selectors.get_session(session_id)
         plan = selectors.recovery_plan(session)
-        self.describe_plan(plan)
+        self.describe_plan(session, plan)
         if not plan.repairs:
             return
         person = self.operator(user)

@@ -35,10 +35,12 @@ def test_status_names_each_owed_call_with_risk_and_side_effect():
     ToolPolicy.objects.create(pattern="echo", side_effect="external_effect")
     store(WORKED_EXAMPLE, session_id="crashed")
     status = run("status", "crashed")
-    assert "open turns at seqs 1" in status
+    assert "stalled" in status and "Open: turn 1 (opened at seq 1)" in status
     c2, c3 = [line for line in status.splitlines() if line.strip().startswith(("c2", "c3"))]
-    assert "NOT STARTED" in c2 and "rule 2" in c2 and "external_effect" in c2
-    assert "OUTCOME UNKNOWN" in c3 and "rule 1" in c3
+    # Worded as on the recovery page.
+    assert "Not started: it did not run" in c2 and "rule 2" in c2 and "external_effect" in c2
+    assert "Outcome unknown: it may have run" in c3 and "rule 1" in c3
+    assert "Why (rule 2): This turn logged dispatches" in status
 
 
 def test_status_of_an_unknown_session_is_an_error():
@@ -85,3 +87,19 @@ def test_fork_refusals_are_errors_in_words():
         run("fork", "crashed", "--at", "99")
     with pytest.raises(CommandError, match="already exists"):
         run("fork", "crashed", "--at", "0", "--id", "crashed")
+
+
+def test_list_shows_each_status_and_labels_open_turns():
+    from sessions_app import services
+    from sessions_app.log.events import validate_batch
+
+    store(WORKED_EXAMPLE, session_id="crashed")
+    services.create_session(session_id="chatting")
+    services.append_events(session_id="chatting", events=validate_batch([{"type": "user_message", "data": {"content": "hi"}}]))
+    listed = run("list")
+    crashed = next(line for line in listed.splitlines() if line.startswith("crashed"))
+    chatting = next(line for line in listed.splitlines() if line.startswith("chatting"))
+    assert "stalled" in crashed and "turn 1 (opened at seq 1)" in crashed
+    assert "active" in chatting
+    only_active = run("list", "--status", "active")
+    assert "chatting" in only_active and "crashed" not in only_active
