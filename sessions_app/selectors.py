@@ -198,7 +198,7 @@ def fork_point(session: Session, boundary: object) -> ForkPoint:
     unclosed = open_turn_starts_before(session, seed_length)
     if unclosed:
         innermost = unclosed[-1]
-        refusal = fork.open_turn_refusal(seed_length - 1, innermost)
+        refusal = fork.open_turn_refusal(seed_length - 1, innermost, turn_closed_at(session, innermost.seq))
         refusal.fields["valid_boundaries"] = valid_boundaries_around(session, unclosed[0].seq)
         raise refusal
     return ForkPoint(seed_length=seed_length, step_stack=steps_open_at(session, seed_length))
@@ -222,13 +222,13 @@ def valid_boundaries_around(session: Session, outermost_open: int) -> dict:
     Before: the event just before the outermost open turn began (nothing is
     open there). After: the turn_end that closes that turn, if any.
     """
-    closing = (
-        Event.objects.filter(session=session, type="turn_end", turn_seq=outermost_open)
-        .order_by("seq")
-        .values_list("seq", flat=True)
-        .first()
-    )
-    return {"before": outermost_open - 1 if outermost_open > 0 else None, "after": closing}
+    return {"before": outermost_open - 1 if outermost_open > 0 else None, "after": turn_closed_at(session, outermost_open)}
+
+
+def turn_closed_at(session: Session, turn_seq: int) -> int | None:
+    """The seq of the turn_end that closed the turn opened at `turn_seq` (None: still open)."""
+    closing = Event.objects.filter(session=session, type="turn_end", turn_seq=turn_seq)
+    return closing.order_by("seq").values_list("seq", flat=True).first()
 
 
 @dataclass(frozen=True)

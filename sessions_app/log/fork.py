@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 from .events import Event, is_integer, show_json
 from .recovery import open_turns
-from .structure import place
+from .structure import place, place_all
 
 
 class ForkRefused(ValueError):
@@ -46,20 +46,34 @@ def fork_prefix(events: Sequence[Event], boundary: object) -> list[Event]:
     prefix = list(events[:seed_length])
     if unclosed := open_turns(prefix):
         turn_start = next(event for event in prefix if event.seq == unclosed[0])
-        raise open_turn_refusal(seed_length - 1, turn_start)
+        placements = place_all(events)[0]
+        closed_at = next(
+            (e.seq for e, p in zip(events, placements) if e.type == "turn_end" and p.turn_seq == turn_start.seq), None
+        )
+        raise open_turn_refusal(seed_length - 1, turn_start, closed_at)
     return prefix
 
 
-def open_turn_refusal(boundary_seq: int, turn_start: Event) -> ForkRefused:
-    """The refusal of a boundary inside the turn `turn_start` opened, in plain words."""
+def open_turn_refusal(boundary_seq: int, turn_start: Event, closed_at: int | None) -> ForkRefused:
+    """The refusal of a boundary inside the turn `turn_start` opened, in plain words.
+
+    `closed_at` is the seq of the turn_end that closes that turn later in the
+    log (None: still open). Only a turn still open can be recovered; a turn
+    that closes later is simply not over at the boundary.
+    """
     number = turn_start.data.get("turn")
     turn = f"turn {number}" if is_integer(number) else "a turn"
-    return ForkRefused(
-        "open_turn",
-        {"seq": turn_start.seq},
-        f"seq {boundary_seq} is inside {turn}, opened at seq {turn_start.seq} and never"
-        " closed; recover the session first or pick an earlier boundary",
-    )
+    if closed_at is None:
+        detail = (
+            f"seq {boundary_seq} is inside {turn}, opened at seq {turn_start.seq} and never"
+            " closed; recover the session first or pick an earlier boundary"
+        )
+    else:
+        detail = (
+            f"seq {boundary_seq} is inside {turn}, which opened at seq {turn_start.seq} and closes"
+            f" at seq {closed_at}; a fork must end outside every turn"
+        )
+    return ForkRefused("open_turn", {"seq": turn_start.seq}, detail)
 
 
 def valid_boundaries(events: Sequence[Event], boundary: int) -> tuple[int | None, int | None]:

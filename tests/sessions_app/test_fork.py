@@ -59,7 +59,10 @@ def test_a_boundary_inside_an_open_turn_is_refused_with_suggestions(api, boundar
     assert body["seq"] == (1 if inside_first_turn else 6)
     assert body["valid_boundaries"] == ({"before": 0, "after": 4} if inside_first_turn else {"before": 5, "after": None})
     last = 7 if boundary == "last" else boundary
-    assert body["detail"].startswith(f"seq {last} is inside turn {1 if inside_first_turn else 2}, opened at seq")
+    if inside_first_turn:  # turn 1 closed at seq 4: nothing to recover, the boundary is just inside it
+        assert body["detail"].startswith(f"seq {last} is inside turn 1, which opened at seq 1 and closes at seq 4;")
+    else:
+        assert body["detail"].startswith(f"seq {last} is inside turn 2, opened at seq 6 and never closed; recover")
     assert Session.objects.count() == 1
 
 

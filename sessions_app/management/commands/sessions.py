@@ -92,10 +92,8 @@ class Command(BaseCommand):
         if not plan.repairs:
             return
         person = self.operator(user)
-        if not yes:
-            answer = input(f"Append these {len(plan.repairs)} events as {person.get_username()}? [y/N] ")
-            if answer.strip().lower() not in {"y", "yes"}:
-                raise CommandError("Not confirmed: nothing was appended.")
+        if not yes and not self.confirmed(f"Append these {len(plan.repairs)} events as {person.get_username()}? [y/N] "):
+            raise CommandError("Not confirmed: nothing was appended.")
         try:
             result = services.recover(
                 session_id=session.id, user=person, digest=plan.digest(session.event_count), note=note
@@ -119,6 +117,15 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"Forked {session_id} into {child.id}: {child.seed_length} events inherited.")
         )
+
+    def confirmed(self, question: str) -> bool:
+        """Ask on the terminal; without one (cron, CI, a closed stdin) refuse instead of crashing."""
+        try:
+            answer = input(question)
+        except (EOFError, KeyboardInterrupt):
+            self.stdout.write("")
+            raise CommandError("Not confirmed: no answer on stdin (no terminal?); pass --yes to apply without asking. Nothing was appended.") from None
+        return answer.strip().lower() in {"y", "yes"}
 
     def operator(self, username: str):
         users = get_user_model().objects

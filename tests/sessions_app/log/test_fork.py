@@ -45,7 +45,14 @@ def test_a_boundary_inside_an_open_turn_is_refused_never_clipped(boundary, turn_
 
 
 def test_the_open_turn_detail_names_the_seq_the_turn_and_its_start():
-    assert refusal(CRASHED, 4).detail.startswith("seq 4 is inside turn 1, opened at seq 2 and never closed")
+    assert refusal(CRASHED, 9).detail == (
+        "seq 9 is inside turn 2, opened at seq 8 and never closed; recover the session first or pick an earlier boundary"
+    )
+
+
+def test_a_boundary_inside_a_turn_that_closes_later_names_where_it_closes_and_no_recovery():
+    detail = refusal(CRASHED, 4).detail
+    assert detail == "seq 4 is inside turn 1, which opened at seq 2 and closes at seq 6; a fork must end outside every turn"
 
 
 def test_last_is_allowed_once_the_log_is_recovered():

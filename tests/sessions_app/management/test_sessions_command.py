@@ -103,3 +103,28 @@ def test_list_shows_each_status_and_labels_open_turns():
     assert "active" in chatting
     only_active = run("list", "--status", "active")
     assert "chatting" in only_active and "crashed" not in only_active
+
+
+def test_recover_without_yes_and_without_a_terminal_refuses_naming_yes(admin_user, monkeypatch):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    monkeypatch.setattr("sys.stdin", io.StringIO(""))  # cron, CI, `< /dev/null`: input() meets end of file
+    with pytest.raises(CommandError, match="pass --yes to apply without asking. Nothing was appended"):
+        run("recover", "crashed")
+    assert Event.objects.count() == 10 and not RecoveryRecord.objects.exists()
+
+
+def test_recover_reads_a_piped_answer(admin_user, monkeypatch):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    monkeypatch.setattr("sys.stdin", io.StringIO("yes\n"))
+    assert "appended seqs 10-12" in run("recover", "crashed")
+
+
+def test_a_fork_inside_a_turn_that_closes_later_says_where_it_closes_not_recover():
+    store([("user_message", {"content": "hi"}), ("turn_start", {"turn": 1}), ("assistant_message", {"content": "hello"}),
+           ("turn_end", {"turn": 1, "steps": 0, "reason": "complete"})], session_id="clean")  # fmt: skip
+    with pytest.raises(CommandError) as refused:
+        run("fork", "clean", "--at", "2")
+    assert str(refused.value) == (
+        "seq 2 is inside turn 1, which opened at seq 1 and closes at seq 3; a fork must end outside every turn."
+        " Allowed boundaries nearby: 0, 3."
+    )
