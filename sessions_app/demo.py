@@ -10,6 +10,7 @@ Tool output is untrusted text: some of it holds HTML such as `<b>` or `<script>`
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import random
 import string
@@ -134,7 +135,7 @@ def get_invoice(rng, f):
         for _ in range(rng.choice([2, 3, 4, 60]))  # now and then an itemised monster
     ]  # fmt: skip
     return {"invoice_id": f["invoice"]}, _json(
-        {"id": f["invoice"], "customer": f["customer_id"], "status": rng.choice(["paid", "open", "paid"]),
+        {"id": f["invoice"], "customer": f["customer_id"], "status": "paid",
          "charges": [f["charge_id"], f"ch_{_token(rng, 14)}"], "lines": lines}
     )  # fmt: skip
 
@@ -185,9 +186,8 @@ def get_ticket(rng, f):
 
 @_tool((0.2, 0.8), "ticket is locked by another agent")
 def update_ticket(rng, f):
-    status = rng.choice(["pending", "solved"])
-    arguments = {"ticket_id": f["ticket"], "status": status, "note": "Replied with reset steps."}
-    return arguments, f"ticket {f['ticket']} is now {status}"
+    arguments = {"ticket_id": f["ticket"], "status": "pending", "note": "Replied to the customer."}
+    return arguments, f"ticket {f['ticket']} is now pending"
 
 
 @_tool((0.8, 4.0), "HTTP 503 from upstream", "DNS lookup failed")
@@ -218,8 +218,7 @@ def run_tests(rng, f):
 
 @_tool((5.0, 30.0), "health check failed: 3/5 pods CrashLoopBackOff", "deploy lock held by release-bot")
 def deploy_service(rng, f):
-    env = rng.choice(["staging", "production"])
-    return {"service": f["service"], "version": f["version"], "environment": env}, _json(
+    return {"service": f["service"], "version": f["version"], "environment": f["deploy_to"]}, _json(
         {"deployment_id": f"dep_{_token(rng, 10)}", "status": "rolled_out", "replicas": rng.randint(2, 12)}
     )
 
@@ -235,28 +234,54 @@ def get_metrics(rng, f):
 
 @_tool((0.2, 0.8), "unknown city")
 def get_weather(rng, f):
-    days = [
-        {"day": day, "high_c": rng.randint(8, 31), "rain_chance": round(rng.random(), 2)}
-        for day in ["Fri", "Sat", "Sun"]
+    days = [  # the answers say: dry on Saturday, rain likely on Sunday
+        {"day": day, "high_c": rng.randint(8, 31), "rain_chance": round(rng.uniform(*rain), 2)}
+        for day, rain in [("Fri", (0.0, 1.0)), ("Sat", (0.0, 0.15)), ("Sun", (0.55, 0.9))]
     ]
     return {"city": f["city"], "days": 3}, _json({"city": f["city"], "forecast": days})
 
 
 @_tool((1.0, 4.0), "GDS timeout")
 def search_flights(rng, f):
-    options = [
+    others = [
         {"option_id": f"opt_{_token(rng, 6)}", "carrier": rng.choice(["LH", "BA", "AF", "KL", "IB"]),
-         "depart": f"{rng.randint(6, 21):02d}:{rng.choice(['05', '30', '45'])}", "price_usd": rng.randint(180, 640)}
-        for _ in range(rng.randint(3, 12))
+         "depart": f"{rng.randint(6, 21):02d}:{rng.choice(['05', '30', '45'])}", "price_usd": rng.randint(f["fare_usd"] + 1, 640)}
+        for _ in range(rng.randint(2, 11))
     ]  # fmt: skip
-    return {"from": f["city"], "to": f["city2"], "date": "next Friday"}, _json({"options": options})
+    cheapest = {"option_id": f["option_id"], "carrier": "LH", "depart": f["depart"], "price_usd": f["fare_usd"]}
+    options = rng.sample([cheapest, *others], len(others) + 1)
+    return {"from": f["city2"], "to": f["city"], "date": "next Friday"}, _json({"options": options})
 
 
 @_tool((1.5, 6.0), "fare no longer available", "payment authorization failed")
 def book_flight(rng, f):
-    return {"option_id": f"opt_{_token(rng, 6)}", "passenger": f["customer"]}, _json(
+    return {"option_id": f["option_id"], "passenger": f["customer"]}, _json(
         {"confirmation": _token(rng, 6).upper(), "status": "ticketed"}
     )
+
+
+# How bad an unknown outcome of each demo tool is (seed_demo stores them as ToolPolicy rows):
+# (tool name or shell-style pattern, side-effect class, note).
+TOOL_POLICIES = (
+    ("get_*", "read_only", "lookups: safe to retry"),
+    ("search_*", "read_only", "searches: safe to retry"),
+    ("lookup_customer", "read_only", ""),
+    ("read_file", "read_only", ""),
+    ("fetch_url", "read_only", "a GET of a public page"),
+    ("update_ticket", "idempotent", "sets the ticket to a status; setting it twice changes nothing"),
+    ("deploy_service", "idempotent", "rolling out the version already running is a no-op"),
+    ("run_tests", "idempotent", "re-running the suite repeats it; nothing outside changes"),
+    ("charge_card", "external_effect", "moves money: check the processor before retrying"),
+    ("create_refund", "external_effect", "moves money: check the processor before retrying"),
+    ("book_flight", "external_effect", "buys a ticket"),
+    ("send_*", "external_effect", "a message cannot be unsent"),
+)
+
+
+def side_effect_class(tool_name: str) -> str:
+    """The class TOOL_POLICIES gives a tool: an exact name first, then the longest matching pattern."""
+    matches = [(pattern != tool_name, -len(pattern), cls) for pattern, cls, _ in TOOL_POLICIES if fnmatch.fnmatchcase(tool_name, pattern)]
+    return min(matches)[2] if matches else "unknown"
 
 
 # Agents ----------------------------------------------------------------
@@ -293,7 +318,7 @@ AGENTS = (
                     "Charged {amount} to {customer}'s card for the {invoice} overage; the receipt is on its way."),
             Request("Why is {invoice} still unpaid? The customer says they paid on Monday.",
                     (("get_invoice", "lookup_customer"),),
-                    "{invoice} shows one payment attempt that the processor never captured, so it is still open."),
+                    "{invoice} is paid: the Monday payment went through, so the unpaid notice they saw was out of date."),
             Request("<b>URGENT</b>: refund {amount} to {customer} and email them, they're about to churn",
                     (("lookup_customer", "get_invoice"), ("create_refund", "send_email")),
                     "Refunded {amount} to {customer} and sent them an apology email."),
@@ -322,12 +347,12 @@ AGENTS = (
         "You deploy Acme services. Always run the smoke tests before a deploy and check metrics after it. "
         "Production deploys need green tests.",
         (
-            Request("Deploy {service} {version} to staging and run the smoke tests.",
+            Request("Deploy {service} {version} to {deploy_to} and run the smoke tests.",
                     (("read_file",), ("run_tests",), ("deploy_service",), ("get_metrics",)),
-                    "{service} {version} is rolled out; smoke tests are green and p99 looks normal."),
-            Request("Roll {service} to production if the canary looks healthy.",
+                    "{service} {version} is rolled out to {deploy_to}; smoke tests are green and p99 looks normal."),
+            Request("Roll {service} {version} out to {deploy_to} if the current metrics look healthy.",
                     (("get_metrics", "run_tests"), ("deploy_service",)),
-                    "Canary was healthy, so {service} {version} is now in production."),
+                    "Metrics were healthy and the tests green, so {service} {version} is now in {deploy_to}."),
             Request("What changed in {path} since the last release?",
                     (("read_file",),),
                     "{path} gained retry handling around the payment client and a new timeout setting."),
@@ -354,12 +379,12 @@ AGENTS = (
         "travel-planner", "gpt-4o-mini",
         "You plan business trips for Acme employees within the travel policy (economy, under $600).",
         (
-            Request("Find me a flight from {city} to {city2} next Friday, under $400, and check the weather there.",
+            Request("Find me a flight from {city2} to {city} next Friday, under $400, and check the weather there.",
                     (("search_flights", "get_weather"),),
-                    "The cheapest option from {city} to {city2} is $212 at 07:05; it will be sunny."),
-            Request("Book the cheapest flight from {city} to {city2} and email me the itinerary.",
+                    "The cheapest option from {city2} to {city} is ${fare_usd} at {depart}; dry on Saturday, rain likely on Sunday."),
+            Request("Book the cheapest flight from {city2} to {city} and email me the itinerary.",
                     (("search_flights",), ("book_flight",), ("send_email",)),
-                    "Booked. The itinerary for {city} to {city2} is in your inbox."),
+                    "Booked the ${fare_usd} flight at {depart}. The itinerary for {city2} to {city} is in your inbox."),
         ),
         logs_dispatch=True, reasons=False,
     ),
@@ -424,6 +449,10 @@ def _facts(rng: random.Random) -> dict:
         "topic": rng.choice(["retrieval-augmented agents", "SSO login loops", "tool-use benchmarks", "webhook retries"]),
         "city": cities[0],
         "city2": cities[1],
+        "deploy_to": rng.choice(["staging", "production"]),
+        "fare_usd": rng.randint(180, 390),
+        "depart": f"{rng.randint(6, 21):02d}:{rng.choice(['05', '30', '45'])}",
+        "option_id": f"opt_{_token(rng, 6)}",
     }
 
 
@@ -456,6 +485,7 @@ class _Log:
         self.asked: list[str] = []
         self.tools_used: set[str] = set()
         self.failures: list[str] = []  # the current turn's tool errors, for its final answer
+        self.effects: list[str] = []  # the current turn's completed calls of tools that change something
         self.requests = rng.sample(agent.requests, len(agent.requests))  # taken in turn, so none repeats early
 
     def send(self, pause: float, *events: dict) -> None:
@@ -479,7 +509,7 @@ class _Log:
         request = self.requests[(turn - 1) % len(self.requests)]
         text = rng.choice(REJECTED_REQUESTS) if rejected else request.text.format(**facts)
         self.asked.append(text)
-        self.failures = []
+        self.failures, self.effects = [], []
         user_pause = 0.5 if turn == 1 else rng.uniform(20, 300)  # the user reads, then types
         self.send(user_pause, _message("user_message", text), _event("turn_start", turn=turn))
         if rejected:
@@ -488,16 +518,27 @@ class _Log:
         tool_steps = len(request.steps)
         # A crash hits a tool step, or for model_request any step including the final one.
         crash_step = rng.randint(1, tool_steps + (crash_point == "model_request")) if crash_point else None
+        skipped: list[str] = []  # tools the agent did not call because an earlier one failed
         for step, names in enumerate(request.steps, start=1):
-            if not self.tool_step(turn, step, names, facts, crash_point if step == crash_step else None):
+            # A turn that crashes gets there: no tool fails before its crash step.
+            can_fail = crash_step is None or step >= crash_step
+            if not self.tool_step(turn, step, names, facts, crash_point if step == crash_step else None, can_fail):
                 return
-        step = tool_steps + 1
+            if self.failures:  # the model reads the error and stops instead of carrying on
+                skipped = [name for later in request.steps[step:] for name in later]
+                break
+        step += 1
         self.send(0.05, _event("step_start", turn=turn, step=step))
         if crash_step == step:
             return
         reply = request.reply.format(**facts)
         if self.failures:
-            reply = f"I could not finish: {'; '.join(self.failures)}. Please check before retrying."
+            reply = " ".join(
+                [f"I could not finish: {'; '.join(self.failures)}."]
+                + ([f"Already done: {', '.join(self.effects)}."] if self.effects else [])
+                + ([f"Not attempted: {', '.join(skipped)}."] if skipped else [])
+                + ["Please check before retrying."]
+            )
         self.send(
             self.model_latency(),
             self.assistant(reply, []),
@@ -505,7 +546,9 @@ class _Log:
             _event("turn_end", turn=turn, steps=step, reason="complete"),
         )
 
-    def tool_step(self, turn: int, step: int, names: tuple[str, ...], facts: dict, crash_point: str | None) -> bool:
+    def tool_step(
+        self, turn: int, step: int, names: tuple[str, ...], facts: dict, crash_point: str | None, can_fail: bool
+    ) -> bool:
         """One model request and the tools it calls in parallel; False when the log stops here."""
         rng = self.rng
         self.send(0.05, _event("step_start", turn=turn, step=step))
@@ -515,7 +558,7 @@ class _Log:
         for name in names:
             tool = TOOLS[name]
             arguments, output = tool.run(rng, facts)
-            error = rng.choice(tool.errors) if rng.random() < ERROR_RATE else None
+            error = rng.choice(tool.errors) if can_fail and rng.random() < ERROR_RATE else None
             calls.append(_Call(f"call_{_token(rng, 24)}", name, arguments, output, error, rng.uniform(*tool.latency)))
         self.tools_used.update(names)
         assistant = self.assistant(
@@ -531,6 +574,9 @@ class _Log:
         # A crash while tools run loses at least the slowest result.
         returned = by_latency[: rng.randrange(len(calls))] if crash_point == "tools_running" else by_latency
         self.failures += [f"{call.name} failed ({call.error})" for call in calls if call.error]
+        self.effects += [
+            call.name for call in returned if not call.error and side_effect_class(call.name) != "read_only"
+        ]
         outcome = "error" if any(call.error for call in calls) else "ok"
         elapsed = 0.0
         for index, call in enumerate(returned):

@@ -1,11 +1,15 @@
+import io
+import json
 from collections import Counter
 from datetime import UTC, datetime
 
 import pytest
+from django.core.management import call_command
 
-from sessions_app import demo
+from sessions_app import demo, selectors
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery
+from sessions_app.models import Event, ToolPolicy
 
 SEEDS = range(120)
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -114,3 +118,86 @@ def test_scenarios_cover_what_a_dashboard_must_handle(scenarios):
     assert any(e["data"].get("reasoning_content") for _, e in events if e["type"] == "assistant_message")
     assert any(e["data"].get("reason") == "rejected" for _, e in events if e["type"] == "turn_end")
     assert {s.crash_point for s in scenarios if s.crashes} == set(demo.CRASH_POINTS)
+
+
+def turns(scenario: demo.Scenario) -> list[list[dict]]:
+    """Each turn's events, from its user message to its turn_end (or the crash)."""
+    found = []
+    for event in scenario.events:
+        if event["type"] == "user_message" and not event["data"].get("surface_op"):
+            found.append([])
+        if found:
+            found[-1].append(event)
+    return found
+
+
+def test_every_demo_tool_has_a_side_effect_class_of_each_kind():
+    classes = {name: demo.side_effect_class(name) for name in demo.TOOLS}
+    assert "unknown" not in classes.values(), classes
+    assert set(classes.values()) == {"read_only", "idempotent", "external_effect"}
+    assert classes["create_refund"] == classes["send_email"] == "external_effect"
+    assert classes["lookup_customer"] == "read_only"
+
+
+def test_a_turn_stops_at_a_failed_tool_and_says_what_failed_what_happened_and_what_did_not(scenarios):
+    failed_turns = 0
+    for scenario in scenarios:
+        for events in turns(scenario):
+            if events[-1]["type"] != "turn_end" or events[-1]["data"]["reason"] != "complete":
+                continue
+            reply = events[-3]["data"]["content"]
+            assert events[-3]["type"] == "assistant_message" and not events[-3]["data"]["tool_calls"]
+            results = [e["data"] for e in events if e["type"] == "tool_result"]
+            errors = [r for r in results if r["metadata"].get("is_error")]
+            if not errors:
+                assert "could not" not in reply, (scenario.session_id, reply)
+                continue
+            failed_turns += 1
+            assert reply.startswith("I could not finish: "), (scenario.session_id, reply)
+            for result in errors:  # the transcript shows why
+                assert f"{result['name']} failed ({result['content'].removeprefix('Error: ')})" in reply
+            effects = [r["name"] for r in results if r not in errors and demo.side_effect_class(r["name"]) != "read_only"]
+            assert (f"Already done: {', '.join(effects)}." in reply) == bool(effects), (scenario.session_id, reply)
+            # No tool is called after the step whose result was an error.
+            last_error = max(i for i, e in enumerate(events) if e["type"] == "tool_result" and e["data"] in errors)
+            assert not any(e["type"] == "assistant_message" and e["data"]["tool_calls"] for e in events[last_error:])
+    assert failed_turns
+
+
+def test_final_answers_agree_with_the_tool_results(scenarios):
+    checked = Counter()
+    for scenario in scenarios:
+        for events in turns(scenario):
+            if events[-1]["type"] != "turn_end" or events[-1]["data"]["reason"] != "complete":
+                continue
+            reply = events[-3]["data"]["content"]
+            if reply.startswith("I could not finish"):
+                continue
+            calls = {c["id"]: c for e in events if e["type"] == "assistant_message" for c in e["data"]["tool_calls"]}
+            for result in (e["data"] for e in events if e["type"] == "tool_result"):
+                call = calls[result["tool_call_id"]]
+                if call["name"] == "search_flights":
+                    cheapest = min(json.loads(result["content"])["options"], key=lambda o: o["price_usd"])
+                    assert f"${cheapest['price_usd']} " in reply and cheapest["depart"] in reply, reply
+                    checked["flights"] += 1
+                elif call["name"] == "deploy_service":
+                    assert f"in {call['arguments']['environment']}" in reply or f"to {call['arguments']['environment']}" in reply
+                    checked["deploys"] += 1
+                elif call["name"] == "get_invoice":
+                    assert json.loads(result["content"])["status"] == "paid" and "unpaid" not in reply.replace("the unpaid notice", "")
+                    checked["invoices"] += 1
+    assert checked["flights"] and checked["deploys"] and checked["invoices"]
+
+
+def test_seed_demo_stores_the_demo_tool_policies_once(db):
+    call_command("seed_demo", "--sessions", "6", stdout=io.StringIO())
+    called = set(Event.objects.filter(type="tool_result").values_list("data__name", flat=True))
+    assert called and not called - set(demo.TOOLS)
+    classes = selectors.side_effect_classes(set(demo.TOOLS))
+    assert classes == {name: demo.side_effect_class(name) for name in demo.TOOLS}
+    assert "unknown" not in classes.values()
+
+    ToolPolicy.objects.filter(pattern="send_*").update(side_effect=ToolPolicy.IDEMPOTENT)  # a person's edit
+    call_command("seed_demo", stdout=io.StringIO())
+    assert ToolPolicy.objects.get(pattern="send_*").side_effect == ToolPolicy.IDEMPOTENT
+    assert ToolPolicy.objects.count() == len(demo.TOOL_POLICIES)

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from sessions_app import demo, services
 from sessions_app.log import events as log_events
-from sessions_app.models import Event, Session
+from sessions_app.models import Event, Session, ToolPolicy
 
 SPREAD = timedelta(hours=6)  # demo sessions start over this window before now
 
@@ -42,6 +42,16 @@ def seed_sessions(count: int, now: datetime) -> list[SeededSession]:
     return seeded
 
 
+def seed_tool_policies() -> int:
+    """The demo tools' side-effect classes, unless someone already keeps tool policies here."""
+    if ToolPolicy.objects.exists():
+        return 0
+    ToolPolicy.objects.bulk_create(
+        ToolPolicy(pattern=pattern, side_effect=side_effect, note=note) for pattern, side_effect, note in demo.TOOL_POLICIES
+    )
+    return len(demo.TOOL_POLICIES)
+
+
 def fork_one(seeded: list[SeededSession]) -> Session | None:
     """Fork the first clean session after its first turn, to show provenance and lineage."""
     for item in seeded:
@@ -55,12 +65,17 @@ def fork_one(seeded: list[SeededSession]) -> Session | None:
 
 
 class Command(BaseCommand):
-    help = "Fill an empty database with finished demo sessions (some crashed mid-turn); does nothing otherwise."
+    help = (
+        "Fill an empty database with finished demo sessions (some crashed mid-turn), and an empty tool policy "
+        "table with the demo tools' side-effect classes; leaves either alone when it holds anything."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--sessions", type=int, default=8, help="how many sessions to create (default 8)")
 
     def handle(self, *args, sessions: int, **options):
+        if policies := seed_tool_policies():
+            self.stdout.write(f"seed_demo: created {policies} tool policies (edit them in the admin).")
         if Session.objects.exists():
             self.stdout.write("seed_demo: the database already holds sessions; skipped.")
             return
