@@ -103,17 +103,34 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and not D
     }
 
 REDIS_URL = os.environ.get("REDIS_URL", "")
-# channels-redis passes these to redis-py's ConnectionPool.from_url. Every
-# socket's receive blocks in Redis for up to 5 s (BZPOPMIN): a read timeout
-# (redis-py 8 defaults to 5 s) would end those reads, and close every idle
-# websocket with 1011. Dead peers are found by TCP keepalive (redis-py's
-# default) and by refused connects instead.
-REDIS_LAYER_HOST = {"address": REDIS_URL, "socket_timeout": None, "socket_connect_timeout": 5, "socket_keepalive": True}
 if REDIS_URL:
+    from redis.asyncio.retry import Retry
+    from redis.backoff import NoBackoff
+
     CHANNEL_LAYERS = {
         "default": {
-            "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_LAYER_HOST], "capacity": 1500, "expiry": 30},
+            # channels-redis's layer, made to ride out Redis outages (see the module).
+            "BACKEND": "dashboard.layer.ResilientRedisChannelLayer",
+            "CONFIG": {
+                # Passed to redis-py's ConnectionPool.from_url. Every socket's
+                # receive blocks in Redis for up to 5 s (BZPOPMIN): a read
+                # timeout (redis-py 8 defaults to 5 s) would end those reads
+                # and close every idle websocket with 1011. Dead peers are
+                # found by TCP keepalive and by refused or timed-out connects
+                # instead. One retry on a new connection replaces a pooled
+                # one that a restarted Redis closed.
+                "hosts": [
+                    {
+                        "address": REDIS_URL,
+                        "socket_timeout": None,
+                        "socket_connect_timeout": 3,
+                        "socket_keepalive": True,
+                        "retry": Retry(NoBackoff(), 1),
+                    }
+                ],
+                "capacity": 1500,
+                "expiry": 30,
+            },
         }
     }
 else:

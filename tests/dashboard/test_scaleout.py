@@ -203,3 +203,58 @@ def test_idle_sockets_stay_open_on_redis_well_past_its_timeouts(redis_server, st
         assert page_cursor(page) == 3
         assert_open_and_silent(stream, QUIET)
         assert_open_and_silent(page, QUIET)
+
+
+# Redis: an outage -----------------------------------------------------------
+
+
+def layer_members(redis_url: str, group: str) -> int:
+    """How many channels Redis holds in a group (channels-redis's key for it)."""
+    import redis
+
+    with redis.Redis.from_url(redis_url, socket_timeout=5) as client:
+        return client.zcard(f"asgi:group:{group}")
+
+
+def wait_for(condition, what: str, timeout: float = WAIT) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.1)
+
+
+def test_streams_ride_out_a_redis_outage_on_the_database_poll(redis_server, start_daphne, token, cookie, sid):
+    """Without Redis, open streams keep going and new ones connect; when it is back, live delivery resumes."""
+    services.create_session(session_id=sid)
+    services.append_events(session_id=sid, events=validate_batch([f.user("m0"), f.user("m1")]))
+    server = start_daphne(REDIS_URL=redis_server.url)
+
+    with json_stream(server, token, sid) as first, browser_socket(server, cookie, "/ws/sessions/live") as listing:
+        assert stream_seqs(first, 2) == [0, 1]
+        wait_for(lambda: layer_members(redis_server.url, services.SESSIONS_GROUP) == 1, "the list socket joined its group")
+
+        redis_server.kill()
+        api_append(server, token, sid, 2, start=2)  # appends do not need the layer
+        assert stream_seqs(first, 2) == [2, 3]
+        with json_stream(server, token, sid, "after=1") as second:
+            assert stream_seqs(second, 2) == [2, 3]
+            api_append(server, token, sid, 1, start=4)
+            assert stream_seqs(first, 1) == [4]
+            assert stream_seqs(second, 1) == [4]
+
+            redis_server.start()  # on the same port, empty: no groups
+            group = services.session_group(sid)
+            wait_for(lambda: layer_members(redis_server.url, group) == 2, "both streams joined their group again")
+            wait_for(lambda: layer_members(redis_server.url, services.SESSIONS_GROUP) == 1, "the list socket joined again")
+            api_append(server, token, sid, 1, start=5)
+            assert stream_seqs(first, 1) == [5]
+            assert stream_seqs(second, 1) == [5]
+            # The list has no database poll: its row comes through Redis alone.
+            assert sid in receive(listing)
+            assert_open_and_silent(first, QUIET)
+            assert_open_and_silent(second, 0.1)
+
+    assert stored_seqs(sid) == [0, 1, 2, 3, 4, 5]
+    log = server.log_path.read_text()
+    assert "Traceback" not in log, log
+    assert log.count("Redis channel layer unreachable") == 1, log
