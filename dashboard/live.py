@@ -193,7 +193,14 @@ def frame_end(session: Session, wires: list[dict]) -> str:
 
 
 def render_state_frame(session_id: str) -> str:
-    return state_parts(Session.objects.get(pk=session_id))
+    """The header after a status changed with time alone, and the open turns, whose unanswered
+    calls read as pending while running and as recovery classifies them once stalled."""
+    session = Session.objects.get(pk=session_id)
+    blocks = [
+        render_to_string("sessions/detail.html#block", {"session": session, "block": block, "oob": "true"}).strip()
+        for block in transcript.open_turn_blocks(session)
+    ]
+    return "".join(blocks) + state_parts(session)
 
 
 def state_parts(session: Session) -> str:

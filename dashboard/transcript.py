@@ -31,16 +31,21 @@ BLOCKS_PER_PAGE = 12
 # Longer text is cut on the server; the full value is one click away.
 TRUNCATE_CHARS = 2000
 
-COMPLETED, ERROR, IN_FLIGHT = "completed", "error", "in_flight"
+# A call with no result is pending (IN_FLIGHT) while its session may still
+# answer it: it reads "dispatched" (a tool_call exists) or "requested".
+# Once its session has stalled it reads as the recovery plan classifies it,
+# and a call nothing will answer (its turn closed) has NO_RESULT.
+COMPLETED, ERROR, IN_FLIGHT, NO_RESULT = "completed", "error", "in_flight", "no_result"
 NOT_STARTED, OUTCOME_UNKNOWN, SUPERSEDED = "not_started", "outcome_unknown", "superseded"
 STATE_LABELS = {
     COMPLETED: "completed",
     ERROR: "error",
-    IN_FLIGHT: "in flight",
+    NO_RESULT: "no result",
     NOT_STARTED: "not started",
     OUTCOME_UNKNOWN: "outcome unknown",
     SUPERSEDED: "superseded",
 }
+RISK_STATES = {recovery.TOOL_NOT_STARTED: NOT_STARTED, recovery.TOOL_OUTCOME_UNKNOWN: OUTCOME_UNKNOWN}
 SIDE_EFFECT_LABELS = {
     "external_effect": "external effect",
     "idempotent": "idempotent",
@@ -96,11 +101,26 @@ class ToolCard:
     synthetic: Event | None = None
     real: Event | None = None
     started_at: datetime | None = None
-    stalled: bool = False  # in flight in a session that has gone quiet: likely crashed
+    owed: bool = False  # an open turn owes it a result: recovery would answer it
 
     @property
     def state_label(self) -> str:
+        if self.state == IN_FLIGHT:
+            return "dispatched" if self.dispatch_seqs else "requested"
         return STATE_LABELS[self.state]
+
+    # The recovery page's words (sessions_app.log.recovery), never the card's own.
+    @property
+    def risk_headline(self) -> str | None:
+        return recovery.RISK_HEADLINES.get(self.risk)
+
+    @property
+    def risk_detail(self) -> str | None:
+        return recovery.RISK_DETAILS.get(self.risk)
+
+    @property
+    def rule_reason(self) -> str | None:
+        return recovery.RULE_REASONS.get(self.rule)
 
     @property
     def side_effect_label(self) -> str:
@@ -143,6 +163,8 @@ class Step:
     end: Event | None
     rows: list[Row]
 
+    interrupted: bool = False  # never closed, in a turn that recovery closed
+
     @property
     def outcome(self) -> str | None:
         return self.end.data.get("outcome") if self.end else None
@@ -165,6 +187,8 @@ class Block:
     # summaries whose range begins here (shown in their place, as the model sees them).
     compacted_by: int | None = None
     summaries: list[Row] = field(default_factory=list)
+    last_real: Event | None = None  # the turn's last event other than its turn_end and recovery's repairs
+    fork_spots: dict[int, ForkSpot] = field(default_factory=dict)  # by seq: may a fork end at that event
 
     @property
     def number(self) -> object:
@@ -175,9 +199,29 @@ class Block:
         return self.turn_end.data.get("reason") if self.turn_end else None
 
     @property
+    def recovered(self) -> bool:
+        """Closed by recovery (only recovery writes reason interrupted, session-log.md section 3)."""
+        return self.reason == "interrupted"
+
+    @property
     def duration(self) -> float | None:
-        if self.turn_start and self.turn_end:
+        """Start to end of a turn that closed by itself (a recovered one: see interrupted_after)."""
+        if self.turn_start and self.turn_end and not self.recovered:
             return (self.turn_end.time - self.turn_start.time).total_seconds()
+        return None
+
+    @property
+    def interrupted_after(self) -> float | None:
+        """A recovered turn: from its start to its last real event, the time the agent was alive in it."""
+        if self.turn_start and self.recovered:
+            return ((self.last_real or self.turn_start).time - self.turn_start.time).total_seconds()
+        return None
+
+    @property
+    def recovered_later(self) -> float | None:
+        """A recovered turn: from its last real event to the recovery's turn_end."""
+        if self.turn_start and self.recovered:
+            return (self.turn_end.time - (self.last_real or self.turn_start).time).total_seconds()
         return None
 
     @property
@@ -256,6 +300,12 @@ def blocks_touched(session: Session, events: list[Event]) -> list[Block]:
     return Builder(session).build(sorted(events.values(), key=lambda e: e.seq), {**with_placement(in_turns), **with_placement(own)})
 
 
+def open_turn_blocks(session: Session) -> list[Block]:
+    """The blocks of the session's open turns, re-read from storage."""
+    starts = selectors.to_log_events(EventRow.objects.filter(session=session, seq__in=session.turn_stack))
+    return blocks_touched(session, starts) if starts else []
+
+
 def compactions(session: Session) -> list[tuple[int, int, int]]:
     """(seq, start, stop) of every compaction summary of the session (indexed; few)."""
     rows = EventRow.objects.filter(session=session, replace_start__isnull=False)
@@ -270,6 +320,79 @@ def shadowed_by(event: Event, replaces: list[tuple[int, int, int]]) -> int | Non
     return max(covering) if covering else None
 
 
+@dataclass(frozen=True)
+class ForkSpot:
+    """Whether a fork may end at an event: only outside every turn (session-log.md section 5)."""
+
+    seq: int
+    turn_seq: int | None = None  # the innermost turn still open after the event; None: a fork may end here
+    turn_number: object = None
+    closed_at: int | None = None  # the turn_end closing that turn; None: still open
+
+    @property
+    def allowed(self) -> bool:
+        return self.turn_seq is None
+
+    @property
+    def reason(self) -> str:
+        turn = f"turn {self.turn_number}" if log_events.is_integer(self.turn_number) else "a turn"
+        if self.closed_at is None:
+            return f"seq {self.seq} is inside {turn}, opened at seq {self.turn_seq} and still open: recover the session first, or fork before seq {self.turn_seq}."
+        return f"seq {self.seq} is inside {turn}, which opened at seq {self.turn_seq} and closes at seq {self.closed_at}: a fork must end outside every turn."
+
+
+def fork_spots(session: Session, placed: dict[int, tuple[str, int | None]]) -> dict[int, ForkSpot]:
+    """Where a fork may end, for events placed as {seq: (type, turn_seq)}.
+
+    An event outside any turn is a boundary, and so is a turn_end closing an
+    outermost turn; anything else is inside a turn, named with where it
+    closes. Reads the structural columns of the turns concerned, not the log.
+    """
+    inside = {seq: turn for seq, (type_, turn) in placed.items() if turn is not None and type_ != "turn_end"}
+    closing = {seq: turn for seq, (type_, turn) in placed.items() if turn is not None and type_ == "turn_end"}
+    enclosing = enclosing_turns(session, set(closing.values()))
+    inside |= {seq: enclosing[turn] for seq, turn in closing.items() if turn in enclosing}
+    turns = set(inside.values())
+    starts = EventRow.objects.filter(session=session, seq__in=turns).values_list("seq", "data") if turns else []
+    numbers = {seq: data.get("turn") for seq, data in starts if isinstance(data, dict)}
+    ends = EventRow.objects.filter(session=session, type="turn_end", turn_seq__in=turns).values_list("turn_seq", "seq") if turns else []
+    closed_at = dict(ends)
+    return {
+        seq: ForkSpot(seq, inside[seq], numbers.get(inside[seq]), closed_at.get(inside[seq])) if seq in inside else ForkSpot(seq)
+        for seq in placed
+    }
+
+
+def enclosing_turns(session: Session, turns: set[int]) -> dict[int, int]:
+    """For each turn opened at a seq in `turns`, the innermost turn it is nested in (absent: none).
+
+    Nesting is rare: the event just before a turn decides it, unless that
+    event itself ends a turn; only then are the later turn_ends read.
+    """
+    if not turns:
+        return {}
+    before = dict(
+        (seq, (type_, turn))
+        for seq, type_, turn in EventRow.objects.filter(session=session, seq__in=[t - 1 for t in turns]).values_list("seq", "type", "turn_seq")
+    )
+    nested: dict[int, int] = {}
+    undecided = set()
+    for turn in turns:
+        type_, outer = before.get(turn - 1, ("", None))
+        if type_ == "turn_end" and outer is not None:
+            undecided.add(turn)
+        elif outer is not None:
+            nested[turn] = outer
+    if undecided:
+        later_ends = EventRow.objects.filter(session=session, type="turn_end", seq__gt=min(undecided), turn_seq__lt=max(undecided))
+        spans = [*later_ends.values_list("turn_seq", "seq"), *((t, None) for t in session.turn_stack)]
+        for turn in undecided:
+            opened = [start for start, end in spans if start < turn and (end is None or end > turn)]
+            if opened:
+                nested[turn] = max(opened)
+    return nested
+
+
 # The raw log ----------------------------------------------------------------
 
 RAW_PAGE = 200
@@ -281,6 +404,7 @@ class RawRow:
     event: Event
     data: Value
     shadowed_by: int | None
+    fork: ForkSpot
 
 
 @dataclass
@@ -291,15 +415,18 @@ class RawPage:
     live: bool  # the latest page follows new events
 
 
-def raw_rows(events: list[Event], replaces: list[tuple[int, int, int]]) -> list[RawRow]:
-    return [RawRow(e, Value.of(e.data), shadowed_by(e, replaces)) for e in events]
+def raw_rows(session: Session, events: list[Event], replaces: list[tuple[int, int, int]]) -> list[RawRow]:
+    seqs = {e.seq for e in events}
+    in_range = EventRow.objects.filter(session=session, seq__gte=min(seqs, default=0), seq__lte=max(seqs, default=-1))
+    spots = fork_spots(session, {seq: (t, turn) for seq, t, turn in in_range.values_list("seq", "type", "turn_seq") if seq in seqs})
+    return [RawRow(e, Value.of(e.data), shadowed_by(e, replaces), spots[e.seq]) for e in events]
 
 
 def raw_page(session: Session, *, before: int | None = None) -> RawPage:
     """RAW_PAGE events ending before `before` (default: the latest ones, which follow the log live)."""
     end = session.event_count if before is None else max(0, min(before, session.event_count))
     start = max(end - RAW_PAGE, 0)
-    rows = raw_rows(selectors.events_since(session, since=start, limit=end - start), compactions(session))
+    rows = raw_rows(session, selectors.events_since(session, since=start, limit=end - start), compactions(session))
     return RawPage(rows, start, start if start > 0 else None, live=end == session.event_count)
 
 
@@ -312,14 +439,14 @@ def raw_frame_rows(session: Session, new_events: list[Event], *, first_shown: in
     until it is reloaded.
     """
     replaces = compactions(session)
-    rows = raw_rows(new_events, replaces)
+    rows = raw_rows(session, new_events, replaces)
     new = {seq: start for seq, start, _ in replaces if seq >= new_events[0].seq}
     # A row's position is its seq, or a summary's own range start (never after its seq).
     since = max(first_shown, min(new.values(), default=shown_through + 1), shown_through + 1 - RESHADOW_ROWS)
     if since > shown_through:
         return rows, []
     shown = selectors.events_since(session, since=since, limit=shown_through - since + 1)
-    return rows, [row for row in raw_rows(shown, replaces) if row.shadowed_by in new]
+    return rows, [row for row in raw_rows(session, shown, replaces) if row.shadowed_by in new]
 
 
 def block_key(seq: int, turn_seq: int | None) -> str:
@@ -340,6 +467,7 @@ class Builder:
         if not events:
             return []
         self.block_of = {e.seq: block_key(e.seq, placement[e.seq][0]) for e in events}
+        self.placement = placement
         self.lookups(events)
         blocks: dict[str, Block] = {}
         steps: dict[int, Step] = {}
@@ -348,6 +476,8 @@ class Builder:
             turn_seq, step_seq = placement[event.seq]
             block = self.block_for(blocks, event, turn_seq)
             hidden_by[block.key].add(shadowed_by(event, self.replaces))
+            if event.type != "turn_end" and not is_synthetic(event):
+                block.last_real = event
             if event.type == "turn_start" and turn_seq == event.seq:
                 block.turn_start = event
                 block.open = event.seq in self.session.turn_stack
@@ -366,6 +496,11 @@ class Builder:
         for key, summaries in hidden_by.items():
             if None not in summaries:
                 blocks[key].compacted_by = max(summaries)
+        for step in steps.values():
+            step.interrupted = step.end is None and blocks[self.block_of[step.start.seq]].recovered
+        spots = fork_spots(self.session, {e.seq: (e.type, placement[e.seq][0]) for e in events})
+        for event in events:
+            blocks[self.block_of[event.seq]].fork_spots[event.seq] = spots[event.seq]
         return sorted(blocks.values(), key=lambda b: b.first_seq)
 
     def block_for(self, blocks: dict[str, Block], event: Event, turn_seq: int | None) -> Block:
@@ -404,10 +539,11 @@ class Builder:
         )
         self.sighted_in_window = {cid: event.seq for cid, (event, _) in sighted.items()}
         self.replaces = compactions(session)
-        self.side_effects = selectors.side_effect_classes({call.get("name") for _, call in sighted.values()})
+        self.side_effects = selectors.side_effect_classes({log_events.tool_name(call.get("name")) for _, call in sighted.values()})
         open_turn_in_view = any(e.type == "turn_start" and e.seq in session.turn_stack for e in events)
         plan = selectors.recovery_plan(session) if open_turn_in_view else None
         self.owed = {r.call.id: r.call for r in plan.repairs if r.call is not None} if plan else {}
+        self.status = session.status
 
     def row(self, event: Event) -> Row | None:
         data = event.data
@@ -430,7 +566,7 @@ class Builder:
     def card(self, event: Event, call: dict) -> ToolCard:
         cid = log_events.call_id(call)
         results = self.results.get(cid, [])
-        synthetic = next((r for r in results if (r.data.get("metadata") or {}).get("synthetic") is True), None)
+        synthetic = next((r for r in results if is_synthetic(r)), None)
         real = next((r for r in results if r is not synthetic), None)
         dispatches = self.dispatches.get(cid, [])
         card = ToolCard(
@@ -441,7 +577,7 @@ class Builder:
             dispatch_seqs=[d.seq for d in dispatches],
             results=results,
             state=IN_FLIGHT,
-            side_effect=self.side_effects.get(call.get("name"), "unknown"),
+            side_effect=self.side_effects.get(log_events.tool_name(call.get("name")), "unknown"),
             synthetic=synthetic,
             real=real,
             started_at=dispatches[0].time if dispatches else event.time,
@@ -456,17 +592,21 @@ class Builder:
             metadata = real.data.get("metadata") or {}
             card.state = ERROR if metadata.get("is_error") or metadata.get("error") else COMPLETED
         elif cid in self.owed:
-            card.risk, card.rule = self.owed[cid].risk, self.owed[cid].rule
-            card.stalled = self.session.status == "stalled"
+            owed = self.owed[cid]
+            card.risk, card.rule, card.owed = owed.risk, owed.rule, True
+            if self.status == selectors.STALLED:
+                card.state = RISK_STATES[owed.risk]
+        elif self.placement[event.seq][0] is not None or self.status not in (selectors.RUNNING, selectors.ACTIVE):
+            card.state = NO_RESULT  # its turn closed without it, or the session went quiet: nothing will answer it
         return card
 
 
-RULE_REASONS = {
-    1: "A tool_call event shows the call was handed to the executor: it may have run, even if its step later closed.",
-    2: "This turn logged dispatches (tool_call events) for other calls but none for this one: it never got that far.",
-    3: "No dispatches were logged, and the call's step closed while the call was still unanswered: nothing was in flight.",
-    4: "Nothing in the log shows whether it was dispatched: assume it may have run.",
-}
+def is_synthetic(event: Event) -> bool:
+    """Written by recovery: its repairs and its context message carry metadata.synthetic = true."""
+    metadata = event.data.get("metadata")
+    return isinstance(metadata, dict) and metadata.get("synthetic") is True
+
+
 SIDE_EFFECT_RANK = {"external_effect": 0, "unknown": 1, "idempotent": 2, "read_only": 3}
 
 
@@ -486,6 +626,10 @@ class OwedCallView:
     def side_effect_label(self) -> str:
         return SIDE_EFFECT_LABELS[self.side_effect]
 
+    @property
+    def risk_headline(self) -> str:
+        return recovery.RISK_HEADLINES[self.call.risk]
+
 
 @dataclass
 class OpenTurnView:
@@ -496,6 +640,10 @@ class OpenTurnView:
     @property
     def number(self) -> object:
         return self.turn_start.data.get("turn")
+
+    @property
+    def label(self) -> str:
+        return recovery.open_turn_label(self.number, self.turn_start.seq)
 
 
 @dataclass
@@ -514,13 +662,13 @@ def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
         for seq in plan.open_turns
     ]
     calls = [r.call for r in plan.repairs if r.call is not None]
-    side_effects = selectors.side_effect_classes({c.name for c in calls})
+    side_effects = selectors.side_effect_classes({log_events.tool_name(c.name) for c in calls})
     owed = [
         OwedCallView(
             call=call,
-            side_effect=side_effects[call.name],
+            side_effect=side_effects[log_events.tool_name(call.name)],
             arguments=Value.of(call.arguments),
-            reason=RULE_REASONS[call.rule],
+            reason=recovery.RULE_REASONS[call.rule],
             evidence=evidence_of(call),
         )
         for call in calls

@@ -63,7 +63,7 @@ async def test_new_blocks_are_appended_and_touched_blocks_replaced(sid, session_
     frame = await page.receive_from(timeout=WAIT)
     assert '<section id="turn-1" class="block turn open" hx-swap-oob="true">' in frame
     assert "&lt;b&gt;hi&lt;/b&gt;" in frame and "<b>hi</b>" not in frame
-    assert 'data-call-id="c1"' in frame and "in flight" in frame
+    assert 'data-call-id="c1"' in frame and '<span class="badge state">requested</span>' in frame
     assert await page.receive_nothing(QUIET)
 
 
@@ -179,6 +179,23 @@ async def test_a_running_page_turns_stalled_without_any_event(sid, session_cooki
     frame = await page.receive_from(timeout=WAIT)
     assert "<strong>Stalled:</strong>" in frame and 'class="badge status-stalled"' in frame
     assert await page.receive_nothing(QUIET)  # sent once, not on every check
+
+
+async def test_a_stalled_page_re_renders_its_open_turn_as_recovery_classifies_it(sid, session_cookie, monkeypatch, settings):
+    monkeypatch.setattr(live, "STATUS_REFRESH_SECONDS", 0.2)
+    await create(sid)
+    await append_events(sid, [
+        {"type": "turn_start", "data": {"turn": 1}},
+        {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "echo"}]}},
+        {"type": "tool_call", "data": {"id": "c1", "name": "echo"}},
+    ])  # fmt: skip
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=2", session_cookie)
+    assert await page.receive_nothing(QUIET)  # still running
+    settings.TURNLOG_STALL_SECONDS = 0
+    frame = await page.receive_from(timeout=WAIT)
+    turn = frame[frame.index('<section id="turn-0"') :]
+    assert 'hx-swap-oob="true"' in turn[:200] and '<span class="badge state">outcome unknown</span>' in turn
+    assert "Why (rule 1):" in turn and "elapsed" not in turn
 
 
 async def test_a_raw_page_gets_new_rows_and_rows_a_new_summary_shadows(sid, session_cookie):

@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 
 from dashboard import transcript
 from sessions_app import selectors, services
+from sessions_app.log import recovery
 from sessions_app.log.events import validate_batch
 from sessions_app.models import Event, RecoveryRecord, Session, ToolPolicy
 from tests.sessions_app.log.strategies import message
@@ -89,9 +90,42 @@ def test_the_transcript_groups_turns_steps_and_pairs_calls_with_results(viewer):
     c1 = page[page.index('data-call-id="c1"') :][:3000]
     assert "completed" in c1 and "Result at" in c1
     c3 = page[page.index('data-call-id="c3"') :][:3000]
-    assert "in flight" in c3 and "outcome unknown" in c3 and "(rule 1)" in c3
+    assert "outcome unknown" in c3 and "(rule 1)" in c3
     assert '<article id="seq-9"' not in page and '<a id="seq-9"' in page  # c3's tool_call shows in its card
     assert "Dispatched (tool_call) at" in c3
+
+
+def owed_words(page: str, call_id: str) -> tuple[str, str]:
+    """The risk headline and the "Why (rule N): ..." line a page gives a call."""
+    start = page.index(f'data-call-id="{call_id}"') if f'data-call-id="{call_id}"' in page else page.index(f'<code class="muted">{call_id}</code>')
+    part = page[start:][:4000]
+    headline = re.search(r'<strong class?="?[^>]*>((?:Outcome unknown|Not started)[^<]*)</strong>|<strong>((?:Outcome unknown|Not started)[^<]*)</strong>', part)
+    why = re.search(r"Why \(rule \d\): [^<]*", part)
+    return (headline.group(1) or headline.group(2)).rstrip("."), why.group(0)
+
+
+def test_a_stalled_sessions_owed_calls_read_as_on_the_recovery_page(staff):
+    store(WORKED_EXAMPLE, session_id="crashed")  # its events are from January: stalled
+    page = text_of(staff.get("/sessions/crashed/"))
+    recovery_page = text_of(staff.get("/sessions/crashed/recovery"))
+    for call_id, state in [("c2", "not started"), ("c3", "outcome unknown")]:
+        card = page[page.index(f'data-call-id="{call_id}"') :][:4000].split("</article>")[0]
+        assert f'<span class="badge state">{state}</span>' in card
+        assert "in flight" not in card and "elapsed" not in card and "running" not in card
+        assert owed_words(page, call_id) == owed_words(recovery_page, call_id)
+    assert owed_words(page, "c3") == ("Outcome unknown: it may have run", "Why (rule 1): " + recovery.RULE_REASONS[1])
+
+
+def test_a_running_sessions_unanswered_calls_are_pending(viewer):
+    services.create_session(session_id="live")
+    items = [{"type": t, "data": d} for t, d in WORKED_EXAMPLE]
+    services.append_events(session_id="live", events=validate_batch(items))  # written now: running
+    page = text_of(viewer.get("/sessions/live/"))
+    c3 = page[page.index('data-call-id="c3"') :][:4000].split("</article>")[0]
+    c2 = page[page.index('data-call-id="c2"') :][:4000].split("</article>")[0]
+    assert '<span class="badge state">dispatched</span>' in c3 and 'class="elapsed"' in c3  # it has a tool_call
+    assert '<span class="badge state">requested</span>' in c2
+    assert "If recovered now: <strong>Outcome unknown: it may have run</strong> (rule 1)" in c3
 
 
 def test_untrusted_content_is_escaped(viewer):
