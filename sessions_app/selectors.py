@@ -5,17 +5,18 @@ from __future__ import annotations
 import base64
 import binascii
 import fnmatch
+import itertools
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from sessions_app.log import events as log_events
 from sessions_app.log import fold, fork, recovery
-from sessions_app.models import CallSighting, Event, RecoveryRecord, Session, ToolPolicy
+from sessions_app.models import CallSighting, Event, RecoveryRecord, Session, ToolPolicy, open_turn_labels_of
 from sessions_app.errors import SessionNotFound
 
 
@@ -36,8 +37,8 @@ def get_session(session_id: str) -> Session:
         raise SessionNotFound(session_id) from None
 
 
-RUNNING, STALLED, RECOVERED, CLEAN = "running", "stalled", "recovered", "clean"
-STATUSES = (RUNNING, STALLED, RECOVERED, CLEAN)
+RUNNING, STALLED, ACTIVE, RECOVERED, CLEAN = "running", "stalled", "active", "recovered", "clean"
+STATUSES = (RUNNING, STALLED, ACTIVE, RECOVERED, CLEAN)
 
 
 def stalled_before(now: datetime | None = None) -> datetime:
@@ -46,12 +47,16 @@ def stalled_before(now: datetime | None = None) -> datetime:
 
 
 def status_filter(status: str, now: datetime | None = None) -> Q:
+    """Session.status as a query: the same rule, so the list, its filter and the API agree."""
     cutoff = stalled_before(now)
+    # An event within the window that is not a recovery's own repair (recovered_at is set after them).
+    recent = Q(last_event_at__gt=cutoff) & (Q(recovered_at__isnull=True) | Q(recovered_at__lt=F("last_event_at")))
     return {
-        RUNNING: Q(interrupted=True, last_activity_at__gte=cutoff),
-        STALLED: Q(interrupted=True, last_activity_at__lt=cutoff),
-        RECOVERED: Q(interrupted=False, recovered_at__isnull=False),
-        CLEAN: Q(interrupted=False, recovered_at__isnull=True),
+        RUNNING: Q(interrupted=True, last_activity_at__gt=cutoff),
+        STALLED: Q(interrupted=True, last_activity_at__lte=cutoff),
+        ACTIVE: Q(interrupted=False) & recent,
+        RECOVERED: Q(interrupted=False, recovered_at__isnull=False) & ~recent,
+        CLEAN: Q(interrupted=False, recovered_at__isnull=True) & ~recent,
     }[status]
 
 
@@ -84,8 +89,22 @@ def list_sessions(
     items = list(sessions[: limit + 1])
     has_more = len(items) > limit
     items = items[:limit]
+    label_open_turns(items)
     next_cursor = encode_cursor(items[-1]) if has_more else None
     return SessionPage(items=items, next_cursor=next_cursor)
+
+
+def label_open_turns(sessions: list[Session]) -> None:
+    """Fill each session's open_turn_labels with one query for the whole list."""
+    interrupted = [s for s in sessions if s.turn_stack]
+    if not interrupted:
+        return
+    pairs = Q()
+    for s in interrupted:
+        pairs |= Q(session_id=s.id, seq__in=s.turn_stack)
+    starts = {(sid, seq): data for sid, seq, data in Event.objects.filter(pairs).values_list("session_id", "seq", "data")}
+    for s in interrupted:
+        s.open_turn_labels = open_turn_labels_of(s.open_turns, {seq: starts.get((s.id, seq)) for seq in s.turn_stack})
 
 
 def encode_cursor(session: Session) -> str:
@@ -229,6 +248,15 @@ def turn_closed_at(session: Session, turn_seq: int) -> int | None:
     """The seq of the turn_end that closed the turn opened at `turn_seq` (None: still open)."""
     closing = Event.objects.filter(session=session, type="turn_end", turn_seq=turn_seq)
     return closing.order_by("seq").values_list("seq", flat=True).first()
+
+
+def unused_fork_id(parent: Session, seq: int) -> str:
+    """A readable id, not taken yet, for a fork of `parent` ending at `seq`: "<parent>-fork-<seq>",
+    then "-2", "-3"...; the parent's part is cut so that it fits the 128-character id rule."""
+    suffix = f"-fork-{seq}" if seq >= 0 else "-fork"
+    stem = parent.id[: 128 - len(suffix) - 8] + suffix  # room for "-<n>"
+    taken = set(Session.objects.filter(id__startswith=stem).values_list("id", flat=True))
+    return next(name for n in itertools.count(1) if (name := stem if n == 1 else f"{stem}-{n}") not in taken)
 
 
 @dataclass(frozen=True)
