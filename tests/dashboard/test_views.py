@@ -246,6 +246,17 @@ def test_confirming_appends_and_lands_on_the_highlighted_events(staff):
     assert "outcome unknown" in page and "not started" in page
 
 
+def test_a_recovered_turn_shows_its_open_step_as_interrupted_and_no_dead_hours(staff, django_user_model):
+    store(WORKED_EXAMPLE, session_id="crashed")  # seqs one second apart, in January
+    services.recover(session_id="crashed", user=django_user_model.objects.get(username="ops"))
+    page = text_of(staff.get("/sessions/crashed/"))
+    head = page[page.index('<header class="turn-head"') :].split("</header>")[0]
+    # From turn_start (seq 1) to its last real event (seq 9): 8 s; then months until the recovery.
+    assert re.search(r"interrupted after 8\.0 s, recovered \d+ h \d+ min later", head)
+    step_two = page[page.index('<div class="step step-interrupted" id="seq-7">') :][:600]
+    assert '<span class="badge danger">interrupted</span>' in step_two and '<span class="badge warn">open</span>' not in page
+
+
 def test_a_stale_preview_appends_nothing_and_shows_the_fresh_plan(staff):
     store(WORKED_EXAMPLE, session_id="crashed")
     digest = selectors.recovery_plan(Session.objects.get()).digest(10)
@@ -282,7 +293,7 @@ def test_a_refused_fork_explains_and_suggests(viewer):
     response = viewer.post("/sessions/crashed/fork", {"boundary": "5"}, HTTP_HX_REQUEST="true")
     page = text_of(response)
     assert "seq 5 is inside turn 1, opened at seq 1 and never closed" in page
-    assert 'value="0"' in page and "Fork at seq 0" in page and "Recover the session first" in page
+    assert "?boundary=0" in page and "Fork at seq 0" in page and "Recover the session first" in page
     assert Session.objects.count() == 1
 
 

@@ -34,8 +34,8 @@ def test_an_event_appended_through_the_api_appears_without_reload(browser, serve
     ]})  # fmt: skip
     assert (status, body["first_seq"]) == (201, 1)
     expect(page.locator("#turn-1")).to_contain_text("working on it", timeout=LIVE)
-    expect(page.locator('#turn-1 [data-call-id="c1"]')).to_contain_text("in flight")
-    expect(page.locator("#session-state")).to_contain_text("Running: a turn is open at seq 1")
+    expect(page.locator('#turn-1 [data-call-id="c1"]')).to_contain_text("requested")
+    expect(page.locator("#session-state")).to_contain_text("Running: turn 1 (opened at seq 1) is open")
     api_post(server, plain_user, "/api/v1/sessions/live/events", {"events": [{"type": "tool_result", "data": {"tool_call_id": "c1", "content": "sent"}}]})
     expect(page.locator('#turn-1 [data-call-id="c1"]')).to_contain_text("completed", timeout=LIVE)
     expect(page.locator("#session-summary")).to_contain_text("4 events")
