@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import re
+
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods
 
 from dashboard import transcript
 from sessions_app import errors, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
+from sessions_app.models import SESSION_ID_PATTERN, session_id_validator
 
 
 def session_or_404(session_id: str):
@@ -87,23 +90,56 @@ def event_json(request, session_id: str, seq: int):
 
 
 @login_required
-@require_POST
+@require_http_methods(["GET", "POST"])
 def fork_session(request, session_id: str):
+    """GET ?boundary=: the fork form for that boundary (inline where htmx asked for it);
+    POST boundary, id: fork, then open the new session, which confirms it."""
     session = session_or_404(session_id)
-    raw = request.POST.get("boundary", "last")
+    data = request.POST if request.method == "POST" else request.GET
+    raw = data.get("boundary", "last")
     boundary = int(raw) if raw.isdigit() else raw
+    context = {"session": session, "boundary": raw, "can_recover": request.user.has_perm("sessions_app.recover_session")}
     try:
-        child = services.fork(session_id=session.id, boundary=boundary)
+        seq = selectors.fork_point(session, boundary).seed_length - 1
     except log_fork.ForkRefused as refused:
-        context = {"session": session, "refused": refused, "boundary": raw, "can_recover": request.user.has_perm("sessions_app.recover_session")}
-        # htmx swaps only 2xx answers into the page; other clients get the honest 422.
-        return render(request, "sessions/fork_refused.html", context, status=200 if request.htmx else 422)
+        return fork_form(request, {**context, "refused": refused}, status=422 if request.method == "POST" else 200)
+    context["seq"] = seq
+    if request.method != "POST":
+        return fork_form(request, {**context, "name": selectors.unused_fork_id(session, seq)})
+    name = data.get("id", "").strip() or selectors.unused_fork_id(session, seq)
+    if not re.fullmatch(SESSION_ID_PATTERN, name):
+        return fork_form(request, {**context, "name": name, "name_error": session_id_validator.message}, status=422)
+    try:
+        child = services.fork(session_id=session.id, boundary=boundary, new_session_id=name)
+    except log_fork.ForkRefused as refused:  # "last" after a turn opened since the form was shown
+        return fork_form(request, {**context, "refused": refused}, status=422)
+    except errors.SessionExists:
+        error = f"A session named {name} already exists: pick another name."
+        return fork_form(request, {**context, "name": selectors.unused_fork_id(session, seq), "name_error": error}, status=422)
+    inherited = child.seed_length - 1
+    messages.success(
+        request,
+        f"Forked {session.id} at seq {inherited} into this session: events 0–{inherited} are inherited."
+        if inherited >= 0
+        else f"Forked {session.id} (it had no events yet) into this session.",
+    )
     url = reverse("session_detail", args=[child.id])
     if request.htmx:
         response = HttpResponse(status=204)
         response["HX-Redirect"] = url
         return response
     return redirect(url)
+
+
+def fork_form(request, context: dict, *, status: int = 200):
+    """The form in place of the control that asked for it (htmx), else on a page of its own.
+
+    htmx swaps only 2xx answers, so it gets a refusal or a bad name as 200;
+    other clients get the honest 422.
+    """
+    if request.htmx:
+        return render(request, "sessions/fork.html#fork-form", context)
+    return render(request, "sessions/fork.html", context, status=status)
 
 
 @login_required

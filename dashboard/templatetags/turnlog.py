@@ -35,3 +35,9 @@ def seconds(value: float | None) -> str:
 def pretty_json(value: object) -> str:
     """Indented JSON of a value (escaped by the template like any other text)."""
     return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+
+
+@register.filter
+def at(mapping: dict | None, key: object) -> object:
+    """mapping[key], or None: templates cannot index by a variable."""
+    return (mapping or {}).get(key)

@@ -70,6 +70,25 @@
     htmx.onLoad(function (el) { refreshTimes(el); });
     document.body.addEventListener("htmx:wsOpen", function () { setLiveState("Live", "open"); });
     document.body.addEventListener("htmx:wsClose", function () { setLiveState("Reconnecting…", "closed"); });
+    // A fork form opens under its control: keep it in view; Cancel or Escape
+    // closes it and gives focus back to the control.
+    document.body.addEventListener("htmx:afterSwap", function (event) {
+      var form = event.detail.target.querySelector(".fork-form") || event.detail.target.closest(".fork-form");
+      if (form) form.scrollIntoView({ block: "nearest" });
+    });
+    function closeForkForm(form) {
+      var control = form.closest(".fork") && form.closest(".fork").querySelector("a");
+      form.remove();
+      if (control) control.focus();
+    }
+    document.addEventListener("click", function (event) {
+      var cancel = event.target.closest(".fork-cancel");
+      if (cancel) closeForkForm(cancel.closest(".fork-form"));
+    });
+    document.addEventListener("keydown", function (event) {
+      var form = event.key === "Escape" && event.target.closest && event.target.closest(".fork-form");
+      if (form) closeForkForm(form);
+    });
     document.body.addEventListener("htmx:wsAfterMessage", function () {
       var empty = document.getElementById("no-events");
       if (empty && document.querySelector("#blocks .block, #raw-rows .raw-row")) empty.remove();
