@@ -10,13 +10,29 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from django.contrib.staticfiles.handlers import ASGIStaticFilesHandler  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
+from asgiref.sync import sync_to_async  # noqa: E402
+from django.core.exceptions import SuspiciousOperation  # noqa: E402
+from django.core.handlers.exception import response_for_exception  # noqa: E402
+from django.http import Http404  # noqa: E402
+
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
+
+
+class StaticFiles(ASGIStaticFilesHandler):
+    """Django's static handler, except that a path leaving the static root
+    (/static/../dashboard/settings.py) is a plain 404, not a 500."""
+
+    async def get_response_async(self, request):
+        try:
+            return await sync_to_async(self.serve, thread_sensitive=False)(request)
+        except (Http404, SuspiciousOperation):
+            return await sync_to_async(response_for_exception, thread_sensitive=False)(request, Http404())
 
 application = ProtocolTypeRouter(
     {
         # Daphne serves the few static files itself (no extra service for
         # the embedded setup); a deployment may put a cache in front.
-        "http": ASGIStaticFilesHandler(django_asgi_app),
+        "http": StaticFiles(django_asgi_app),
         "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
     }
 )

@@ -1,20 +1,23 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.urls import path
+from django.urls import path, re_path
 
+import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
 from dashboard import views
-from sessions_app.api import api
+from sessions_app.api import api, not_found
 
 urlpatterns = [
     path("", views.session_list, name="session_list"),
-    path("sessions/<str:session_id>/", views.session_detail, name="session_detail"),
-    path("sessions/<str:session_id>/blocks", views.session_blocks, name="session_blocks"),
-    path("sessions/<str:session_id>/events/<int:seq>.json", views.event_json, name="event_json"),
-    path("sessions/<str:session_id>/fork", views.fork_session, name="fork_session"),
-    path("sessions/<str:session_id>/recovery", views.recovery_preview, name="recovery_preview"),
-    path("sessions/<str:session_id>/lineage", views.session_lineage, name="session_lineage"),
+    path("sessions/<session_id:session_id>/", views.session_detail, name="session_detail"),
+    path("sessions/<session_id:session_id>/blocks", views.session_blocks, name="session_blocks"),
+    path("sessions/<session_id:session_id>/events/<seq:seq>.json", views.event_json, name="event_json"),
+    path("sessions/<session_id:session_id>/fork", views.fork_session, name="fork_session"),
+    path("sessions/<session_id:session_id>/recovery", views.recovery_preview, name="recovery_preview"),
+    path("sessions/<session_id:session_id>/lineage", views.session_lineage, name="session_lineage"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls),
+    # Last: whatever no endpoint above serves under /api/ is a JSON 404, not an HTML page.
+    re_path(r"^api/", not_found),
 ]

@@ -10,17 +10,22 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.http import HttpRequest
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.csrf import csrf_exempt
 from ninja import Field, NinjaAPI, Query, Router, Schema, Status
+from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
-from ninja.security import HttpBearer, django_auth
+from ninja.parser import Parser
+from ninja.security import HttpBearer, SessionAuth
 from pydantic import StrictInt
 
+import sessions_app.converters  # noqa: F401  (registers the session_id path converter the routes use)
 from sessions_app import errors, selectors, services
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
+from sessions_app.log import values as log_values
 from sessions_app.models import SESSION_ID_PATTERN, ApiToken, Session
 
 SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
@@ -34,6 +39,16 @@ class BearerToken(HttpBearer):
         return user
 
 
+class BrowserSession(SessionAuth):
+    """The Django login session. Its CSRF check applies to a logged-in browser only:
+    a request with no credentials at all is unauthenticated (401), not a CSRF failure."""
+
+    def __call__(self, request: HttpRequest):
+        if not request.user.is_authenticated:
+            return None
+        return super().__call__(request)
+
+
 class ApiError(Exception):
     """A domain error: a status, a machine-readable code, words, extra fields."""
 
@@ -42,16 +57,42 @@ class ApiError(Exception):
         self.status, self.error, self.detail, self.fields = status, error, detail, fields
 
 
+class StrictJSONParser(Parser):
+    """Bodies and query strings as this project accepts them (docs/api.md, "Input").
+
+    A body must be a JSON object (values.loads: no NaN, Infinity or float
+    overflow, integers exact) holding only storable text, at most
+    values.MAX_DEPTH levels deep; query values may not hold NUL.
+    """
+
+    def parse_body(self, request: HttpRequest) -> dict:
+        body = log_values.loads(request.body)
+        if not isinstance(body, dict):
+            raise ApiError(422, "invalid_request", f"the body must be a JSON object, not {type(body).__name__ if body is not None else 'null'}")
+        log_values.check(body)
+        return body
+
+    def parse_querydict(self, data, list_fields, request: HttpRequest) -> dict:
+        for key, items in data.lists():
+            for text in (key, *items):
+                if problem := log_values.text_problem(text):
+                    raise ApiError(422, "invalid_text", f"query parameter {key!r}: {problem}")
+        return super().parse_querydict(data, list_fields, request)
+
+
 api = NinjaAPI(
     title="Turnlog API",
     version="1",
     urls_namespace="api-v1",
     description=(
-        "Append-only logs of AI-agent sessions. Semantics: session-log.md; contract: api.md. "
+        "Append-only logs of AI-agent sessions. Semantics: docs/session-log.md; contract: docs/api.md"
+        " (paths in the project's repository). "
         f"Limits: at most {settings.TURNLOG_MAX_BATCH_EVENTS} events per batch and "
-        f"{settings.TURNLOG_MAX_REQUEST_BYTES} bytes per request (413 too_large beyond)."
+        f"{settings.TURNLOG_MAX_REQUEST_BYTES} bytes per request (413 too_large beyond); "
+        f"bodies nest at most {log_values.MAX_DEPTH} levels; text may not hold U+0000 or a lone surrogate."
     ),
-    auth=[BearerToken(), django_auth],
+    auth=[BearerToken(), BrowserSession()],
+    parser=StrictJSONParser(),
 )
 
 
@@ -62,6 +103,45 @@ def error_response(request, status: int, error: str, detail: str, **fields):
 @api.exception_handler(ApiError)
 def on_api_error(request, exc: ApiError):
     return error_response(request, exc.status, exc.error, exc.detail, **exc.fields)
+
+
+@api.exception_handler(AuthenticationError)
+def on_unauthenticated(request, exc):
+    return error_response(request, 401, "unauthenticated", "send Authorization: Bearer <token> (or log in)")
+
+
+@api.exception_handler(HttpError)
+def on_http_error(request, exc: HttpError):
+    # django-ninja wraps whatever the body parser raises in a 400 HttpError.
+    if isinstance(exc.__cause__, ApiError | log_values.InvalidJSON | log_values.UnacceptableValue):
+        return api.on_exception(request, exc.__cause__)
+    return error_response(request, exc.status_code, HTTP_ERROR_CODES.get(exc.status_code, "bad_request"), str(exc))
+
+
+HTTP_ERROR_CODES = {403: "forbidden", 404: "not_found", 405: "method_not_allowed"}
+
+
+@api.exception_handler(log_values.InvalidJSON)
+def on_invalid_json(request, exc):
+    return error_response(request, 400, "invalid_json", str(exc))
+
+
+@api.exception_handler(log_values.UnacceptableValue)
+def on_unacceptable_value(request, exc: log_values.UnacceptableValue):
+    parts = exc.problem.parts
+    if request.resolver_match.url_name == "append_events" and parts[:1] == ("events",) and isinstance(parts[1:2] and parts[1], int):
+        # Inside an appended event: the batch's own code, naming the event (as the core does).
+        return error_response(request, 422, "invalid_event", exc.detail, index=parts[1], reason="invalid_data")
+    error = {"text": "invalid_text", "depth": "too_deep"}.get(exc.problem.kind)
+    if error is None:  # a number JSON cannot hold
+        return error_response(request, 400, "invalid_json", exc.detail)
+    return error_response(request, 422, error, exc.detail)
+
+
+@csrf_exempt
+def not_found(request, *args, **kwargs):
+    """Any path under /api/ that no endpoint serves (a %2F in a session id included)."""
+    return JsonResponse({"detail": f"no API endpoint at {request.path}", "error": "not_found"}, status=404)
 
 
 @api.exception_handler(errors.SessionNotFound)
@@ -137,12 +217,12 @@ class SessionOut(Schema):
     parent: ParentOut | None
     open_turns: list[int]
     interrupted: bool
-    status: str = Field(..., description="running | stalled (open turn, quiet too long) | recovered | clean")
+    status: str = Field(..., description="running | stalled (open turn, quiet too long) | active (no open turn, written to recently) | recovered | clean")
 
 
 class SessionIn(Schema):
     id: str | None = Field(None, description="1-128 of A-Z a-z 0-9 . _ : - ; generated when absent")
-    agent_name: str | None = None
+    agent_name: str | None = Field(None, max_length=200)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -186,11 +266,13 @@ class EventsOut(Schema):
 
 
 class MessageOut(Schema):
+    # Every field but seq, role and created_at is the event's data as accepted
+    # (session-log.md section 1 allows e.g. a single-object tool_calls or an integer id).
     seq: int
     role: str
     content: Any = None
-    tool_calls: list[Any]
-    tool_call_id: str | None = None
+    tool_calls: Any = Field(..., description="as stored: usually a list; [] when absent or null")
+    tool_call_id: Any = None
     name: Any = None
     metadata: Any = None
     reasoning_content: Any = None
@@ -211,14 +293,19 @@ class ErrorOut(Schema):
     error: str | None = None
 
 
+class InvalidJsonOut(Schema):
+    detail: str = Field(..., description="what is wrong and at which line and column")
+    error: Literal["invalid_json"]
+
+
 class RepairOut(Schema):
     type: str
     data: dict[str, Any]
 
 
 class OwedCallOut(Schema):
-    id: str
-    name: str | None
+    id: str = Field(..., description="the call id as section 1 reads it (an integer id as its decimal string)")
+    name: Any = Field(None, description="the call's name as sighted, whatever its type")
     arguments: Any = None
     turn_seq: int
     step_seq: int | None
@@ -253,7 +340,7 @@ class RepairAppliedOut(Schema):
 
 def plan_to_wire(plan, next_seq: int) -> dict:
     owed = [r.call for r in plan.repairs if r.call is not None]
-    side_effects = selectors.side_effect_classes({call.name for call in owed})
+    side_effects = selectors.side_effect_classes({log_events.tool_name(call.name) for call in owed})
     return {
         "interrupted": plan.interrupted,
         "open_turns": plan.open_turns,
@@ -262,7 +349,7 @@ def plan_to_wire(plan, next_seq: int) -> dict:
         "warnings": plan.warnings,
         "digest": plan.digest(next_seq),
         "owed_calls": [
-            {**dataclasses.asdict(call), "evidence": list(call.evidence), "side_effect": side_effects[call.name]}
+            {**dataclasses.asdict(call), "evidence": list(call.evidence), "side_effect": side_effects[log_events.tool_name(call.name)]}
             for call in owed
         ],
     }
@@ -290,10 +377,11 @@ def checked_session_id(value: str) -> str:
 
 
 ERRORS = {404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
+BODY_ERRORS = {400: InvalidJsonOut, 413: ErrorOut, 422: ErrorOut}  # any endpoint reading a JSON body
 router = Router(tags=["sessions"])
 
 
-@router.post("/sessions", response={201: SessionOut, 409: ErrorOut, 422: ErrorOut})
+@router.post("/sessions", response={201: SessionOut, 409: ErrorOut, **BODY_ERRORS})
 def create_session(request, payload: SessionIn):
     session = services.create_session(
         session_id=checked_session_id(payload.id) if payload.id is not None else None,
@@ -307,7 +395,7 @@ def create_session(request, payload: SessionIn):
 def list_sessions(
     request,
     interrupted: bool | None = None,
-    status: Literal["running", "stalled", "recovered", "clean"] | None = None,
+    status: Literal["running", "stalled", "active", "recovered", "clean"] | None = None,
     q: str = "",
     limit: int = Query(50, ge=1, le=200),
     cursor: str | None = None,
@@ -330,15 +418,13 @@ IMPORT_BODY = {
 
 @router.post(
     "/sessions/import",
-    response={201: ImportOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut},
+    response={201: ImportOut, 409: ErrorOut, **BODY_ERRORS},
     openapi_extra=IMPORT_BODY,
 )
 def import_session(request, id: str | None = None):
     """Create a session from a blob. Seqs are reassigned; dropped events are listed in warnings."""
-    try:
-        blob = json.loads(request.body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ApiError(422, "invalid_json", f"the body is not JSON: {exc}") from None
+    blob = log_values.loads(request.body)
+    log_values.check(blob)
     try:
         session, warnings = services.import_blob(blob=blob, session_id=checked_session_id(id) if id else None)
     except log_blob.UnsupportedVersion as exc:
@@ -346,12 +432,12 @@ def import_session(request, id: str | None = None):
     return Status(201, {"session": session_to_wire(session), "warnings": warnings})
 
 
-@router.get("/sessions/{session_id}", response={200: SessionOut, 404: ErrorOut})
+@router.get("/sessions/{session_id:session_id}", response={200: SessionOut, 404: ErrorOut})
 def get_session(request, session_id: str):
     return session_to_wire(selectors.get_session(session_id))
 
 
-@router.post("/sessions/{session_id}/events", response={201: AppendOut, **ERRORS})
+@router.post("/sessions/{session_id:session_id}/events", response={201: AppendOut, **ERRORS, **BODY_ERRORS})
 def append_events(request, session_id: str, payload: AppendIn):
     """Append a batch, all or nothing. Send `Idempotency-Key` to retry safely."""
     if not payload.events:
@@ -363,6 +449,8 @@ def append_events(request, session_id: str, payload: AppendIn):
     key = request.headers.get("Idempotency-Key") or None
     if key is not None and len(key) > 255:
         raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be at most 255 characters")
+    if key is not None and (problem := log_values.text_problem(key)):
+        raise ApiError(422, "invalid_text", f"Idempotency-Key header: {problem}")
     result = services.append_events(
         session_id=session_id,
         events=events,
@@ -378,27 +466,28 @@ def body_digest(events: list, expected_seq: int | None) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-@router.get("/sessions/{session_id}/events", response={200: EventsOut, **ERRORS})
+@router.get("/sessions/{session_id:session_id}/events", response={200: EventsOut, **ERRORS})
 def list_events(request, session_id: str, since: int = 0, limit: int = Query(500, ge=1, le=5000)):
     """Events with seq >= since, oldest first. Page with since = last seq + 1."""
     if since < 0:
         raise ApiError(422, "invalid_since", f"since must be 0 or more, got {since}")
     session = selectors.get_session(session_id)
-    events = selectors.events_since(session, since=since, limit=limit)
+    # Any since past the end answers nothing; bounded so the database's integers hold it.
+    events = selectors.events_since(session, since=min(since, session.event_count), limit=limit)
     # next_seq is the event_count read with the session; a row committed
     # after that read is left for the next page so the answer stays gapless.
     events = [e for e in events if e.seq < session.event_count]
     return {"events": [log_events.event_to_wire(e) for e in events], "next_seq": session.event_count}
 
 
-@router.get("/sessions/{session_id}/messages", response={200: MessagesOut, 404: ErrorOut})
+@router.get("/sessions/{session_id:session_id}/messages", response={200: MessagesOut, 404: ErrorOut})
 def list_messages(request, session_id: str):
     """The fold: what the model sees (compactions applied)."""
     messages = selectors.session_messages(selectors.get_session(session_id))
     return {"messages": [{**m, "created_at": log_events.format_time(m["created_at"])} for m in messages]}
 
 
-@router.get("/sessions/{session_id}/export", response={200: dict[str, Any], 404: ErrorOut})
+@router.get("/sessions/{session_id:session_id}/export", response={200: dict[str, Any], 404: ErrorOut})
 def export_session(request, session_id: str):
     """A version 2 blob (session-log.md section 6) plus the session and its parent."""
     session = selectors.get_session(session_id)
@@ -406,7 +495,7 @@ def export_session(request, session_id: str):
     return log_blob.write_blob(selectors.session_log(session), agent_name=session.agent_name or None, extra=extra)
 
 
-@router.get("/sessions/{session_id}/recovery-plan", response={200: PlanOut, 404: ErrorOut}, tags=["recovery"])
+@router.get("/sessions/{session_id:session_id}/recovery-plan", response={200: PlanOut, 404: ErrorOut}, tags=["recovery"])
 def get_recovery_plan(request, session_id: str):
     """What recovery would append now, and why; confirm it with its digest."""
     session = selectors.get_session(session_id)
@@ -420,7 +509,7 @@ class DanglingPatchOut(Schema):
     digest: str
 
 
-@router.get("/sessions/{session_id}/dangling-calls", response={200: DanglingPatchOut, 404: ErrorOut}, tags=["recovery"])
+@router.get("/sessions/{session_id:session_id}/dangling-calls", response={200: DanglingPatchOut, 404: ErrorOut}, tags=["recovery"])
 def get_dangling_calls(request, session_id: str):
     """What the turn-blind patch would append (only applicable once no turn is open)."""
     session = selectors.get_session(session_id)
@@ -439,8 +528,8 @@ def require_recover_permission(request) -> None:
 
 
 @router.post(
-    "/sessions/{session_id}/recover",
-    response={200: RepairAppliedOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut},
+    "/sessions/{session_id:session_id}/recover",
+    response={200: RepairAppliedOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, **BODY_ERRORS},
     tags=["recovery"],
 )
 def recover_session(request, session_id: str, payload: RepairIn):
@@ -450,8 +539,8 @@ def recover_session(request, session_id: str, payload: RepairIn):
 
 
 @router.post(
-    "/sessions/{session_id}/patch-dangling-calls",
-    response={200: RepairAppliedOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut},
+    "/sessions/{session_id:session_id}/patch-dangling-calls",
+    response={200: RepairAppliedOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, **BODY_ERRORS},
     tags=["recovery"],
 )
 def patch_dangling_calls(request, session_id: str, payload: RepairIn):
@@ -471,7 +560,7 @@ class ForkIn(Schema):
     id: str | None = Field(None, description="The new session's id; generated when absent")
 
 
-@router.post("/sessions/{session_id}/fork", response={201: SessionOut, 404: ErrorOut, 409: ErrorOut, 422: ErrorOut}, tags=["forks"])
+@router.post("/sessions/{session_id:session_id}/fork", response={201: SessionOut, 404: ErrorOut, 409: ErrorOut, **BODY_ERRORS}, tags=["forks"])
 def fork_session(request, session_id: str, payload: ForkIn):
     """Copy the log up to `boundary` into a new session; refused inside an open turn."""
     child = services.fork(

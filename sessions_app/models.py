@@ -28,6 +28,22 @@ session_id_validator = RegexValidator(
 )
 
 
+# The largest value of a 64-bit signed column (PostgreSQL bigint, SQLite integer).
+REPLACE_BOUND_MAX = 2**63 - 1
+
+
+class CallIdField(models.CharField):
+    """A call id column. Section 1 allows ids of any length; one longer than the
+    column is stored, and looked up, as "sha256:" and its digest, so filters by
+    the id itself still find it."""
+
+    def get_prep_value(self, value):
+        value = super().get_prep_value(value)
+        if isinstance(value, str) and len(value) > self.max_length:
+            return "sha256:" + hashlib.sha256(value.encode()).hexdigest()
+        return value
+
+
 class AppendOnlyViolation(Exception):
     """Raised when code tries to change or remove a stored event."""
 
@@ -149,15 +165,18 @@ class Event(models.Model):
     data = models.JSONField()
     # Copied out of data for indexed lookups: the call id of a tool_call or
     # tool_result.
-    call_id = models.CharField(max_length=255, null=True, blank=True)
+    call_id = CallIdField(max_length=255, null=True, blank=True)
     # Structure at append time (sessions_app.log.structure.Placement): they
     # depend only on earlier events, so a forked prefix keeps them valid.
     turn_seq = models.PositiveIntegerField(null=True, blank=True)
     step_seq = models.PositiveIntegerField(null=True, blank=True)
     # The range of a compaction (surface_op ["replace", start, stop]), so
     # readers find the few summaries without reading every event's data.
-    replace_start = models.PositiveIntegerField(null=True, blank=True)
-    replace_stop = models.PositiveIntegerField(null=True, blank=True)
+    # 64-bit, and clamped to REPLACE_BOUND_MAX: section 1 accepts any bound,
+    # data keeps it exactly, and no log reaches that length, so a clamped
+    # bound shadows exactly the events the given one does.
+    replace_start = models.PositiveBigIntegerField(null=True, blank=True)
+    replace_stop = models.PositiveBigIntegerField(null=True, blank=True)
 
     objects = EventQuerySet.as_manager()
 
@@ -202,7 +221,7 @@ class CallSighting(models.Model):
         Session, on_delete=models.PROTECT, related_name="call_sightings", db_index=False, db_constraint=False
     )
     seq = models.PositiveIntegerField()
-    call_id = models.CharField(max_length=255)
+    call_id = CallIdField(max_length=255)
     tool_name = models.CharField(max_length=200, blank=True, default="")
 
     objects = EventQuerySet.as_manager()

@@ -30,12 +30,13 @@ from sessions_app.errors import (
     SessionNotFound,
     StalePlan,
 )
-from sessions_app.models import CallSighting, Event, IdempotentRequest, RecoveryRecord, Session
+from sessions_app.models import REPLACE_BOUND_MAX, CallSighting, Event, IdempotentRequest, RecoveryRecord, Session
 from sessions_app.selectors import dangling_patch, fork_point, recovery_plan
 
 logger = logging.getLogger(__name__)
 
 CALL_ID_TYPES = frozenset({"tool_call", "tool_result"})
+AGENT_NAME_MAX = Session._meta.get_field("agent_name").max_length
 # The channel-layer group of the session list page.
 SESSIONS_GROUP = "sessions"
 
@@ -231,10 +232,13 @@ def import_blob(*, blob: object, session_id: str | None = None) -> tuple[Session
     warnings = list(loaded.warnings)
     exported = loaded.extra.get("session") if isinstance(loaded.extra.get("session"), dict) else {}
     agent_name = exported.get("agent_name") or (blob.get("agent_name") if isinstance(blob, dict) else None) or ""
+    if not isinstance(agent_name, str) or len(agent_name) > AGENT_NAME_MAX:
+        warnings.append(f"agent_name {log_events.show_json(agent_name)} is not a text of at most {AGENT_NAME_MAX} characters; imported without it")
+        agent_name = ""
     parent, seed_length = _importable_parent(loaded.extra.get("parent") or exported.get("parent"), warnings)
     with transaction.atomic():
         session = create_session(
-            session_id=session_id, agent_name=str(agent_name), parent=parent, seed_length=seed_length
+            session_id=session_id, agent_name=agent_name, parent=parent, seed_length=seed_length
         )
         _store(session, loaded.events)
     return session, warnings
@@ -248,8 +252,11 @@ def _importable_parent(parent_ref: object, warnings: list[str]) -> tuple[Session
     if parent is None:
         warnings.append(f"parent session {parent_ref['session_id']!r} does not exist here; imported without a parent")
         return None, 0
-    if not isinstance(seed_length, int) or isinstance(seed_length, bool) or seed_length < 0:
-        warnings.append(f"parent seed_length {seed_length!r} is not a non-negative integer; imported without a parent")
+    if not log_events.is_integer(seed_length) or not 0 <= seed_length <= parent.event_count:
+        warnings.append(
+            f"parent seed_length {log_events.show_json(seed_length)} is not an integer from 0 to the parent's"
+            f" {parent.event_count} events; imported without a parent"
+        )
         return None, 0
     return parent, seed_length
 
@@ -285,8 +292,8 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Even
                 call_id=log_events.call_id(new.data) if new.type in CALL_ID_TYPES else None,
                 turn_seq=placement.turn_seq,
                 step_seq=placement.step_seq,
-                replace_start=replaced[0] if (replaced := log_events.replace_range(new.data)) else None,
-                replace_stop=replaced[1] if replaced else None,
+                replace_start=min(replaced[0], REPLACE_BOUND_MAX) if (replaced := log_events.replace_range(new.data)) else None,
+                replace_stop=min(replaced[1], REPLACE_BOUND_MAX) if replaced else None,
             )
         )
     if not rows:

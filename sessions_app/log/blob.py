@@ -16,6 +16,7 @@ from .events import (
     surface_op_problem,
 )
 from .fold import ROLES, project
+from .values import check
 
 MESSAGE_TYPES = {role: type for type, role in ROLES.items()}
 EMPTY_USAGE = {
@@ -123,10 +124,15 @@ def _seed_event(index: int, message: object, now: datetime, warnings: list[str])
 
 
 def read_blob(blob: object, *, now: datetime) -> LoadedBlob:
-    """Events to re-append from a v1 or v2 blob, warning of everything dropped or removed."""
+    """Events to re-append from a v1 or v2 blob, warning of everything dropped or removed.
+
+    Raises UnsupportedVersion, or values.UnacceptableValue when any string in
+    the blob is not storable text or it nests too deep: the whole blob is refused.
+    """
     version = blob.get("version") if isinstance(blob, Mapping) else None
     if not (is_integer(version) and version in (1, 2)):
         raise UnsupportedVersion(f"version {show_json(version)} is not supported: expected 1 or 2")
+    check(blob)  # values.UnacceptableValue: nothing of a blob is stored that a database would alter or refuse
     warnings: list[str] = []
     stored = blob.get("events")
     if version == 2 and isinstance(stored, list):

@@ -5,11 +5,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from . import values
+
 SURFACE_TYPES = frozenset({"system_message", "user_message", "assistant_message", "tool_result"})
 BOOKKEEPING_TYPES = frozenset(
     {"tool_call", "turn_start", "turn_end", "step_start", "step_end", "request_header"}
 )
 EVENT_TYPES = SURFACE_TYPES | BOOKKEEPING_TYPES
+# Where an event's data sits in a request body or a blob (the body, its events
+# list, the event, then data): its nesting counts from there (values.MAX_DEPTH).
+DATA_LEVEL = 4
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,8 @@ def validate_event(type: object, data: object, time: object = None, *, index: in
     if not isinstance(data, dict):
         shown = "missing" if data is None else f"must be a JSON object, got {show_json(data)}"
         raise InvalidEvent(index, "invalid_data", f"{where}.data: {shown}")
+    if unstorable := values.first_problem(data, level=DATA_LEVEL):
+        raise InvalidEvent(index, "invalid_data", unstorable.describe(f"{where}.data"))
     if problem := surface_op_problem(type, data):
         reason, text = problem
         raise InvalidEvent(index, reason, f"{where}.data.surface_op: {text}")
@@ -158,6 +165,14 @@ def call_id(mapping: object) -> str | None:
         if isinstance(value, int):
             return str(value)
     return None
+
+
+def tool_name(name: object) -> str | None:
+    """A call's name as a tool policy can match it: text, else None (no name; class unknown).
+
+    The log keeps any name as given (a number, an object); only text names a tool.
+    """
+    return name if isinstance(name, str) else None
 
 
 def tool_calls_of(data: Mapping) -> list[dict]:

@@ -1,0 +1,414 @@
+"""Bad input is a clear 4xx that stores nothing; whatever was accepted reads back everywhere.
+
+Every test here runs on SQLite and, with DATABASE_URL, on PostgreSQL: the
+same input must get the same answer from both.
+"""
+
+import json
+
+import pytest
+from django.test import Client
+
+from sessions_app.models import REPLACE_BOUND_MAX, CallSighting, Event, IdempotentRequest, RecoveryRecord, Session, ToolPolicy
+from tests.conftest import ApiClient
+from tests.sessions_app import factories as f
+
+pytestmark = pytest.mark.django_db
+
+SURROGATE = "\ud800"
+NUL = "\x00"
+
+
+def make_session(api, session_id="s1", **fields):
+    response = api.post("/api/v1/sessions", {"id": session_id, **fields})
+    assert response.status_code == 201, response.content
+    return response.json()
+
+
+def post_json(api, path, text: str, **headers):
+    """Post JSON text as given (json.dumps would refuse or rewrite what these tests send)."""
+    return api.post_raw(path, text.encode("utf-8", "surrogatepass"), **headers)
+
+
+def assert_error(response, status, error):
+    assert response.status_code == status, response.content
+    assert response["Content-Type"].startswith("application/json")
+    body = response.json()
+    assert body["error"] == error and isinstance(body["detail"], str) and body["detail"]
+    return body
+
+
+def stored_counts():
+    return (
+        Session.objects.count(),
+        Event.objects.count(),
+        CallSighting.objects.count(),
+        IdempotentRequest.objects.count(),
+        RecoveryRecord.objects.count(),
+    )
+
+
+@pytest.fixture
+def staff_api(django_user_model):
+    from sessions_app.models import ApiToken
+
+    user = django_user_model.objects.create_user("ops", is_staff=True, is_superuser=True)
+    _, token = ApiToken.issue(user)
+    return ApiClient(token)
+
+
+# What the log accepted reads back everywhere --------------------------------------
+
+
+ODD_CALLS = [
+    pytest.param({"id": "c1", "name": "lookup", "arguments": {}}, id="single-object"),
+    pytest.param("call c1 please", id="string"),
+    pytest.param([1, "two", None, ["c9"]], id="list-of-non-objects"),
+    pytest.param([{"id": 7, "name": 42, "arguments": "raw"}], id="integer-id-and-name"),
+    pytest.param([{"id": True, "name": {"odd": 1}}], id="boolean-id-object-name"),
+]
+
+
+@pytest.mark.parametrize("tool_calls", ODD_CALLS)
+def test_every_read_endpoint_and_page_answers_for_odd_tool_calls_and_ids(api, staff_api, client, agent_user, tool_calls):
+    ToolPolicy.objects.create(pattern="*", side_effect=ToolPolicy.READ_ONLY)  # matching is tried on every name
+    make_session(api)
+    events = [
+        f.event("turn_start", turn=1),
+        f.event("assistant_message", content="", tool_calls=tool_calls),
+        f.event("tool_result", tool_call_id=7, content="r", name=None, metadata={}),
+        f.event("tool_call", id=123, name=456),
+    ]
+    assert api.post("/api/v1/sessions/s1/events", {"events": events}).status_code == 201
+    messages = api.get("/api/v1/sessions/s1/messages")
+    assert messages.status_code == 200, messages.content
+    assistant, tool = messages.json()["messages"]
+    assert assistant["tool_calls"] == tool_calls  # kept exactly as accepted
+    assert tool["tool_call_id"] == 7  # an integer stays an integer
+    for path in ["", "/events", "/export", "/recovery-plan", "/dangling-calls"]:
+        response = api.get(f"/api/v1/sessions/s1{path}")
+        assert response.status_code == 200, (path, response.content)
+    client.force_login(agent_user)
+    for page in ["/sessions/s1/", "/sessions/s1/?view=raw", "/sessions/s1/recovery", "/sessions/s1/events/1.json"]:
+        assert client.get(page).status_code == 200, page
+    plan = api.get("/api/v1/sessions/s1/recovery-plan").json()
+    assert [r["type"] for r in plan["repairs"]][-1] == "turn_end"
+    recovered = staff_api.post("/api/v1/sessions/s1/recover", {"digest": plan["digest"]})
+    assert recovered.status_code == 200, recovered.content
+    patched = staff_api.post("/api/v1/sessions/s1/patch-dangling-calls", {})
+    assert patched.status_code == 200, patched.content
+
+
+def test_an_owed_call_with_an_integer_id_and_name_is_in_the_plan(api):
+    make_session(api)
+    calls = [{"id": 9, "name": 10, "arguments": None}]
+    api.post("/api/v1/sessions/s1/events", {"events": [f.event("turn_start", turn=1), f.event("assistant_message", tool_calls=calls)]})
+    plan = api.get("/api/v1/sessions/s1/recovery-plan")
+    assert plan.status_code == 200, plan.content
+    (owed,) = plan.json()["owed_calls"]
+    assert (owed["id"], owed["name"]) == ("9", 10)
+
+
+def test_a_call_id_longer_than_the_column_is_stored_and_answered(api):
+    make_session(api)
+    long_id = "c" * 5000
+    events = [f.event("turn_start", turn=1), f.assistant(calls=[long_id]), f.tool_call(long_id), f.tool_result(long_id)]
+    assert api.post("/api/v1/sessions/s1/events", {"events": events}).status_code == 201
+    assert Event.objects.filter(call_id=long_id).count() == 2  # looked up by the id itself
+    plan = api.get("/api/v1/sessions/s1/recovery-plan").json()
+    assert [r["type"] for r in plan["repairs"]] == ["turn_end"]  # the call was answered
+    assert api.get("/api/v1/sessions/s1/messages").json()["messages"][1]["tool_call_id"] == long_id
+
+
+# Text: a lone surrogate or NUL anywhere is refused, the same on both databases ------------
+
+
+@pytest.mark.parametrize("bad", [SURROGATE, NUL, "\udfff", "ok" + SURROGATE + "ok"])
+def test_unstorable_text_in_an_event_is_invalid_data_naming_the_path(api, bad):
+    make_session(api)
+    event = f.event("user_message", content=[{"type": "text", "text": f"a{bad}"}], name=None, metadata={})
+    body = {"events": [f.user(), f.user(), event]}
+    response = post_json(api, "/api/v1/sessions/s1/events", json.dumps(body))
+    answer = assert_error(response, 422, "invalid_event")
+    assert (answer["index"], answer["reason"]) == (2, "invalid_data")
+    assert answer["detail"].startswith("events[2].data.content[0].text: contains ")
+    assert json.dumps(bad.strip("ok"))[1:-1] in answer["detail"] or "U+0000" in answer["detail"]
+    assert Event.objects.count() == 0
+    assert Session.objects.get().event_count == 0
+
+
+@pytest.mark.parametrize("bad", [SURROGATE, NUL])
+def test_unstorable_text_in_a_key_or_a_tool_name_is_refused(api, bad):
+    make_session(api)
+    for event in [
+        f.event("user_message", content="x", metadata={f"k{bad}": 1}),
+        f.event("assistant_message", tool_calls=[{"id": "c1", "name": f"echo{bad}"}]),
+        f.event("tool_call", id=f"c{bad}", name="echo"),
+    ]:
+        answer = assert_error(post_json(api, "/api/v1/sessions/s1/events", json.dumps({"events": [event]})), 422, "invalid_event")
+        assert (answer["index"], answer["reason"]) == (0, "invalid_data")
+    assert stored_counts() == (1, 0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("bad", [SURROGATE, NUL])
+@pytest.mark.parametrize(
+    "path, body, where",
+    [
+        ("/api/v1/sessions", {"id": "n1", "agent_name": "bot{bad}"}, "agent_name"),
+        ("/api/v1/sessions", {"id": "n1", "metadata": {"env": ["prod{bad}"]}}, "metadata.env[0]"),
+        ("/api/v1/sessions", {"id": "n1", "metadata": {"k{bad}": 1}}, "metadata["),
+        ("/api/v1/sessions/s1/fork", {"id": "n1{bad}"}, "id"),
+        ("/api/v1/sessions/s1/recover", {"note": "why{bad}"}, "note"),
+        ("/api/v1/sessions/s1/patch-dangling-calls", {"note": "why{bad}"}, "note"),
+        ("/api/v1/sessions/import?id=n1", {"version": 2, "agent_name": "a{bad}", "events": []}, "agent_name"),
+        (
+            "/api/v1/sessions/import?id=n1",
+            {"version": 2, "events": [{"type": "user_message", "time": "2026-01-01T00:00:00Z", "data": {"content": "x{bad}"}}]},
+            "events[0].data.content",
+        ),
+        ("/api/v1/sessions/import?id=n1", {"version": 1, "messages": [{"role": "user", "content": "{bad}"}]}, "messages[0].content"),
+    ],
+)
+def test_unstorable_text_in_any_other_body_is_invalid_text_naming_the_path(api, staff_api, bad, path, body, where):
+    make_session(api)
+    api.post("/api/v1/sessions/s1/events", {"events": [f.event("turn_start", turn=1)]})
+    before = stored_counts()
+    text = json.dumps(body).replace("{bad}", json.dumps(bad)[1:-1])
+    answer = assert_error(post_json(staff_api, path, text), 422, "invalid_text")
+    assert answer["detail"].startswith(where)
+    assert stored_counts() == before
+
+
+def test_utf8_bytes_of_a_surrogate_are_not_json(api):
+    make_session(api)
+    raw = b'{"events": [{"type": "user_message", "data": {"content": "\xed\xa0\x80"}}]}'
+    assert_error(api.post_raw("/api/v1/sessions/s1/events", raw), 400, "invalid_json")
+    assert Event.objects.count() == 0
+
+
+def test_nul_in_a_query_string_or_the_idempotency_key_is_invalid_text(api):
+    make_session(api)
+    for params in [{"q": "a\x00"}, {"cursor": "\x00"}]:
+        assert_error(api.get("/api/v1/sessions", params), 422, "invalid_text")
+    response = api.post("/api/v1/sessions/s1/events", {"events": [f.user()]}, **{"Idempotency-Key": "k\x00"})
+    assert_error(response, 422, "invalid_text")
+    assert stored_counts() == (1, 0, 0, 0, 0)
+
+
+# Numbers: NaN, Infinity, overflow are not JSON; integers stay exact ----------------------
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400", "-1e400", "1" * 4301])
+@pytest.mark.parametrize(
+    "path, template",
+    [
+        ("/api/v1/sessions/s1/events", '{"events": [{"type": "user_message", "data": {"content": "x", "n": NUMBER}}]}'),
+        ("/api/v1/sessions", '{"id": "n1", "metadata": {"n": [NUMBER]}}'),
+        ("/api/v1/sessions/import?id=n1", '{"version": 2, "events": [{"type": "user_message", "data": {"n": NUMBER}}]}'),
+        ("/api/v1/sessions/s1/fork", '{"boundary": NUMBER}'),
+        ("/api/v1/sessions/s1/events", '{"events": [{"type": "user_message", "data": {}}], "expected_seq": NUMBER}'),
+    ],
+)
+def test_numbers_json_cannot_hold_are_400_invalid_json(api, number, path, template):
+    make_session(api)
+    answer = assert_error(post_json(api, path, template.replace("NUMBER", number)), 400, "invalid_json")
+    assert "line 1 column " in answer["detail"]
+    assert stored_counts() == (1, 0, 0, 0, 0)
+
+
+def test_the_invalid_json_answer_points_at_the_number(api):
+    make_session(api)
+    text = '{"events": [{"type": "user_message",\n "data": {"content": "NaN 1e400", "n": 1e400}}]}'
+    answer = assert_error(post_json(api, "/api/v1/sessions/s1/events", text), 400, "invalid_json")
+    assert "1e400" in answer["detail"] and "line 2 column 40" in answer["detail"]
+
+
+def test_big_integers_are_kept_exactly(api):
+    make_session(api)
+    huge = 10**4299 + 7
+    text = '{"events": [{"type": "user_message", "data": {"n": %d, "m": -%d}}]}' % (2**64 + 1, huge)
+    assert post_json(api, "/api/v1/sessions/s1/events", text).status_code == 201
+    data = json.loads(api.get("/api/v1/sessions/s1/events").content)["events"][0]["data"]
+    assert (data["n"], data["m"]) == (2**64 + 1, -huge)
+
+
+# surface_op bounds past the columns' range ---------------------------------------------
+
+
+@pytest.mark.parametrize("bound", [2**31, 2**63 - 1, 2**63, 10**30])
+def test_replace_bounds_of_any_size_are_accepted_and_kept(api, bound):
+    make_session(api)
+    summary = f.event("user_message", content="summary", surface_op=["replace", 1, bound])
+    far = f.event("user_message", content="far", surface_op=["replace", bound, bound])
+    assert api.post("/api/v1/sessions/s1/events", {"events": [f.user("a"), f.user("b"), summary, far]}).status_code == 201
+    stored = list(Event.objects.filter(replace_start__isnull=False).order_by("seq").values_list("replace_start", "replace_stop"))
+    assert stored == [(1, min(bound, REPLACE_BOUND_MAX)), (min(bound, REPLACE_BOUND_MAX),) * 2]
+    events = api.get("/api/v1/sessions/s1/events").json()["events"]
+    assert events[2]["data"]["surface_op"] == ["replace", 1, bound]
+    contents = [m["content"] for m in api.get("/api/v1/sessions/s1/messages").json()["messages"]]
+    assert contents == ["a", "summary", "far"]
+    assert api.get("/api/v1/sessions/s1/export").status_code == 200
+
+
+# Nesting --------------------------------------------------------------------------------
+
+
+def nested(levels: int) -> str:
+    return "[" * levels + "]" * levels
+
+
+@pytest.mark.parametrize("levels", [62, 5_000, 100_000])
+def test_event_data_nested_too_deep_is_invalid_data_naming_the_event(api, levels):
+    make_session(api)
+    text = '{"events": [{"type": "user_message", "data": {}}, {"type": "user_message", "data": {"x": %s}}]}' % nested(levels)
+    answer = assert_error(post_json(api, "/api/v1/sessions/s1/events", text), 422, "invalid_event")
+    assert (answer["index"], answer["reason"]) == (1, "invalid_data")
+    assert answer["detail"].startswith("events[1].data.x[0][0]") and "64 levels" in answer["detail"]
+    assert Event.objects.count() == 0
+
+
+def test_data_at_the_depth_limit_is_accepted(api):
+    make_session(api)
+    text = '{"events": [{"type": "user_message", "data": {"x": %s}}]}' % nested(60)  # 64 levels in all
+    assert post_json(api, "/api/v1/sessions/s1/events", text).status_code == 201
+
+
+@pytest.mark.parametrize("levels", [64, 5_000, 100_000])
+@pytest.mark.parametrize(
+    "path, template",
+    [
+        ("/api/v1/sessions", '{"id": "n1", "metadata": {"x": DEEP}}'),
+        ("/api/v1/sessions/import?id=n1", '{"version": 2, "events": [{"type": "user_message", "data": {"x": DEEP}}]}'),
+        ("/api/v1/sessions/s1/fork", '{"boundary": DEEP}'),
+        ("/api/v1/sessions/s1/recover", '{"note": DEEP}'),
+    ],
+)
+def test_any_other_body_nested_too_deep_is_too_deep(api, staff_api, levels, path, template):
+    make_session(api)
+    answer = assert_error(post_json(staff_api, path, template.replace("DEEP", nested(levels))), 422, "too_deep")
+    assert "64 levels" in answer["detail"]
+    assert stored_counts() == (1, 0, 0, 0, 0)
+
+
+# Bodies that are not objects ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("body", ["[null, null]", "[]", "null", "3", '"x"'])
+@pytest.mark.parametrize(
+    "path", ["/api/v1/sessions", "/api/v1/sessions/s1/fork", "/api/v1/sessions/s1/recover", "/api/v1/sessions/s1/patch-dangling-calls", "/api/v1/sessions/s1/events"]
+)
+def test_a_body_that_is_not_an_object_is_422_and_applies_nothing(api, staff_api, body, path):
+    make_session(api)
+    api.post("/api/v1/sessions/s1/events", {"events": [f.event("turn_start", turn=1)]})
+    before = stored_counts()
+    assert_error(post_json(staff_api, path, body), 422, "invalid_request")
+    assert stored_counts() == before
+    assert Session.objects.get(pk="s1").interrupted  # recover was never applied
+
+
+@pytest.mark.parametrize("body", ["[null, null]", "null", "[]"])
+def test_an_import_that_is_not_an_object_is_422(api, body):
+    assert_error(post_json(api, "/api/v1/sessions/import", body), 422, "unsupported_version")
+    assert stored_counts() == (0, 0, 0, 0, 0)
+
+
+# Odd paths ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method, path",
+    [
+        ("get", "/api/v1/nope"),
+        ("post", "/api/v1/nope"),
+        ("get", "/api/v2/sessions"),
+        ("get", "/api/v1/sessions/a%2Fb"),
+        ("get", "/api/v1/sessions/a%2Fb/events"),
+        ("post", "/api/v1/sessions/a%2Fb/events"),
+        ("get", "/api/v1/sessions/a%00b"),
+        ("get", "/api/v1/sessions/a%00b/messages"),
+        ("post", "/api/v1/sessions/a%00b/fork"),
+        ("get", "/api/v1/sessions/%ED%A0%80"),
+        ("get", "/api/v1/sessions/" + "x" * 129),
+    ],
+)
+def test_unknown_api_paths_and_odd_ids_are_json_404(api, method, path):
+    make_session(api)
+    response = getattr(api, method)(path)
+    assert_error(response, 404, "not_found")
+    assert stored_counts() == (1, 0, 0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["/sessions/a%2Fb/", "/sessions/a%00b/", "/sessions/a%00b/recovery", "/sessions/s1/events/99999999999999999999.json", "/sessions/a%00b/events/0.json"],
+)
+def test_odd_ids_and_seqs_on_pages_are_404(api, client, agent_user, path):
+    make_session(api)
+    client.force_login(agent_user)
+    assert client.get(path).status_code == 404
+
+
+def test_a_since_past_any_integer_column_is_an_empty_page(api):
+    make_session(api)
+    api.post("/api/v1/sessions/s1/events", {"events": [f.user()]})
+    response = api.get("/api/v1/sessions/s1/events", {"since": 10**30})
+    assert response.status_code == 200 and response.json() == {"events": [], "next_seq": 1}
+
+
+def test_a_huge_fork_boundary_is_out_of_range(api):
+    make_session(api)
+    answer = assert_error(api.post("/api/v1/sessions/s1/fork", {"boundary": 10**30}), 422, "boundary_out_of_range")
+    assert answer["boundary"] == 10**30
+
+
+def test_an_import_with_an_odd_agent_name_or_seed_length_warns_and_stores_what_fits(api):
+    make_session(api, "parent")
+    blob = {
+        "version": 2,
+        "events": [],
+        "session": {"agent_name": "x" * 201, "parent": {"session_id": "parent", "seed_length": 2**40}},
+    }
+    response = api.post("/api/v1/sessions/import?id=child", blob)
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert body["session"]["agent_name"] == "" and body["session"]["parent"] is None
+    assert len(body["warnings"]) == 2
+
+
+def test_an_agent_name_longer_than_the_column_is_422(api):
+    assert_error(api.post("/api/v1/sessions", {"id": "n1", "agent_name": "x" * 201}), 422, "invalid_request")
+    assert stored_counts() == (0, 0, 0, 0, 0)
+
+
+# Authentication ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("headers", [{}, {"Authorization": "Bearer nope"}, {"Authorization": "Basic eDp5"}])
+@pytest.mark.parametrize("path", ["/api/v1/sessions", "/api/v1/sessions/s1/events", "/api/v1/sessions/s1/recover"])
+def test_writes_without_valid_credentials_are_401_unauthenticated(headers, path):
+    browserless = Client(enforce_csrf_checks=True)
+    response = browserless.post(path, {}, content_type="application/json", headers=headers)
+    assert_error(response, 401, "unauthenticated")
+    assert stored_counts() == (0, 0, 0, 0, 0)
+
+
+def test_a_logged_in_browser_write_still_needs_its_csrf_token(agent_user):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(agent_user)
+    response = browser.post("/api/v1/sessions", {"id": "n1"}, content_type="application/json")
+    assert response.status_code == 403
+    assert not Session.objects.exists()
+
+
+# The OpenAPI document --------------------------------------------------------------------------
+
+
+def test_openapi_lists_400_invalid_json_for_every_body_and_links_the_projects_docs(api):
+    document = api.get("/api/v1/openapi.json").json()
+    assert "docs/session-log.md" in document["info"]["description"]
+    assert "docs/api.md" in document["info"]["description"]
+    for path, operations in document["paths"].items():
+        for method, operation in operations.items():
+            if "requestBody" in operation or path.endswith("/import"):
+                assert "400" in operation["responses"], (method, path)
+        assert "{session_id}" in path or "session_id" not in path  # converters do not leak into the document
