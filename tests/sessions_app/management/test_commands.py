@@ -32,7 +32,14 @@ def test_create_token_staff_grants_recovery_and_reuses_the_user():
     assert first != second
     user = get_user_model().objects.get(username="ops")
     assert user.is_staff and user.has_perm("sessions_app.recover_session")
+    assert user.has_perm("sessions_app.change_toolpolicy") and user.has_perm("sessions_app.add_toolpolicy")
     assert ApiClient(first).get("/api/v1/sessions").status_code == 200
+
+
+def test_create_token_staff_says_how_to_give_the_user_a_password():
+    err = io.StringIO()
+    call_command("create_token", "ops", "--staff", stdout=io.StringIO(), stderr=err)
+    assert "manage.py changepassword ops" in err.getvalue()
 
 
 def test_local_setup_prints_the_same_working_login_each_time(tmp_path, monkeypatch, client):
