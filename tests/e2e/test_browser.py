@@ -7,7 +7,7 @@ from playwright.sync_api import expect
 
 from sessions_app import services
 from sessions_app.log.events import validate_batch
-from sessions_app.models import Event, RecoveryRecord, Session
+from sessions_app.models import Event, RecoveryRecord
 from tests.e2e.conftest import api_post, open_page
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
 from tests.sessions_app.test_recovery import store
@@ -151,17 +151,3 @@ def test_a_viewer_without_the_permission_gets_no_confirm_and_a_403(browser, serv
     assert response.status == 403 and "CSRF" not in response.text()
     assert Event.objects.filter(session_id="crashed").count() == 10
 
-
-def test_a_fork_inside_an_open_turn_is_explained_and_a_suggestion_lands_on_the_fork(browser, server, plain_user):
-    store(WORKED_EXAMPLE, session_id="crashed")
-    page = open_page(browser, server, plain_user, "/sessions/crashed/")
-    page.locator("#seq-6 .fork-here").click()
-    feedback = page.locator("#fork-feedback")
-    expect(feedback).to_contain_text("seq 6 is inside turn 1, opened at seq 1 and never closed", timeout=LIVE)
-    expect(feedback.get_by_role("link", name="Recover the session first")).to_be_visible()
-    feedback.get_by_role("button", name=re.compile("Fork at seq 0")).click()
-    page.wait_for_url(re.compile(r"/sessions/(?!crashed/)[^/]+/$"), timeout=LIVE)
-    expect(page.locator(".provenance")).to_contain_text("Forked from crashed at seq 0")
-    child = Session.objects.get(parent_id="crashed")
-    assert (child.seed_length, child.event_count) == (1, 1)
-    expect(page.locator("#seq-0.inherited")).to_be_visible()
