@@ -14,16 +14,27 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from dashboard import stream
+from dashboard.middleware import DATABASE_UNAVAILABLE
 from sessions_app import services
 
 logger = logging.getLogger(__name__)
 
 # Close codes. The socket is always accepted first, so a client sees the code.
+# An application cannot close with 1011 on Daphne (its websocket library
+# allows only 1000 and 3000-4999), hence 4500/4503, named after HTTP statuses
+# like the others.
 CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= 0
 CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session (api.md)
 CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not in ALLOWED_HOSTS
 CLOSE_NOT_FOUND = 4404  # no such session (api.md)
-CLOSE_INTERNAL_ERROR = 1011  # the stream failed (e.g. the database); reconnect with ?after=<last seq>
+CLOSE_SERVER_ERROR = 4500  # the stream failed on the server (a bug); reconnect with ?after=<last seq>
+CLOSE_UNAVAILABLE = 4503  # the database is unreachable as the socket opens; reconnect later with ?after=<last seq>
+
+
+async def close_without_database(consumer, error: BaseException) -> None:
+    """A socket that cannot start without the database: 4503, and a single log line per outage."""
+    stream.database_outage.failed(error)
+    await consumer.close(code=CLOSE_UNAVAILABLE, reason="database unavailable")
 
 
 class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
@@ -46,8 +57,13 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     - 4400: `after` is not exactly one decimal integer >= 0 (e.g. `abc`,
       `-1`, `1.5`, empty, or given twice);
     - 4404: no session with this id;
-    - 1011: the stream failed on the server (e.g. the database is down); the
-      client reconnects with `?after=<last seq it has>`.
+    - 4503: the database is unreachable as the socket opens; the client
+      reconnects a little later with `?after=<last seq it has>`;
+    - 4500: the stream failed on the server (a bug); the client reconnects
+      with `?after=<last seq it has>`.
+
+    An open stream that loses the database stays open and catches up when it
+    is back; one that loses Redis is served by the database poll meanwhile.
     """
 
     def __init__(self, *args, **kwargs):
@@ -58,7 +74,10 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self):
         await self.accept()
-        user, how = await stream.authenticate(self.scope)
+        try:
+            user, how = await stream.authenticate(self.scope)
+        except DATABASE_UNAVAILABLE as error:
+            return await close_without_database(self, error)
         if user is None:
             return await self.close(code=CLOSE_UNAUTHENTICATED, reason="authentication required")
         if how == stream.LOGIN_SESSION and not stream.origin_allowed(self.scope):
@@ -78,7 +97,10 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         except ValueError:
             return await self.close(code=CLOSE_BAD_REQUEST, reason="after must be an integer >= 0")
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
-        session = await database_sync_to_async(stream.find_session)(session_id)
+        try:
+            session = await database_sync_to_async(stream.find_session)(session_id)
+        except DATABASE_UNAVAILABLE as error:
+            return await close_without_database(self, error)
         if session is None:
             return await self.close(code=CLOSE_NOT_FOUND, reason="no such session")
 
@@ -98,7 +120,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             raise
         except Exception:
             logger.exception("the event stream of session %s failed", events.session_id)
-            await self.close(code=CLOSE_INTERNAL_ERROR)
+            await self.close(code=CLOSE_SERVER_ERROR)
 
     async def _send_events(self, wires: list[dict]) -> None:
         for wire in wires:

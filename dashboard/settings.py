@@ -50,6 +50,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "dashboard.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -83,6 +84,10 @@ DATABASES = {
     "default": dj_database_url.parse(
         os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'var' / 'turnlog.sqlite3'}",
         conn_max_age=int(os.environ.get("DJANGO_CONN_MAX_AGE", "0")),
+        # A connection the server dropped (a restart, pg_terminate_backend) is
+        # replaced before use instead of failing a request: with the pool
+        # below, psycopg_pool's ConnectionPool.check_connection on checkout.
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
@@ -99,7 +104,9 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and not D
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
         "min_size": 1,
         "max_size": int(os.environ.get("TURNLOG_DB_POOL_SIZE", "16")),
-        "timeout": 20,
+        # Seconds a request waits for a connection (all in use, or the
+        # database down) before its 503 (dashboard/middleware.py).
+        "timeout": float(os.environ.get("TURNLOG_DB_POOL_TIMEOUT", "20")),
     }
 
 REDIS_URL = os.environ.get("REDIS_URL", "")

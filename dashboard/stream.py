@@ -18,6 +18,10 @@ drops anything at or below it, and reads every gap from the database before
 sending anything after it. The database is authoritative: a layer message is
 sent as it came only when it is exactly the next seq.
 
+When the database is unreachable a stream waits and retries (the socket
+stays open, and catches up when the database is back); `database_outage`
+logs each outage once, however many streams and polls hit it.
+
 The module also holds the websocket authentication helpers (bearer token,
 login session, Origin check for cookie-authenticated sockets).
 """
@@ -27,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import parse_qs, urlparse
 
@@ -34,6 +39,7 @@ from channels.db import database_sync_to_async
 from channels.security.websocket import OriginValidator
 from django.conf import settings
 
+from dashboard.middleware import DATABASE_UNAVAILABLE
 from sessions_app import selectors
 from sessions_app.log import events as log_events
 from sessions_app.models import ApiToken, Session
@@ -52,6 +58,8 @@ PAGE_SIZE = 500
 INBOX_LIMIT = 5000
 # Session ids per count query of the watcher.
 POLL_CHUNK = 500
+# Seconds before a stream reads the unreachable database again (doubling up to the cap).
+DB_RETRY_FIRST, DB_RETRY_CAP = 0.5, 5.0
 
 SendEvents = Callable[[list[dict]], Awaitable[None]]
 
@@ -135,6 +143,29 @@ def find_session(session_id: str) -> Session | None:
     return Session.objects.filter(pk=session_id).first()
 
 
+# Database outages -------------------------------------------------------
+
+
+class DatabaseOutage:
+    """One warning when the sockets of this process lose the database, one when they have it back."""
+
+    def __init__(self):
+        self.since: float | None = None
+
+    def failed(self, error: BaseException) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            logger.warning("the database is unreachable (%s: %s): streams wait for it", type(error).__name__, error)
+
+    def reached(self) -> None:
+        if self.since is not None:
+            logger.warning("the database is reachable again after %.0f s", time.monotonic() - self.since)
+            self.since = None
+
+
+database_outage = DatabaseOutage()
+
+
 # Streams ------------------------------------------------------------------
 
 
@@ -204,7 +235,7 @@ class SessionStream:
         (concurrent writers' commits often publish out of order); then the
         database, which has every committed event, fills the gap.
         """
-        await self._send_from_db(through=None)
+        await self._retrying(self._send_from_db, through=None)
         loop = asyncio.get_running_loop()
         early: dict[int, dict] = {}  # layer events past a gap, by seq
         deadline = None
@@ -218,12 +249,30 @@ class SessionStream:
                 early[value["seq"]] = value
             elif kind == "poll":
                 self._poll_queued = False
-                await self._send_from_db(through=self._wanted)
+                await self._retrying(self._send_from_db, through=self._wanted)
             else:
-                await self._send_from_db(through=max(early))
-            await self._emit([early[seq] for seq in sorted(early) if seq > self.last_sent])
+                await self._retrying(self._send_from_db, through=max(early))
+            await self._retrying(self._emit, [early[seq] for seq in sorted(early) if seq > self.last_sent])
             early = {seq: wire for seq, wire in early.items() if seq > self.last_sent}
             deadline = (deadline or loop.time() + GAP_GRACE) if early else None
+
+    async def _retrying(self, step: Callable[..., Awaitable], *args, **kwargs):
+        """`step` (a read, or a send that renders from the database), again until the database answers.
+
+        A failed step sent nothing past last_sent, so trying it again neither
+        loses nor repeats an event; layer messages wait in the inbox meanwhile.
+        """
+        delay = DB_RETRY_FIRST
+        while True:
+            try:
+                result = await step(*args, **kwargs)
+            except DATABASE_UNAVAILABLE as error:
+                database_outage.failed(error)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, DB_RETRY_CAP)
+            else:
+                database_outage.reached()
+                return result
 
     async def _send_from_db(self, *, through: int | None) -> None:
         """Send the stored events after last_sent, up to seq `through` (None: all), page by page."""
@@ -290,9 +339,13 @@ class _Watcher:
                 return
             try:
                 counts = await database_sync_to_async(event_counts)(list(self.streams))
+            except DATABASE_UNAVAILABLE as error:
+                database_outage.failed(error)
+                continue
             except Exception:
                 logger.exception("checking the event counts of %d streamed sessions failed", len(self.streams))
                 continue
+            database_outage.reached()
             for session_id, count in counts.items():
                 for stream in list(self.streams.get(session_id, ())):
                     stream.offer_count(count)

@@ -19,6 +19,7 @@ from channels.db import database_sync_to_async
 from channels.layers import InMemoryChannelLayer, get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.db import OperationalError
 
 from dashboard import stream
 from dashboard.asgi import application
@@ -370,14 +371,48 @@ async def test_client_frames_are_ignored(sid, token):
     await close(ws)
 
 
-async def test_a_failing_stream_closes_the_socket_1011_so_the_client_reconnects(sid, token, monkeypatch):
+async def test_a_failing_stream_closes_the_socket_4500_so_the_client_reconnects(sid, token, monkeypatch):
     await create(sid, 1)
 
     def broken(*args, **kwargs):
-        raise RuntimeError("the database is gone")
+        raise RuntimeError("a bug")
 
     monkeypatch.setattr(stream, "read_page", broken)
-    assert await closed_with(socket(sid, token=token)) == 1011
+    assert await closed_with(socket(sid, token=token)) == 4500
+
+
+async def test_a_stream_that_loses_the_database_stays_open_and_catches_up(sid, token, monkeypatch, caplog):
+    await create(sid, 2)
+    monkeypatch.setattr(stream, "DB_RETRY_FIRST", 0.05)
+    read_page, failures = stream.read_page, []
+
+    def down_three_times(*args, **kwargs):
+        if len(failures) < 3:
+            failures.append(1)
+            raise OperationalError("connection refused")
+        return read_page(*args, **kwargs)
+
+    monkeypatch.setattr(stream, "read_page", down_three_times)
+    ws = await open_socket(sid, token=token)
+    assert await seqs(ws, 2) == [0, 1]
+    assert len(failures) == 3
+    await append(sid, 1)
+    assert await seqs(ws, 1) == [2]
+    assert await ws.receive_nothing(QUIET)
+    outage_lines = [r.getMessage() for r in caplog.records if r.name == "dashboard.stream"]
+    assert len(outage_lines) == 2 and "unreachable" in outage_lines[0] and "reachable again" in outage_lines[1]
+    assert not [r for r in caplog.records if r.exc_info]
+    await close(ws)
+
+
+async def test_a_socket_opened_without_the_database_is_closed_4503(sid, token, monkeypatch):
+    await create(sid, 1)
+
+    def down(*args, **kwargs):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(stream, "find_session", down)
+    assert await closed_with(socket(sid, token=token)) == 4503
 
 
 # Cleanup -----------------------------------------------------------------

@@ -258,3 +258,82 @@ def test_streams_ride_out_a_redis_outage_on_the_database_poll(redis_server, star
     log = server.log_path.read_text()
     assert "Traceback" not in log, log
     assert log.count("Redis channel layer unreachable") == 1, log
+
+
+# PostgreSQL: dropped connections and an unreachable database ---------------
+
+on_postgresql = pytest.mark.skipif(
+    settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql",
+    reason="PostgreSQL only (the suite's PostgreSQL pass runs it)",
+)
+
+
+def http(server: DaphneServer, path: str, *, method: str = "GET", body: dict | None = None, headers: dict | None = None):
+    """(status, headers, body) of a request to the Daphne; error statuses are answers too."""
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{server.url}{path}", data=data, method=method, headers={"Content-Type": "application/json", **(headers or {})})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, response.headers, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read().decode()
+
+
+def server_connections(database: str) -> list[int]:
+    """The backend pids of the other connections to the test database: the Daphne's."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", [database])
+        return [pid for (pid,) in cursor.fetchall()]
+
+
+@pytest.mark.postgres
+@on_postgresql
+def test_requests_after_the_database_dropped_every_connection_all_succeed(start_daphne, token, sid):
+    """Each pooled connection is checked on checkout: a dropped one is replaced, and no request fails."""
+    services.create_session(session_id=sid)
+    server = start_daphne()
+    auth = {"Authorization": f"Bearer {token}"}
+    # Several at once, so the pool holds several connections that all get dropped.
+    api_append(server, token, sid, 1, start=0)
+    for _ in range(3):
+        assert [http(server, f"/api/v1/sessions/{sid}", headers=auth)[0] for _ in range(6)] == [200] * 6
+
+    database = connection.settings_dict["NAME"]
+    dropped = server_connections(database)
+    assert dropped, "the Daphne's pool keeps connections open"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()", [database])
+    wait_for(lambda: not set(dropped) & set(server_connections(database)), "the connections were terminated")
+
+    statuses = [http(server, f"/api/v1/sessions/{sid}", headers=auth)[0] for _ in range(20)]
+    assert statuses == [200] * 20
+    api_append(server, token, sid, 2, start=1)
+    assert stored_seqs(sid) == [0, 1, 2]
+    assert "Traceback" not in server.log_path.read_text()
+
+
+def test_a_request_that_cannot_reach_the_database_gets_a_503_with_retry_after(start_daphne, token, sid):
+    """Works on either backend: the Daphne's DATABASE_URL names a PostgreSQL on a closed port."""
+    nowhere = f"postgres://postgres@127.0.0.1:{free_port()}/turnlog_unreachable"
+    server = start_daphne(DATABASE_URL=nowhere, TURNLOG_DB_POOL_TIMEOUT="1")
+    auth = {"Authorization": f"Bearer {token}"}
+
+    for method, path, body in [("GET", "/api/v1/sessions", None), ("POST", f"/api/v1/sessions/{sid}/events", {"events": [f.user()]})]:
+        status, headers, text = http(server, path, method=method, body=body, headers=auth)
+        assert status == 503, text
+        assert headers["Content-Type"] == "application/json"
+        assert headers["Retry-After"] == "5"
+        answer = json.loads(text)
+        assert answer["error"] == "database_unavailable" and answer["detail"]
+
+    status, headers, text = http(server, "/", headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}=some-session"})
+    assert status == 503
+    assert headers["Content-Type"].startswith("text/plain") and headers["Retry-After"] == "5"
+    assert "database" in text
+
+    # A stream cannot authenticate either: closed with 4503 (reconnect later with ?after=).
+    with json_stream(server, token, sid) as stream:
+        with pytest.raises(ConnectionClosed) as closed:
+            stream.recv(timeout=WAIT)
+    assert closed.value.rcvd.code == 4503
+    assert "Traceback" not in server.log_path.read_text(), server.log_path.read_text()
