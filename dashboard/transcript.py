@@ -70,7 +70,19 @@ class Value:
             return None
         is_json = not isinstance(value, str) or looks_like_json(value)
         text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False, default=str)
-        return cls(text=text[:TRUNCATE_CHARS], is_json=is_json, truncated=len(text) > TRUNCATE_CHARS, full_length=len(text))
+        return cls(text=cut_at_word(text, TRUNCATE_CHARS), is_json=is_json, truncated=len(text) > TRUNCATE_CHARS, full_length=len(text))
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """At most `limit` characters of text, ending at a word boundary: a cut word reads as another
+    word. Only a single word longer than half the limit is cut inside itself."""
+    if len(text) <= limit:
+        return text
+    if text[limit].isspace():
+        return text[:limit].rstrip()
+    head = text[:limit]
+    last_space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    return head[:last_space].rstrip() if last_space > limit // 2 else head
 
 
 def looks_like_json(text: str) -> bool:
@@ -147,6 +159,8 @@ class Row:
     cards: list[ToolCard] = field(default_factory=list)
     shadowed_by: int | None = None  # seq of the compaction summary hiding it
     summary_of: tuple[int, int] | None = None  # the range a compaction summary stands for
+    # A summary shown in its place (in the block where its range begins) rather than here.
+    shown_in_place: bool = False
     answers: str | None = None  # a tool result or dispatch shown apart from its card: the call id
     card_seq: int | None = None  # where that call's card is
     inherited: bool = False
@@ -396,6 +410,7 @@ def enclosing_turns(session: Session, turns: set[int]) -> dict[int, int]:
 # The raw log ----------------------------------------------------------------
 
 RAW_PAGE = 200
+RAW_PREVIEW_CHARS = 120
 RESHADOW_ROWS = 5000
 
 
@@ -405,6 +420,12 @@ class RawRow:
     data: Value
     shadowed_by: int | None
     fork: ForkSpot
+
+    @property
+    def preview(self) -> str:
+        """The start of the data on one line, cut at a word."""
+        cut = cut_at_word(self.data.text, RAW_PREVIEW_CHARS)
+        return cut if len(cut) == len(self.data.text) else cut + "…"
 
 
 @dataclass
@@ -493,6 +514,7 @@ class Builder:
                 (steps[step_seq].rows if in_step else block.parts).append(row)
                 if row.summary_of and (home := self.block_of.get(row.summary_of[0])) in blocks:
                     blocks[home].summaries.append(row)
+                    row.shown_in_place = True
         for key, summaries in hidden_by.items():
             if None not in summaries:
                 blocks[key].compacted_by = max(summaries)

@@ -40,6 +40,35 @@
     return cursor ? cursor.getAttribute("data-last-seq") : null;
   }
 
+  // A live frame replaces whole blocks and rows. Each <details> keeps the state
+  // the reader left it in (found again by its nearest id and its place under it),
+  // and what the reader could read stays open when a new summary compacts it.
+  function detailsByPlace(root) {
+    var found = {};
+    root.querySelectorAll("details").forEach(function (el) {
+      var owner = el.parentElement && el.parentElement.closest("[id]");
+      var place = (owner ? owner.id : "") + "|" + el.className;
+      var n = 0;
+      while (found[place + "|" + n]) n++;
+      found[place + "|" + n] = { el: el, owner: owner ? owner.id : "" };
+    });
+    return found;
+  }
+
+  function keepReadersDetails(target, fragment) {
+    var before = detailsByPlace(target);
+    var after = detailsByPlace(fragment);
+    Object.keys(after).forEach(function (place) {
+      var shown = after[place];
+      if (before[place]) {
+        shown.el.open = before[place].el.open;
+      } else if (shown.el.classList.contains("compacted") && shown.owner &&
+                 (target.id === shown.owner || target.querySelector("#" + CSS.escape(shown.owner)))) {
+        shown.el.open = true;  // newly compacted while on screen
+      }
+    });
+  }
+
   function setLiveState(text, state) {
     var el = document.getElementById("live-state");
     if (el) { el.textContent = text; el.setAttribute("data-state", state); }
@@ -70,6 +99,9 @@
     htmx.onLoad(function (el) { refreshTimes(el); });
     document.body.addEventListener("htmx:wsOpen", function () { setLiveState("Live", "open"); });
     document.body.addEventListener("htmx:wsClose", function () { setLiveState("Reconnecting…", "closed"); });
+    document.body.addEventListener("htmx:oobBeforeSwap", function (event) {
+      if (event.detail.fragment) keepReadersDetails(event.detail.target, event.detail.fragment);
+    });
     // A fork form opens under its control: keep it in view; Cancel or Escape
     // closes it and gives focus back to the control.
     document.body.addEventListener("htmx:afterSwap", function (event) {

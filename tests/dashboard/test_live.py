@@ -149,7 +149,7 @@ async def test_a_new_summary_re_renders_the_blocks_it_compacts(sid, session_cook
     await append_events(sid, [{"type": "user_message", "data": {"content": "summary", "surface_op": ["replace", 0, 1]}}])
     frame = await page.receive_from(timeout=WAIT)
     assert '<section id="turn-0" class="block turn compacted" hx-swap-oob="true">' in frame
-    assert "stands here for seqs 0–1" in frame
+    assert "<strong>Summary</strong> of seqs 0–1, standing here" in frame
 
 
 async def test_the_header_follows_the_status_a_turn_opens_and_a_recovery_closes(sid, session_cookie, user):

@@ -186,8 +186,34 @@ def test_a_compacted_turn_folds_away_under_its_summary_in_place(viewer):
     turn = page[page.index('<section id="turn-1"') : page.index('<section id="event-5"')]
     assert "block turn compacted" in turn and "Turn 1: compacted into the summary at seq 5 (show)" in turn
     first = page[page.index('<section id="event-0"') : page.index('<section id="turn-1"')]
-    assert "stands here for seqs 0–4" in first and "the user asked q1" in first
+    assert "<strong>Summary</strong> of seqs 0–4, standing here" in first and "the user asked q1" in first
     assert "compacted" not in page[page.index('<section id="event-6"') :]
+
+
+def test_a_summary_shows_once_labelled_as_a_summary(viewer):
+    store([
+        ("user_message", message("q1")), ("assistant_message", message("a1")),
+        ("user_message", message("The user asked q1 and got a1.", surface_op=["replace", 0, 1])),
+    ], session_id="s")  # fmt: skip
+    page = text_of(viewer.get("/sessions/s/"))
+    assert page.count("The user asked q1 and got a1.") == 1
+    in_place = page[page.index('<div class="summary-in-place" id="summary-2">') :][:1000]
+    assert "The user asked q1 and got a1." in in_place and "<strong>Summary</strong> of seqs 0–1" in in_place
+    own = page[page.index('<article id="seq-2"') :].split("</article>")[0]
+    assert '<span class="who">summary</span>' in own and '<span class="who">user</span>' not in own
+    assert 'href="#summary-2">in the place of seqs 0–1</a>' in own
+
+
+def test_long_text_is_cut_between_words_never_inside_one(viewer):
+    words = " ".join(f"word{i:04}" for i in range(400))  # 3,599 characters
+    store([("user_message", message(words, surface_op=["replace", 0, 0]))], session_id="s")
+    page = text_of(viewer.get("/sessions/s/"))
+    shown = re.search(r'<div class="text">([^<]*)</div>', page).group(1)
+    assert len(shown) <= transcript.TRUNCATE_CHARS and words.startswith(shown) and re.fullmatch(r"(word\d{4} )*word\d{4}", shown)
+    assert f"show all ({len(words)} characters)" in page
+    raw = text_of(viewer.get("/sessions/s/?view=raw"))
+    preview = re.search(r"<details><summary>([^<]*)</summary>", raw).group(1)
+    assert preview.endswith("…") and re.search(r"word\d{4}…$", preview)
 
 
 def test_a_large_session_opens_on_its_latest_turns_with_constant_queries(viewer):
