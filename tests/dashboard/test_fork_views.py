@@ -4,13 +4,16 @@ import re
 
 import pytest
 from django.db import connection
+from hypothesis import HealthCheck, given, settings
 from django.test.utils import CaptureQueriesContext
 
-from dashboard import live
+from dashboard import live, transcript
 from sessions_app import selectors, services
 from sessions_app.log.events import event_to_wire, validate_batch
-from sessions_app.models import Session
-from tests.sessions_app.log.strategies import message
+from sessions_app.log.recovery import open_turns
+from sessions_app.log.structure import place_all
+from sessions_app.models import Event, Session
+from tests.sessions_app.log.strategies import logs, message
 from tests.sessions_app.log.test_recovery import assistant, result
 from tests.sessions_app.test_recovery import store
 
@@ -175,3 +178,21 @@ def test_a_boundary_inside_an_open_turn_offers_recovery(viewer):
     form = text_of(viewer.get("/sessions/crashed/fork?boundary=last", HTTP_HX_REQUEST="true"))
     assert "Cannot fork the whole session:" in form and "opened at seq 6 and never closed" in form
     assert "Recover the session first" in form and "Fork at seq 5 (before the turn opened)" in form
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=logs())
+def test_fork_spots_follow_the_fork_rule_on_any_log(events):
+    """Allowed exactly where a fork is (no open turn in the prefix); otherwise the innermost
+    turn open there and where it closes, as the refusal would name them."""
+    session = store(events)
+    placed = {seq: (type_, turn) for seq, type_, turn in Event.objects.filter(session=session).values_list("seq", "type", "turn_seq")}
+    spots = transcript.fork_spots(session, placed)
+    placements = place_all(events)[0]
+    for event in events:
+        unclosed = open_turns(events[: event.seq + 1])
+        spot = spots[event.seq]
+        assert spot.allowed == (not unclosed)
+        if unclosed:
+            closing = [e.seq for e, p in zip(events, placements) if e.type == "turn_end" and p.turn_seq == unclosed[0]]
+            assert (spot.turn_seq, spot.closed_at) == (unclosed[0], closing[0] if closing else None)
