@@ -6,6 +6,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils.html import escape
 
 from dashboard import transcript
 from sessions_app import selectors, services
@@ -113,7 +114,7 @@ def test_a_stalled_sessions_owed_calls_read_as_on_the_recovery_page(staff):
         assert f'<span class="badge state">{state}</span>' in card
         assert "in flight" not in card and "elapsed" not in card and "running" not in card
         assert owed_words(page, call_id) == owed_words(recovery_page, call_id)
-    assert owed_words(page, "c3") == ("Outcome unknown: it may have run", "Why (rule 1): " + recovery.RULE_REASONS[1])
+    assert owed_words(page, "c3") == ("Outcome unknown: it may have run", "Why (rule 1): " + escape(recovery.RULE_REASONS[1]))
 
 
 def test_a_running_sessions_unanswered_calls_are_pending(viewer):
@@ -250,6 +251,15 @@ def test_recovery_preview_shows_risks_evidence_and_the_events_to_append(staff):
     assert '#seq-4">seq 4</a>' in page  # c2 rule 2: the sibling's tool_call
     assert "Confirming appends exactly these 3 events" in page and "Confirm recovery" in page
     assert "may still be running" not in page  # its last event is from January
+
+
+def test_rule_4_is_explained_without_contradicting_the_text_it_appends(staff):
+    store([("turn_start", {"turn": 1}), ("step_start", {}), assistant("c1")], session_id="crashed")
+    page = text_of(staff.get("/sessions/crashed/recovery"))
+    assert "Why (rule 4): " + escape(recovery.RULE_REASONS[4]) in page
+    assert "Tool call was dispatched but the session was interrupted" in page  # the text it appends
+    assert "whether it was dispatched" not in page
+    assert owed_words(text_of(staff.get("/sessions/crashed/")), "c1") == owed_words(page, "c1")
 
 
 def test_a_viewer_sees_no_confirm_button_and_is_refused(viewer):

@@ -236,3 +236,24 @@ def test_the_patch_reads_the_fold_so_a_compacted_call_needs_no_answer():
     summary = ("user_message", message("earlier work", surface_op=["replace", 0, 0]))
     events = events_of([assistant("hidden"), assistant("shown"), summary])
     assert [r.data["tool_call_id"] for r in patch_dangling_tool_calls(events)] == ["shown"]
+
+
+def test_each_rules_explanation_agrees_with_the_text_recovery_appends():
+    from sessions_app.log.recovery import RISK_HEADLINES, RULE_REASONS
+
+    # Rule 4 appends "Tool call was dispatched but ...": its explanation may not say the log
+    # cannot tell whether it was dispatched; it says why recovery takes it as dispatched.
+    assert "whether it was dispatched" not in RULE_REASONS[4]
+    assert "treats it as dispatched" in RULE_REASONS[4]
+    # Rules 2 and 3 append "... interrupted before it was dispatched. It did not run ...".
+    for rule in (2, 3):
+        assert "may have run" not in RULE_REASONS[rule]
+    assert OUTCOME_UNKNOWN.startswith("Tool call was dispatched") and "MAY have run" in OUTCOME_UNKNOWN
+    assert RISK_HEADLINES == {"tool_not_started": "Not started: it did not run", "tool_outcome_unknown": "Outcome unknown: it may have run"}
+
+
+def test_rule_4_classifies_a_call_of_an_open_step_in_a_turn_without_dispatches():
+    events = events_of(WORKED_EXAMPLE[:4] + [("step_end", {"outcome": "ok"}), ("step_start", {}), assistant("c3")])
+    owed = {r.call.id: r.call for r in plan(events).repairs if r.call}
+    assert (owed["c3"].rule, owed["c3"].risk) == (4, "tool_outcome_unknown")
+    assert next(r for r in plan(events).repairs if r.call and r.call.id == "c3").data["content"] == OUTCOME_UNKNOWN
