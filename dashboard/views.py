@@ -32,13 +32,18 @@ def int_param(request, name: str) -> int | None:
     return int(value) if value.isdigit() else None
 
 
+ROWS_TARGETS = {"session-rows", "more-rows"}
+
+
 @login_required
 def session_list(request):
     status = request.GET.get("status") if request.GET.get("status") in selectors.STATUSES else None
     q = request.GET.get("q", "").strip()
     page = selectors.list_sessions(status=status, q=q, limit=50, cursor=request.GET.get("cursor") or None)
     context = {"page": page, "status": status, "q": q, "statuses": selectors.STATUSES}
-    if request.htmx and request.GET.get("fragment") == "rows":
+    # The rows alone for htmx swaps into the table (search, "Older sessions"), told by the
+    # swap's target rather than a query parameter, so the URL pushed to the history reloads as the page.
+    if request.htmx.target in ROWS_TARGETS:
         return render(request, "sessions/list.html#rows", context)
     return render(request, "sessions/list.html", context)
 
@@ -193,4 +198,5 @@ def confirm_recovery(request, session):
 @login_required
 def session_lineage(request, session_id: str):
     session = session_or_404(session_id)
-    return render(request, "sessions/lineage.html", {"session": session, "lineage": selectors.lineage(session)})
+    context = {"session": session, "lineage": selectors.lineage(session), "recoveries": selectors.recovery_history(session)}
+    return render(request, "sessions/lineage.html", context)
