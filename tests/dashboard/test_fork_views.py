@@ -117,6 +117,14 @@ def test_the_form_opens_in_place_with_a_readable_unused_name(viewer):
     assert "<html" in whole and 'value="p-fork-5"' in whole and "(the whole session)" in whole
 
 
+def test_an_empty_session_forks_to_an_empty_one(viewer):
+    services.create_session(session_id="empty")
+    form = text_of(viewer.get("/sessions/empty/fork?boundary=last", HTTP_HX_REQUEST="true"))
+    assert "A new, empty session forked from <code>empty</code>, which has no events yet." in form and 'value="empty-fork"' in form
+    response = viewer.post("/sessions/empty/fork", {"boundary": "last", "id": "empty-fork"})
+    assert response.status_code == 302 and "Forked empty (it had no events yet) into this session." in text_of(viewer.get(response.url))
+
+
 def test_the_suggested_name_of_a_long_id_keeps_to_128_characters(viewer):
     store(CLEAN, session_id="x" * 128)
     form = text_of(viewer.get(f"/sessions/{'x' * 128}/fork?boundary=5", HTTP_HX_REQUEST="true"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
@@ -11,6 +12,7 @@ from sessions_app import errors, selectors, services
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
 from sessions_app.log.events import format_time
+from sessions_app.models import SESSION_ID_PATTERN, session_id_validator
 
 
 class Command(BaseCommand):
@@ -106,6 +108,8 @@ class Command(BaseCommand):
 
     def fork(self, *, session_id: str, at: str, new_id: str | None, **_):
         boundary = int(at) if at.lstrip("-").isdigit() else at
+        if new_id is not None and not re.fullmatch(SESSION_ID_PATTERN, new_id):
+            raise CommandError(f"--id {new_id!r}: {session_id_validator.message}.")
         try:
             child = services.fork(session_id=session_id, boundary=boundary, new_session_id=new_id)
         except log_fork.ForkRefused as refused:

@@ -3,7 +3,7 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from sessions_app.models import Event, RecoveryRecord, ToolPolicy
+from sessions_app.models import Event, RecoveryRecord, Session, ToolPolicy
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
 from tests.sessions_app.test_recovery import store
 
@@ -128,3 +128,11 @@ def test_a_fork_inside_a_turn_that_closes_later_says_where_it_closes_not_recover
         "seq 2 is inside turn 1, which opened at seq 1 and closes at seq 3; a fork must end outside every turn."
         " Allowed boundaries nearby: 0, 3."
     )
+
+
+@pytest.mark.parametrize("new_id", ["has space", "x" * 129, ""])
+def test_fork_refuses_an_id_outside_the_id_rule(new_id):
+    store([("user_message", {"content": "a"})], session_id="p")
+    with pytest.raises(CommandError, match="Session ids are 1 to 128 characters"):
+        run("fork", "p", "--at", "0", "--id", new_id)
+    assert Session.objects.count() == 1
