@@ -22,7 +22,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.template.loader import render_to_string
 
 from dashboard import stream, transcript
-from dashboard.consumers import CLOSE_FORBIDDEN_ORIGIN, CLOSE_UNAUTHENTICATED, SessionEventsConsumer
+from dashboard.consumers import CLOSE_FORBIDDEN_ORIGIN, CLOSE_UNAUTHENTICATED, SessionEventsConsumer, close_without_database
+from dashboard.middleware import DATABASE_UNAVAILABLE
 from sessions_app import selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.models import Session
@@ -97,14 +98,20 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         await self.send(text_data=await shared_frames.get(key, render))
 
     async def refresh_status(self, session_id: str):
-        """A running session turns stalled with silence alone: its header is re-sent when that happens."""
-        shown = await database_sync_to_async(session_status)(session_id)
+        """A running session turns stalled with silence alone: its header is re-sent when that happens.
+
+        Without the database a round is skipped (the stream waits for it anyway).
+        """
+        shown = None
         while True:
-            await asyncio.sleep(STATUS_REFRESH_SECONDS)
-            status = await database_sync_to_async(session_status)(session_id)
-            if status != shown:
+            try:
+                status = await database_sync_to_async(session_status)(session_id)
+                if shown is not None and status != shown:
+                    await self.send(text_data=await database_sync_to_async(render_state_frame)(session_id))
                 shown = status
-                await self.send(text_data=await database_sync_to_async(render_state_frame)(session_id))
+            except DATABASE_UNAVAILABLE as error:
+                stream.database_outage.failed(error)
+            await asyncio.sleep(STATUS_REFRESH_SECONDS)
 
     async def disconnect(self, code):
         self.cancel_renewal()
@@ -231,7 +238,10 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         status = query.get("status", "")
         self.status = status if status in selectors.STATUSES else None
         self.q = query.get("q", "").strip()
-        self.shown = await database_sync_to_async(self.first_page_ids)()
+        try:
+            self.shown = await database_sync_to_async(self.first_page_ids)()
+        except DATABASE_UNAVAILABLE as error:
+            return await close_without_database(self, error)
         self.statuses: dict[str, str] = {}
         self._refresh = asyncio.create_task(self.refresh_statuses())
         self.renew_later()
@@ -240,7 +250,11 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         return {s.id for s in selectors.list_sessions(status=self.status, q=self.q, limit=50).items}
 
     async def session_changed(self, message):
-        frame = await database_sync_to_async(self.render_row)(message["session_id"])
+        try:
+            frame = await database_sync_to_async(self.render_row)(message["session_id"])
+        except DATABASE_UNAVAILABLE as error:  # the row catches up with the session's next change
+            stream.database_outage.failed(error)
+            return
         if frame:
             await self.send(text_data=frame)
 
@@ -260,7 +274,11 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         """Statuses that change with silence alone (running -> stalled, active -> clean or recovered) are re-sent."""
         while True:
             await asyncio.sleep(STATUS_REFRESH_SECONDS)
-            frames = await database_sync_to_async(self.changed_rows)()
+            try:
+                frames = await database_sync_to_async(self.changed_rows)()
+            except DATABASE_UNAVAILABLE as error:  # skip this round
+                stream.database_outage.failed(error)
+                continue
             for frame in frames:
                 await self.send(text_data=frame)
 

@@ -9,8 +9,9 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
+from django.db import OperationalError
 
-from dashboard import live, transcript
+from dashboard import live, stream, transcript
 from dashboard.asgi import application
 from sessions_app import services
 from sessions_app.log.events import validate_batch
@@ -261,3 +262,47 @@ async def test_a_raw_page_rechecks_only_its_latest_rows(sid, session_cookie, mon
     await append_events(sid, [{"type": "user_message", "data": {"content": "summary", "surface_op": ["replace", 0, 3]}}])
     frame = await page.receive_from(timeout=WAIT)
     assert re.findall(r'<div id="seq-(\d+)" role="row" class="raw-row shadowed" hx-swap-oob="true">', frame) == ["2", "3"]
+
+
+# Without the database ---------------------------------------------------------
+
+
+async def test_a_page_socket_waits_out_a_database_outage_and_catches_up(sid, session_cookie, monkeypatch, caplog):
+    await create(sid, 1)
+    monkeypatch.setattr(stream, "DB_RETRY_FIRST", 0.05)
+    render, failures = live.render_page_frame, []
+
+    def down_twice(*args, **kwargs):
+        if len(failures) < 2:
+            failures.append(1)
+            raise OperationalError("connection refused")
+        return render(*args, **kwargs)
+
+    monkeypatch.setattr(live, "render_page_frame", down_twice)
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
+    await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
+    frame = await page.receive_from(timeout=WAIT)
+    assert len(failures) == 2 and 'data-last-seq="1"' in frame
+    assert await page.receive_nothing(QUIET)
+    assert not [r for r in caplog.records if r.exc_info]
+    await page.disconnect()
+
+
+async def test_the_list_without_the_database_closes_4503_and_skips_a_change_it_cannot_render(sid, session_cookie, monkeypatch):
+    await create(sid, 1)
+    listing = await browser_socket("/ws/sessions/live", session_cookie)
+
+    def down(*args, **kwargs):
+        raise OperationalError("connection refused")
+
+    render_row = live.SessionListConsumer.render_row
+    monkeypatch.setattr(live.SessionListConsumer, "render_row", down)
+    await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
+    assert await listing.receive_nothing(QUIET)  # and the socket is still open:
+    monkeypatch.setattr(live.SessionListConsumer, "render_row", render_row)
+    await append_events(sid, [{"type": "turn_end", "data": {"turn": 1}}])
+    assert sid in await listing.receive_from(timeout=WAIT)
+    await listing.disconnect()
+
+    monkeypatch.setattr(live.SessionListConsumer, "first_page_ids", down)
+    assert await closed_with(await browser_socket("/ws/sessions/live", session_cookie)) == 4503
