@@ -1,0 +1,192 @@
+"""Every page, in light and dark colour schemes, passes axe-core's WCAG 2.0/2.1 A and AA rules in a real Chromium;
+and the pages look finished: header hierarchy, tab bars, the Live tag, the 404 page, the admin list, clean search URLs."""
+
+import re
+
+import pytest
+from axe_playwright_python.sync_playwright import Axe
+from playwright.sync_api import expect
+
+from sessions_app import services
+from sessions_app.log.events import validate_batch
+from tests.e2e.conftest import PASSWORD, open_page
+from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
+from tests.sessions_app.test_recovery import store
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+AXE_OPTIONS = {
+    "runOnly": {"type": "tag", "values": ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa"]},
+    "resultTypes": ["violations"],
+}
+LIVE = 15_000  # ms
+
+
+def seed_every_page_state(staff_user):
+    """A running, a stalled, a recovered and a forked session: every state a page can show."""
+    staff_user.is_superuser = True  # sees every admin page
+    staff_user.save()
+    store(WORKED_EXAMPLE, session_id="crashed")  # January timestamps: stalled, with a recovery preview
+    store(WORKED_EXAMPLE, session_id="recovered")
+    services.recover(session_id="recovered", user=staff_user, note="checked the mail server")
+    services.fork(session_id="recovered", boundary="last", new_session_id="forked")
+    services.fork(session_id="forked", boundary="last", new_session_id="forked-again")
+    services.create_session(session_id="running", agent_name="research-agent", metadata={"model": "demo"})
+    services.append_events(session_id="running", events=validate_batch([
+        {"type": "user_message", "data": {"content": "summarise the report"}},
+        {"type": "turn_start", "data": {"turn": 1}},
+        {"type": "assistant_message", "data": {"content": "reading it", "tool_calls": [{"id": "c1", "name": "read_file", "arguments": {"path": "r.md"}}]}},
+    ]))  # fmt: skip
+    realistic = store([("user_message", {"content": "hello"})])  # a generated 32-character id, as agents get
+    services.fork(session_id=realistic.id, boundary="last")
+    store([
+        ("user_message", {"content": "a long exchange"}),
+        ("assistant_message", {"content": "a long answer"}),
+        ("user_message", {"content": "summary of the exchange", "surface_op": ["replace", 0, 2]}),
+    ], session_id="compacted")  # fmt: skip
+
+
+# (label, path, wait for: a selector whose presence means the page is settled)
+PAGES = [
+    ("session list", "/", "#session-rows tr"),
+    ("filtered list", "/?status=stalled&q=crash", "#session-rows tr"),
+    ("list without a match", "/?q=no-such-session", "#session-rows td.empty"),
+    ("running session", "/sessions/running/", "#live-state[data-state=open]"),
+    ("stalled session", "/sessions/crashed/", "#live-state[data-state=open]"),
+    ("stalled session, raw log", "/sessions/crashed/?view=raw", "#live-state[data-state=open]"),
+    ("recovery preview", "/sessions/crashed/recovery", ".appends"),
+    ("recovered session", "/sessions/recovered/?highlight=10-12#seq-10", "#live-state[data-state=open]"),
+    ("recovered session, raw log", "/sessions/recovered/?view=raw", "#live-state[data-state=open]"),
+    ("recovery history", "/sessions/recovered/recovery", "table.history"),
+    ("forked session", "/sessions/forked/", "#live-state[data-state=open]"),
+    ("compacted session", "/sessions/compacted/", "#live-state[data-state=open]"),
+    ("compacted session, raw log", "/sessions/compacted/?view=raw", "#live-state[data-state=open]"),
+    ("lineage", "/sessions/forked/lineage", ".lineage"),
+    ("lineage of a lone session", "/sessions/running/lineage", ".lineage"),
+    ("fork page", "/sessions/recovered/fork?boundary=3", ".fork-form"),
+    ("refused fork page", "/sessions/crashed/fork?boundary=6", ".fork-refused"),
+    ("404", "/sessions/no-such-session/", "h1"),
+    ("admin index", "/admin/", "#content"),
+    ("admin session list", "/admin/sessions_app/session/", "#result_list"),
+    ("admin session", "/admin/sessions_app/session/crashed/change/", "#content"),
+    ("admin event list", "/admin/sessions_app/event/", "#result_list"),
+]
+
+
+def axe_report(axe, page, label):
+    """One readable line per element that violates a rule ('' when there are none)."""
+    lines = []
+    for violation in axe.run(page, options=AXE_OPTIONS).response["violations"]:
+        for node in violation["nodes"]:
+            messages = "; ".join(check["message"] for check in node["any"] + node["all"] + node["none"])
+            lines.append(f"{label} {page.url}: {violation['id']} ({violation['impact']}) at {' '.join(map(str, node['target']))}: {messages}")
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_every_page_has_no_axe_violations(browser, server, staff_user, scheme):
+    seed_every_page_state(staff_user)
+    axe = Axe()
+    context = browser.new_context(color_scheme=scheme, bypass_csp=True, viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    reports = []
+
+    page.goto(f"{server.url}/login/")
+    reports.append(axe_report(axe, page, "login"))
+    page.fill("#id_username", staff_user.username)
+    page.fill("#id_password", "wrong")
+    page.click("button[type=submit]")
+    expect(page.locator("form.login")).to_contain_text("correct username and password")
+    reports.append(axe_report(axe, page, "login with an error"))
+    page.fill("#id_password", PASSWORD)
+    page.click("button[type=submit]")
+    page.wait_for_url(f"{server.url}/")
+
+    for label, path, settled in PAGES:
+        page.goto(f"{server.url}{path}")
+        expect(page.locator(settled).first).to_be_attached(timeout=LIVE)
+        reports.append(axe_report(axe, page, label))
+
+    page.goto(f"{server.url}/sessions/recovered/")
+    page.locator(".fork-here").first.click()
+    expect(page.locator("main .fork-form")).to_be_visible(timeout=LIVE)
+    reports.append(axe_report(axe, page, "fork form opened in place"))
+    page.goto(f"{server.url}/sessions/crashed/")
+    page.locator(".fork-unavailable").first.focus()
+    expect(page.locator(".fork-unavailable .fork-why").first).to_be_visible()
+    reports.append(axe_report(axe, page, "why there is no fork here"))
+
+    context.close()
+    failures = "\n".join(report for report in reports if report)
+    assert not failures, f"axe-core found violations in {scheme} mode:\n{failures}"
+
+
+def test_the_session_id_heads_the_page_above_the_agent_name(browser, server, plain_user):
+    seed_every_page_state(plain_user)
+    page = open_page(browser, server, plain_user, "/sessions/running/")
+    heading = font_size(page, ".session-head h1 code")
+    assert heading > font_size(page, ".session-head .agent")
+    assert heading > font_size(page, "body")
+
+
+def font_size(page, selector):
+    return float(page.locator(selector).first.evaluate("element => getComputedStyle(element).fontSize").removesuffix("px"))
+
+
+@pytest.mark.parametrize("path", ["/sessions/running/", "/sessions/crashed/?view=raw"])
+def test_the_live_tag_sits_above_the_log_not_over_it(browser, server, plain_user, path):
+    seed_every_page_state(plain_user)
+    page = open_page(browser, server, plain_user, path)
+    expect(page.locator("#live-state")).to_have_attribute("data-state", "open", timeout=LIVE)
+    live = page.locator("#live-state").bounding_box()
+    log = page.locator("#blocks > *, .raw-log").first.bounding_box()
+    assert live["y"] + live["height"] <= log["y"]
+
+
+@pytest.mark.parametrize(("path", "tab"), [
+    ("/sessions/crashed/", "Transcript"),
+    ("/sessions/crashed/?view=raw", "Raw log"),
+    ("/sessions/forked/lineage", "Lineage"),
+    ("/sessions/crashed/recovery", "Recovery"),
+    ("/sessions/recovered/recovery", "Recovery (1)"),
+])  # fmt: skip
+def test_every_view_of_a_session_keeps_the_tab_bar(browser, server, plain_user, path, tab):
+    seed_every_page_state(plain_user)
+    page = open_page(browser, server, plain_user, path)
+    tabs = page.get_by_role("navigation", name="Views of this log")
+    expect(tabs.get_by_role("link")).to_have_count(4)
+    expect(tabs.locator("[aria-current=page]")).to_have_text(tab)
+
+
+def test_the_404_page_is_a_styled_page_of_the_site(browser, server, plain_user):
+    page = open_page(browser, server, plain_user, "/")
+    response = page.goto(f"{server.url}/sessions/no-such-session/")
+    assert response.status == 404
+    expect(page.get_by_role("heading", level=1)).to_have_text("Page not found")
+    expect(page.get_by_role("navigation", name="Site").get_by_role("link", name="Sessions")).to_be_visible()
+    assert page.locator("body").evaluate("body => getComputedStyle(body).fontFamily").startswith("system-ui")
+
+
+def test_the_admin_session_list_shows_every_column_at_1400_px(browser, server, staff_user):
+    seed_every_page_state(staff_user)
+    page = open_page(browser, server, staff_user, "/admin/sessions_app/session/")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    results = page.locator("#changelist .results")
+    assert results.evaluate("element => element.scrollWidth <= element.clientWidth")
+    expect(page.locator("#result_list th.column-parent")).to_be_in_viewport()
+
+
+def test_searching_the_list_pushes_a_clean_url_that_reloads_as_the_page(browser, server, plain_user):
+    seed_every_page_state(plain_user)
+    page = open_page(browser, server, plain_user, "/")
+    page.fill("#q", "forked")
+    page.wait_for_url(re.compile(r"q=forked"), timeout=LIVE)
+    expect(page.locator("#session-rows tr")).to_have_count(2)
+    assert "fragment" not in page.url
+    page.reload()
+    expect(page.get_by_role("heading", name="Sessions")).to_be_visible()
+    expect(page.locator("#session-rows tr")).to_have_count(2)
+    page.get_by_role("combobox", name="Status").select_option("stalled")
+    page.wait_for_url(re.compile(r"status=stalled"), timeout=LIVE)
+    expect(page.locator("#session-rows")).to_contain_text("No session matches.")
+    assert "fragment" not in page.url
