@@ -377,30 +377,34 @@ def fork_spots(session: Session, placed: dict[int, tuple[str, int | None]]) -> d
     }
 
 
-def enclosing_turns(session: Session, turns: set[int]) -> dict[int, int]:
+def enclosing_turns(session: Session, turns: set[int], *, steps: int = 4) -> dict[int, int]:
     """For each turn opened at a seq in `turns`, the innermost turn it is nested in (absent: none).
 
-    Nesting is rare: the event just before a turn decides it, unless that
-    event itself ends a turn; only then are the later turn_ends read.
+    The stack before a turn is the stack after the event just before it: that
+    event's own turn, unless it is a turn_end, after which the stack is the
+    one before the turn it closed. So this walks back over closed turns, one
+    indexed query a step; the few turns still undecided after `steps` steps
+    are decided by the turn_ends after them instead.
     """
-    if not turns:
-        return {}
-    before = dict(
-        (seq, (type_, turn))
-        for seq, type_, turn in EventRow.objects.filter(session=session, seq__in=[t - 1 for t in turns]).values_list("seq", "type", "turn_seq")
-    )
     nested: dict[int, int] = {}
-    undecided = set()
-    for turn in turns:
-        type_, outer = before.get(turn - 1, ("", None))
-        if type_ == "turn_end" and outer is not None:
-            undecided.add(turn)
-        elif outer is not None:
-            nested[turn] = outer
-    if undecided:
-        later_ends = EventRow.objects.filter(session=session, type="turn_end", seq__gt=min(undecided), turn_seq__lt=max(undecided))
+    asking = {turn: turn for turn in turns}  # turn -> the turn_start whose predecessor decides it
+    for _ in range(steps):
+        if not asking:
+            return nested
+        rows = EventRow.objects.filter(session=session, seq__in={start - 1 for start in asking.values()})
+        before = {seq: (type_, turn) for seq, type_, turn in rows.values_list("seq", "type", "turn_seq")}
+        walking = {}
+        for turn, start in asking.items():
+            type_, outer = before.get(start - 1, ("", None))
+            if type_ == "turn_end" and outer is not None:
+                walking[turn] = outer
+            elif outer is not None:
+                nested[turn] = outer
+        asking = walking
+    if asking:
+        later_ends = EventRow.objects.filter(session=session, type="turn_end", seq__gt=min(asking), turn_seq__lt=max(asking))
         spans = [*later_ends.values_list("turn_seq", "seq"), *((t, None) for t in session.turn_stack)]
-        for turn in undecided:
+        for turn in asking:
             opened = [start for start, end in spans if start < turn and (end is None or end > turn)]
             if opened:
                 nested[turn] = max(opened)

@@ -81,6 +81,15 @@ def test_a_nested_turns_end_is_no_boundary_while_the_turn_around_it_is_open(view
         assert "seq 3 is inside turn 1, which opened at seq 0 and closes at seq 4: a fork must end outside every turn." in unavailable(page)
 
 
+def test_back_to_back_turns_inside_an_open_turn_are_no_boundaries(viewer):
+    inner = [("turn_start", {"turn": 2}), ("turn_end", {"turn": 2})] * 6  # each opens right after the last closed
+    store([("turn_start", {"turn": 1}), *inner, ("turn_end", {"turn": 1}), ("turn_start", {"turn": 3}), ("turn_end", {"turn": 3})],
+          session_id="inner")  # fmt: skip
+    page = text_of(viewer.get("/sessions/inner/?view=raw"))
+    assert offered(page) == {"13", "15", "last"}
+    assert "seq 12 is inside turn 1, which opened at seq 0 and closes at seq 13: a fork must end outside every turn." in unavailable(page)
+
+
 def test_a_live_frame_renders_the_same_fork_controls(viewer):
     session = store(CRASHED, session_id="p")
     services.append_events(session_id="p", events=validate_batch([
@@ -204,3 +213,7 @@ def test_fork_spots_follow_the_fork_rule_on_any_log(events):
         if unclosed:
             closing = [e.seq for e, p in zip(events, placements) if e.type == "turn_end" and p.turn_seq == unclosed[0]]
             assert (spot.turn_seq, spot.closed_at) == (unclosed[0], closing[0] if closing else None)
+    starts = {e.seq for e in events if e.type == "turn_start"}
+    enclosing = {t: open_turns(events[:t])[0] for t in starts if open_turns(events[:t])}
+    # Walking back over closed turns, and reading the later turn_ends, agree.
+    assert transcript.enclosing_turns(session, starts) == transcript.enclosing_turns(session, starts, steps=0) == enclosing
