@@ -15,6 +15,7 @@ from django.core.exceptions import SuspiciousOperation  # noqa: E402
 from django.core.handlers.exception import response_for_exception  # noqa: E402
 from django.http import Http404  # noqa: E402
 
+from dashboard.middleware import WebsocketDatabaseGuard  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
 
 
@@ -33,6 +34,6 @@ application = ProtocolTypeRouter(
         # Daphne serves the few static files itself (no extra service for
         # the embedded setup); a deployment may put a cache in front.
         "http": StaticFiles(django_asgi_app),
-        "websocket": AuthMiddlewareStack(URLRouter(websocket_urlpatterns)),
+        "websocket": WebsocketDatabaseGuard(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
     }
 )

@@ -35,3 +35,34 @@ class DatabaseUnavailableMiddleware(MiddlewareMixin):
             response = HttpResponse(f"Service unavailable. {detail}\n", status=503, content_type="text/plain; charset=utf-8")
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
+
+
+class WebsocketDatabaseGuard:
+    """ASGI middleware around the websocket stack: channels' AuthMiddleware reads the login
+    session and user before any consumer runs, so without the database it raises, and Daphne
+    logs a traceback for every reconnect attempt.
+
+    Such a socket is refused at the handshake instead (a browser sees 1006 and htmx retries
+    with its backoff); the consumers handle their own database errors (close 4503).
+    """
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    async def __call__(self, scope, receive, send):
+        accepted = False
+
+        async def tracked_send(message):
+            nonlocal accepted
+            accepted = accepted or message["type"] in {"websocket.accept", "websocket.send", "websocket.close"}
+            await send(message)
+
+        try:
+            return await self.inner(scope, receive, tracked_send)
+        except DATABASE_UNAVAILABLE as error:
+            if accepted:  # a consumer's own failure: Daphne closes the socket (1011)
+                raise
+            from dashboard.stream import database_outage  # (dashboard.stream imports this module)
+
+            database_outage.failed(error)
+            await send({"type": "websocket.close"})  # before the accept: the handshake is refused

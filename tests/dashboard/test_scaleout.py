@@ -23,7 +23,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 from django.test import Client
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from sessions_app import services
@@ -336,4 +336,7 @@ def test_a_request_that_cannot_reach_the_database_gets_a_503_with_retry_after(st
         with pytest.raises(ConnectionClosed) as closed:
             stream.recv(timeout=WAIT)
     assert closed.value.rcvd.code == 4503
+    # A browser's socket cannot read its login session: refused at the handshake, so htmx retries.
+    with pytest.raises(InvalidStatus):
+        browser_socket(server, "some-session", f"/ws/sessions/{sid}/live")
     assert "Traceback" not in server.log_path.read_text(), server.log_path.read_text()
