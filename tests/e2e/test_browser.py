@@ -97,21 +97,22 @@ def test_hostile_content_shows_as_text_and_runs_nothing(browser, server, plain_u
     assert page.evaluate("window.__pwned") is None
 
 
-def test_a_crashed_session_shows_its_owed_calls_in_flight_and_stalled(browser, server, plain_user):
+def test_a_crashed_session_shows_its_owed_calls_as_recovery_classifies_them(browser, server, plain_user):
     store(WORKED_EXAMPLE, session_id="crashed")  # its events are from January: long quiet
     page = open_page(browser, server, plain_user, "/sessions/crashed/")
     expect(page.locator("#session-summary")).to_contain_text("stalled")
     expect(page.locator(".alert")).to_contain_text("The agent most likely crashed")
     c1, c2, c3 = (page.locator(f'[data-call-id="{c}"]') for c in ("c1", "c2", "c3"))
     expect(c1).to_contain_text("completed")
-    expect(c2).to_contain_text("in flight")
-    expect(c2).to_contain_text("not started (rule 2)")
-    expect(c3).to_contain_text("in flight")
-    expect(c3).to_contain_text("outcome unknown (rule 1)")
-    expect(c3.locator(".elapsed")).to_contain_text("running")
-    expect(c2).to_contain_text("stalled")
-    expect(c3).to_contain_text("stalled")
-    expect(c1).not_to_contain_text("stalled")
+    # Not "in flight": the recovery page's words, word for word.
+    expect(c2.locator(".badge.state")).to_have_text("not started")
+    expect(c2).to_contain_text("Not started: it did not run")
+    expect(c2).to_contain_text("Why (rule 2):")
+    expect(c3.locator(".badge.state")).to_have_text("outcome unknown")
+    expect(c3).to_contain_text("Outcome unknown: it may have run")
+    expect(c3).to_contain_text("Why (rule 1):")
+    expect(page.locator(".elapsed")).to_have_count(0)
+    expect(c1).not_to_contain_text("Why (rule")
 
 
 def test_staff_previews_and_confirms_a_recovery(browser, server, staff_user):
