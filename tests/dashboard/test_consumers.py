@@ -384,6 +384,7 @@ async def test_a_failing_stream_closes_the_socket_4500_so_the_client_reconnects(
 async def test_a_stream_that_loses_the_database_stays_open_and_catches_up(sid, token, monkeypatch, caplog):
     await create(sid, 2)
     monkeypatch.setattr(stream, "DB_RETRY_FIRST", 0.05)
+    monkeypatch.setattr(stream, "database_outage", stream.DatabaseOutage())  # none left over from another test
     read_page, failures = stream.read_page, []
 
     def down_three_times(*args, **kwargs):
@@ -407,6 +408,7 @@ async def test_a_stream_that_loses_the_database_stays_open_and_catches_up(sid, t
 
 async def test_a_socket_opened_without_the_database_is_closed_4503(sid, token, monkeypatch):
     await create(sid, 1)
+    monkeypatch.setattr(stream, "database_outage", stream.DatabaseOutage())  # none left over from another test
 
     def down(*args, **kwargs):
         raise OperationalError("connection refused")

@@ -270,6 +270,7 @@ async def test_a_raw_page_rechecks_only_its_latest_rows(sid, session_cookie, mon
 async def test_a_page_socket_waits_out_a_database_outage_and_catches_up(sid, session_cookie, monkeypatch, caplog):
     await create(sid, 1)
     monkeypatch.setattr(stream, "DB_RETRY_FIRST", 0.05)
+    monkeypatch.setattr(stream, "database_outage", stream.DatabaseOutage())  # none left over from another test
     render, failures = live.render_page_frame, []
 
     def down_twice(*args, **kwargs):
@@ -291,6 +292,7 @@ async def test_a_page_socket_waits_out_a_database_outage_and_catches_up(sid, ses
 async def test_the_list_without_the_database_closes_4503_and_skips_a_change_it_cannot_render(sid, session_cookie, monkeypatch):
     await create(sid, 1)
     listing = await browser_socket("/ws/sessions/live", session_cookie)
+    monkeypatch.setattr(stream, "database_outage", stream.DatabaseOutage())  # none left over from another test
 
     def down(*args, **kwargs):
         raise OperationalError("connection refused")
