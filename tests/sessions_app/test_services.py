@@ -4,7 +4,7 @@ from django.db import connection
 from sessions_app import errors, services
 from sessions_app.log.events import validate_batch
 from sessions_app.log.structure import place_all
-from sessions_app.models import Event, Session
+from sessions_app.models import REPLACE_BOUND_MAX, CallSighting, Event, Session
 from sessions_app.selectors import session_log
 from tests.concurrency import run_at_once
 from tests.sessions_app import factories as f
@@ -101,3 +101,33 @@ def test_append_records_each_assistant_call_id_once_for_lookup():
     calls = {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "a"}, {"id": 5}, {"id": "a"}, {"name": "no id"}]}}
     services.append_events(session_id="s", events=validate_batch([f.user(), calls, f.assistant(calls=["b"])]))
     assert sorted(CallSighting.objects.values_list("seq", "call_id")) == [(1, "5"), (1, "a"), (2, "b")]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("bound", [2**31, 2**63, 10**30])
+def test_replace_bounds_past_the_columns_are_kept_in_data_and_clamped_in_the_columns(bound):
+    session = services.create_session(session_id="s1")
+    summary = f.event("user_message", content="s", surface_op=["replace", bound, bound])
+    services.append_events(session_id="s1", events=validate_batch([summary]))
+    row = Event.objects.get(session=session)
+    assert row.data["surface_op"] == ["replace", bound, bound]
+    assert (row.replace_start, row.replace_stop) == (min(bound, REPLACE_BOUND_MAX),) * 2
+
+
+@pytest.mark.django_db
+def test_a_call_id_longer_than_its_column_is_found_by_the_id_itself():
+    long_id = "x" * 300
+    services.create_session(session_id="s1")
+    services.append_events(session_id="s1", events=validate_batch([f.assistant(calls=[long_id]), f.tool_result(long_id)]))
+    assert Event.objects.get(call_id=long_id).seq == 1
+    assert CallSighting.objects.get(call_id=long_id).seq == 0
+    assert Event.objects.filter(call_id__in=[long_id, "other"]).count() == 1
+
+
+@pytest.mark.django_db
+def test_an_import_warns_of_an_agent_name_or_seed_length_that_does_not_fit_and_leaves_them_out():
+    services.create_session(session_id="parent")
+    blob = {"version": 2, "events": [], "agent_name": 7, "parent": {"session_id": "parent", "seed_length": 1}}
+    session, warnings = services.import_blob(blob=blob, session_id="child")
+    assert (session.agent_name, session.parent_id) == ("", None)
+    assert [w.split(" ")[0] for w in warnings] == ["agent_name", "parent"]

@@ -6,6 +6,7 @@ from hypothesis import given
 
 from sessions_app.log.blob import UnsupportedVersion, read_blob, write_blob
 from sessions_app.log.events import Event, NewEvent
+from sessions_app.log.values import UnacceptableValue
 
 from .strategies import T0, events_of, logs, message
 
@@ -62,6 +63,21 @@ def test_microseconds_survive_the_round_trip():
 def test_only_the_integers_1_and_2_are_supported(version):
     with pytest.raises(UnsupportedVersion):
         read_blob({"version": version, "events": []}, now=NOW)
+
+
+@pytest.mark.parametrize(
+    "blob, where",
+    [
+        ({"version": 2, "events": [{"type": "user_message", "data": {"content": "a\ud800"}}]}, "events[0].data.content"),
+        ({"version": 1, "messages": [{"role": "user", "content": "\x00"}]}, "messages[0].content"),
+        ({"version": 2, "agent_name": "bot\x00", "events": []}, "agent_name"),
+        ({"version": 2, "events": [], "deps": json.loads("[" * 64 + "]" * 64)}, "deps[0]"),
+    ],
+)
+def test_a_blob_holding_unstorable_text_or_nesting_too_deep_is_refused_whole(blob, where):
+    with pytest.raises(UnacceptableValue) as refused:
+        read_blob(blob, now=NOW)
+    assert refused.value.detail.startswith(where)
 
 
 def test_a_blob_that_is_not_an_object_is_unsupported():

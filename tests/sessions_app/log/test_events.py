@@ -1,9 +1,12 @@
+import json
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
+from sessions_app.log import values
 from sessions_app.log.events import (
     BOOKKEEPING_TYPES,
+    DATA_LEVEL,
     EVENT_TYPES,
     SURFACE_TYPES,
     Event,
@@ -16,6 +19,7 @@ from sessions_app.log.events import (
     parse_time,
     replace_range,
     tool_calls_of,
+    tool_name,
     validate_batch,
     validate_event,
 )
@@ -219,3 +223,35 @@ def test_wire_form_round_trips():
         "seq": 4, "type": "user_message", "time": "2026-01-01T00:00:01.000005Z", "data": {"content": "hi"}
     }  # fmt: skip
     assert event_from_wire(wire) == event
+
+
+@pytest.mark.parametrize(
+    "data, where",
+    [
+        ({"content": "a\ud800"}, "events[0].data.content: contains a lone surrogate \\ud800"),
+        ({"content": [{"text": "\x00"}]}, "events[0].data.content[0].text: contains U+0000"),
+        ({"metadata": {"k\udc00": 1}}, 'events[0].data.metadata["k\\udc00"]: the key contains a lone surrogate'),
+        ({"n": float("nan")}, "events[0].data.n: nan is not a JSON number"),
+        ({"x": json.loads("[" * 61 + "]" * 61)}, "events[0].data.x[0][0][0]"),
+    ],
+)
+def test_data_no_database_stores_alike_is_invalid_data_naming_the_path(data, where):
+    with pytest.raises(InvalidEvent) as refused:
+        validate_event("user_message", data)
+    assert refused.value.reason == "invalid_data"
+    assert refused.value.detail.startswith(where)
+
+
+def test_data_nests_at_most_to_the_request_depth_limit():
+    def nested(levels):  # data itself is the first level
+        return {} if levels == 1 else {"x": nested(levels - 1)}
+
+    levels_allowed = values.MAX_DEPTH - DATA_LEVEL + 1  # the body, its events list and the event hold data
+    assert validate_event("user_message", nested(levels_allowed)).data
+    with pytest.raises(InvalidEvent, match="deeper than 64 levels"):
+        validate_event("user_message", nested(levels_allowed + 1))
+
+
+@pytest.mark.parametrize("name, expected", [("echo", "echo"), (None, None), (7, None), ({"a": 1}, None), (["x"], None)])
+def test_tool_name_is_text_or_none(name, expected):
+    assert tool_name(name) == expected
