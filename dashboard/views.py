@@ -102,7 +102,7 @@ def fork_session(request, session_id: str):
     session = session_or_404(session_id)
     data = request.POST if request.method == "POST" else request.GET
     raw = data.get("boundary", "last")
-    boundary = int(raw) if raw.isdigit() else raw
+    boundary = int(raw) if raw.isascii() and raw.isdigit() else raw  # "²".isdigit(), but int("²") fails
     context = {"session": session, "boundary": raw, "can_recover": request.user.has_perm("sessions_app.recover_session")}
     try:
         seq = selectors.fork_point(session, boundary).seed_length - 1

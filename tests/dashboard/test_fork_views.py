@@ -190,6 +190,14 @@ def test_a_boundary_inside_a_closed_turn_says_where_it_closes_and_offers_no_reco
     assert Session.objects.count() == 1
 
 
+@pytest.mark.parametrize("boundary", ["²", "-1", "", "1.0", "first"])
+def test_a_boundary_that_is_no_seq_is_explained_not_a_crash(viewer, boundary):
+    store(CLEAN, session_id="p")
+    assert "is neither a seq" in text_of(viewer.get("/sessions/p/fork", {"boundary": boundary}))
+    response = viewer.post("/sessions/p/fork", {"boundary": boundary, "id": "x"})
+    assert response.status_code == 422 and "is neither a seq" in text_of(response) and Session.objects.count() == 1
+
+
 def test_a_boundary_inside_an_open_turn_offers_recovery(viewer):
     store(CRASHED, session_id="crashed")
     form = text_of(viewer.get("/sessions/crashed/fork?boundary=last", HTTP_HX_REQUEST="true"))

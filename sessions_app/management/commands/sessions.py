@@ -107,7 +107,7 @@ class Command(BaseCommand):
         )
 
     def fork(self, *, session_id: str, at: str, new_id: str | None, **_):
-        boundary = int(at) if at.lstrip("-").isdigit() else at
+        boundary = int(at) if re.fullmatch(r"-?[0-9]+", at) else at
         if new_id is not None and not re.fullmatch(SESSION_ID_PATTERN, new_id):
             raise CommandError(f"--id {new_id!r}: {session_id_validator.message}.")
         try:

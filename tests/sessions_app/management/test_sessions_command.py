@@ -136,3 +136,10 @@ def test_fork_refuses_an_id_outside_the_id_rule(new_id):
     with pytest.raises(CommandError, match="Session ids are 1 to 128 characters"):
         run("fork", "p", "--at", "0", "--id", new_id)
     assert Session.objects.count() == 1
+
+
+@pytest.mark.parametrize("at", ["²", "1e3", "5_0", " 1"])
+def test_fork_at_anything_but_a_seq_or_last_is_an_invalid_boundary_not_a_crash(at):
+    store([("user_message", {"content": "a"})], session_id="p")
+    with pytest.raises(CommandError, match="is neither a seq"):
+        run("fork", "p", "--at", at)
