@@ -39,7 +39,10 @@ ROWS_TARGETS = {"session-rows", "more-rows"}
 def session_list(request):
     status = request.GET.get("status") if request.GET.get("status") in selectors.STATUSES else None
     q = request.GET.get("q", "").strip()
-    page = selectors.list_sessions(status=status, q=q, limit=50, cursor=request.GET.get("cursor") or None)
+    try:
+        page = selectors.list_sessions(status=status, q=q, limit=50, cursor=request.GET.get("cursor") or None)
+    except selectors.InvalidCursor as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
     context = {"page": page, "status": status, "q": q, "statuses": selectors.STATUSES}
     # The rows alone for htmx swaps into the table (search, "Older sessions"), told by the
     # swap's target rather than a query parameter, so the URL pushed to the history reloads as the page.

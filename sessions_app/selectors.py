@@ -80,7 +80,9 @@ def list_sessions(
         sessions = sessions.filter(status_filter(status))
     if ids is not None:
         sessions = sessions.filter(pk__in=ids)
-    if q:
+    if "\x00" in q:  # no stored text holds NUL (log.values refuses it), and PostgreSQL cannot take it
+        sessions = sessions.none()
+    elif q:
         by_tool = CallSighting.objects.filter(tool_name__icontains=q).values("session_id")
         sessions = sessions.filter(Q(id__icontains=q) | Q(agent_name__icontains=q) | Q(pk__in=by_tool))
     if cursor:

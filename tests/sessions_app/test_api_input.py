@@ -348,6 +348,13 @@ def test_odd_ids_and_seqs_on_pages_are_404(api, client, agent_user, path):
     assert client.get(path).status_code == 404
 
 
+def test_the_list_page_with_nul_in_q_or_a_forged_cursor_is_not_a_500(api, client, agent_user):
+    make_session(api)
+    client.force_login(agent_user)
+    assert client.get("/", {"q": "s\x00"}).status_code == 200
+    assert client.get("/", {"cursor": "\x00"}).status_code == 400
+
+
 def test_a_since_past_any_integer_column_is_an_empty_page(api):
     make_session(api)
     api.post("/api/v1/sessions/s1/events", {"events": [f.user()]})
