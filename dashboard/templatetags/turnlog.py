@@ -17,7 +17,7 @@ def dom_id(value: object) -> str:
 
 @register.filter
 def seconds(value: float | None) -> str:
-    """A duration in words: 850 ms, 12.4 s, 3 min 5 s, 2 h 4 min."""
+    """A duration in words: 850 ms, 12.4 s, 3 min 5 s, 2 h 4 min, 334 d 4 h."""
     if value is None:
         return ""
     if value < 1:
@@ -28,7 +28,10 @@ def seconds(value: float | None) -> str:
     if minutes < 60:
         return f"{minutes} min {secs} s"
     hours, minutes = divmod(minutes, 60)
-    return f"{hours} h {minutes} min"
+    if hours < 24:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
 
 
 @register.filter
