@@ -40,6 +40,7 @@ class ResilientRedisChannelLayer(RedisChannelLayer):
         self.memberships: set[tuple[str, str]] = set()  # (group, channel) this process joined
         self.down_since: float | None = None  # time.monotonic() of the outage's first failure
         self._recovery: asyncio.Lock | None = None
+        self._next_try = 0.0  # time.monotonic() before which no socket tries again
 
     @property
     def reachable(self) -> bool:
@@ -85,12 +86,17 @@ class ResilientRedisChannelLayer(RedisChannelLayer):
             logger.warning("Redis channel layer unreachable (%s): live streams are served from the database poll until it is back", error)
 
     async def _try_recover(self) -> None:
-        """Join every group again; the layer is back when Redis took them all. One try at a time per process."""
+        """Join every group again; the layer is back when Redis took them all.
+
+        One try at a time and at most one every RETRY_FIRST seconds per
+        process, however many sockets wait.
+        """
         if self._recovery is None:
             self._recovery = asyncio.Lock()
         async with self._recovery:
-            if self.reachable:  # another receive just did it
+            if self.reachable or time.monotonic() < self._next_try:  # another socket just tried
                 return
+            self._next_try = time.monotonic() + RETRY_FIRST
             joined: set[tuple[str, str]] = set()
             try:
                 await self.connection(0).ping()
