@@ -259,8 +259,9 @@ class SessionStream:
     async def _retrying(self, step: Callable[..., Awaitable], *args, **kwargs):
         """`step` (a read, or a send that renders from the database), again until the database answers.
 
-        A failed step sent nothing past last_sent, so trying it again neither
-        loses nor repeats an event; layer messages wait in the inbox meanwhile.
+        A failed step leaves last_sent at the last event it did send, so
+        trying it again neither loses nor repeats one; layer messages wait in
+        the inbox meanwhile, and the socket stays open.
         """
         delay = DB_RETRY_FIRST
         while True:
