@@ -65,11 +65,54 @@ def text_problem(text: str) -> str | None:
     return f"contains a lone surrogate {json.dumps(found.group())[1:-1]}, which is not Unicode text"
 
 
+_PLAIN = frozenset({int, bool, type(None)})
+
+
+def _surely_storable(value: object, level: int, max_depth: int) -> bool:
+    """A quick screen, level by level, with no paths: True when nothing can be wrong.
+
+    Bodies of 8 MiB pass through here on every append, so the strings of a
+    level are checked at once, and anything unusual is left to first_problem.
+    """
+    items, depth = [value], level
+    while items:
+        texts: list = []
+        children: list = []
+        for item in items:
+            kind = type(item)
+            if kind is str:
+                texts.append(item)
+            elif kind is dict:
+                if depth > max_depth:
+                    return False
+                texts.extend(item)
+                children.extend(item.values())
+            elif kind is list:
+                if depth > max_depth:
+                    return False
+                children.extend(item)
+            elif kind is float:
+                if not math.isfinite(item):
+                    return False
+            elif kind not in _PLAIN:
+                return False  # a str/dict subclass, a tuple, a non-str key: look closely
+        try:
+            joined = "".join(texts)
+        except TypeError:
+            return False
+        if "\x00" in joined or (not joined.isascii() and _BAD_CHAR.search(joined)):
+            return False
+        items, depth = children, depth + 1
+    return True
+
+
 def first_problem(value: object, *, level: int = 1, max_depth: int = MAX_DEPTH) -> Problem | None:
     """The first unstorable thing in a decoded JSON value, depth first; `level` is the value's own.
 
     Iterative, so a value nested 100,000 levels deep is reported, not a RecursionError.
     """
+    if _surely_storable(value, level, max_depth):
+        return None
     pending = [(value, (), level)]
     while pending:
         item, parts, depth = pending.pop()
