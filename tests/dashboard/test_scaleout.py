@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import subprocess
 import time
 import urllib.error
@@ -20,6 +21,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+import redis
 from django.conf import settings
 from django.db import connection
 from django.test import Client
@@ -67,8 +69,6 @@ class RedisServer:
         return self
 
     def ping(self) -> bool:
-        import socket
-
         try:
             with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
                 sock.sendall(b"PING\r\n")
@@ -210,8 +210,6 @@ def test_idle_sockets_stay_open_on_redis_well_past_its_timeouts(redis_server, st
 
 def layer_members(redis_url: str, group: str) -> int:
     """How many channels Redis holds in a group (channels-redis's key for it)."""
-    import redis
-
     with redis.Redis.from_url(redis_url, socket_timeout=5) as client:
         return client.zcard(f"asgi:group:{group}")
 
