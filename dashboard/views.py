@@ -17,6 +17,7 @@ from sessions_app import errors, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
+from sessions_app.log import values as log_values
 from sessions_app.models import SESSION_ID_PATTERN, session_id_validator
 
 
@@ -187,7 +188,7 @@ def confirm_recovery(request, session):
     except errors.StalePlan:
         session.refresh_from_db()
         return render(request, "sessions/recovery.html", recovery_context(session, True, stale=True), status=409)
-    except errors.RecoveryFirst as exc:
+    except (errors.RecoveryFirst, log_values.UnacceptableValue) as exc:
         messages.error(request, str(exc))
         return redirect("recovery_preview", session.id)
     if not result.appended:

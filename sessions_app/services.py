@@ -22,6 +22,7 @@ from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery as log_recovery
 from sessions_app.log import structure
+from sessions_app.log import values as log_values
 from sessions_app.errors import (
     IdempotencyKeyReused,
     RecoveryFirst,
@@ -82,6 +83,8 @@ def create_session(
     seed_length: int = 0,
     created_at: datetime | None = None,
 ) -> Session:
+    # log_values.UnacceptableValue: what PostgreSQL would refuse, SQLite is not given either.
+    log_values.check({"agent_name": agent_name, "metadata": metadata or {}})
     now = created_at or timezone.now()
     session = Session(
         id=session_id or new_session_id(),
@@ -142,6 +145,7 @@ def recover(*, session_id: str, user, digest: str | None = None, note: str = "")
     confirming one plan exactly one appends; the other gets StalePlan with
     the fresh (empty) plan. A clean session appends nothing.
     """
+    log_values.check(note, prefix="note")
     with transaction.atomic():
         session = _locked_session(session_id)
         plan = recovery_plan(session)
@@ -150,6 +154,7 @@ def recover(*, session_id: str, user, digest: str | None = None, note: str = "")
 
 def patch_dangling_calls(*, session_id: str, user, digest: str | None = None, note: str = "") -> RepairResult:
     """The turn-blind patch (session-log.md section 4), only once no turn is open."""
+    log_values.check(note, prefix="note")
     with transaction.atomic():
         session = _locked_session(session_id)
         if session.turn_stack:

@@ -355,6 +355,17 @@ def test_the_list_page_with_nul_in_q_or_a_forged_cursor_is_not_a_500(api, client
     assert client.get("/", {"cursor": "\x00"}).status_code == 400
 
 
+def test_a_recovery_confirmed_on_the_page_with_nul_in_its_note_says_so_and_appends_nothing(api, client, django_user_model):
+    make_session(api)
+    api.post("/api/v1/sessions/s1/events", {"events": [f.event("turn_start", turn=1)]})
+    client.force_login(django_user_model.objects.create_user("ops", is_staff=True, is_superuser=True))
+    digest = api.get("/api/v1/sessions/s1/recovery-plan").json()["digest"]
+    response = client.post("/sessions/s1/recovery", {"digest": digest, "note": "why\x00"}, follow=True)
+    assert response.status_code == 200
+    assert "U+0000" in response.content.decode()
+    assert stored_counts() == (1, 1, 0, 0, 0)
+
+
 def test_a_since_past_any_integer_column_is_an_empty_page(api):
     make_session(api)
     api.post("/api/v1/sessions/s1/events", {"events": [f.user()]})

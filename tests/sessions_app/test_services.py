@@ -131,3 +131,20 @@ def test_an_import_warns_of_an_agent_name_or_seed_length_that_does_not_fit_and_l
     session, warnings = services.import_blob(blob=blob, session_id="child")
     assert (session.agent_name, session.parent_id) == ("", None)
     assert [w.split(" ")[0] for w in warnings] == ["agent_name", "parent"]
+
+
+@pytest.mark.django_db
+def test_unstorable_text_is_refused_by_every_write_whoever_calls_it(django_user_model):
+    from sessions_app.log.values import UnacceptableValue
+
+    with pytest.raises(UnacceptableValue, match=r"^agent_name: contains U\+0000"):
+        services.create_session(session_id="s0", agent_name="a\x00")
+    with pytest.raises(UnacceptableValue, match=r"^metadata\.k: contains a lone surrogate"):
+        services.create_session(session_id="s0", metadata={"k": "\ud800"})
+    services.create_session(session_id="s1")
+    services.append_events(session_id="s1", events=validate_batch([f.event("turn_start", turn=1)]))
+    user = django_user_model.objects.create_user("ops")
+    for apply in (services.recover, services.patch_dangling_calls):
+        with pytest.raises(UnacceptableValue, match=r"^note: contains U\+0000"):
+            apply(session_id="s1", user=user, note="why\x00")
+    assert list(Session.objects.values_list("id", "event_count")) == [("s1", 1)]
