@@ -24,6 +24,7 @@ from django.template.loader import render_to_string
 from dashboard import stream, transcript
 from dashboard.consumers import CLOSE_FORBIDDEN_ORIGIN, CLOSE_UNAUTHENTICATED, SessionEventsConsumer, close_without_database
 from dashboard.middleware import DATABASE_UNAVAILABLE
+from dashboard.params import decimal_int
 from sessions_app import selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.models import Session
@@ -80,8 +81,7 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
             return
         query = query_params(self.scope)
         # The raw log view follows the log too; `first` is the first seq its page shows.
-        first = query.get("first", "")
-        self.raw_from = (int(first) if first.isdigit() else 0) if query.get("view") == "raw" else None
+        self.raw_from = (decimal_int(query.get("first", "")) or 0) if query.get("view") == "raw" else None
         await self.connect_stream()
         if self._stream is not None:
             self._status_watch = asyncio.create_task(self.refresh_status(self._stream.session_id))

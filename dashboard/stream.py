@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 import time
 from collections.abc import Awaitable, Callable, Iterable
 from urllib.parse import parse_qs, urlparse
@@ -40,6 +39,7 @@ from channels.security.websocket import OriginValidator
 from django.conf import settings
 
 from dashboard.middleware import DATABASE_UNAVAILABLE
+from dashboard.params import decimal_int
 from sessions_app import selectors
 from sessions_app.log import events as log_events
 from sessions_app.models import ApiToken, Session
@@ -126,17 +126,15 @@ def origin_allowed(scope) -> bool:
         return False
 
 
-AFTER_RE = re.compile(r"[0-9]+")
-
-
 def parse_after(query_string: bytes) -> int | None:
     """The `after` query parameter: None when absent; ValueError unless it is one decimal integer >= 0."""
     values = parse_qs(query_string.decode("latin-1"), keep_blank_values=True).get("after")
     if values is None:
         return None
-    if len(values) != 1 or not AFTER_RE.fullmatch(values[0]):
+    after = decimal_int(values[0]) if len(values) == 1 else None
+    if after is None:
         raise ValueError(f"after must be one integer >= 0, got {values!r}")
-    return int(values[0])
+    return after
 
 
 def find_session(session_id: str) -> Session | None:

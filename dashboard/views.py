@@ -13,6 +13,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
 from dashboard import transcript
+from dashboard.params import decimal_int
 from sessions_app import errors, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
@@ -29,8 +30,7 @@ def session_or_404(session_id: str):
 
 
 def int_param(request, name: str) -> int | None:
-    value = request.GET.get(name, "")
-    return int(value) if value.isdigit() else None
+    return decimal_int(request.GET.get(name, ""))
 
 
 ROWS_TARGETS = {"session-rows", "more-rows"}
@@ -75,8 +75,9 @@ def session_detail(request, session_id: str):
 def highlighted_seqs(request) -> range:
     """?highlight=FIRST-LAST marks events just appended (e.g. by a recovery)."""
     first, _, last = request.GET.get("highlight", "").partition("-")
-    if first.isdigit() and last.isdigit():
-        return range(int(first), int(last) + 1)
+    first, last = decimal_int(first), decimal_int(last)
+    if first is not None and last is not None:
+        return range(first, last + 1)
     return range(0)
 
 
@@ -106,7 +107,8 @@ def fork_session(request, session_id: str):
     session = session_or_404(session_id)
     data = request.POST if request.method == "POST" else request.GET
     raw = data.get("boundary", "last")
-    boundary = int(raw) if raw.isascii() and raw.isdigit() else raw  # "²".isdigit(), but int("²") fails
+    boundary = decimal_int(raw)
+    boundary = raw if boundary is None else boundary  # a seq, or a name ("last") the fork rules judge
     context = {"session": session, "boundary": raw, "can_recover": request.user.has_perm("sessions_app.recover_session")}
     try:
         seq = selectors.fork_point(session, boundary).seed_length - 1
