@@ -58,7 +58,7 @@ class ApiError(Exception):
 
 
 class StrictJSONParser(Parser):
-    """Bodies and query strings as this project accepts them (docs/api.md, "Input").
+    """Bodies and query strings as this project accepts them (docs/api.md).
 
     A body must be a JSON object (values.loads: no NaN, Infinity or float
     overflow, integers exact) holding only storable text, at most
@@ -66,11 +66,7 @@ class StrictJSONParser(Parser):
     """
 
     def parse_body(self, request: HttpRequest) -> dict:
-        body = log_values.loads(request.body)
-        if not isinstance(body, dict):
-            raise ApiError(422, "invalid_request", f"the body must be a JSON object, not {type(body).__name__ if body is not None else 'null'}")
-        log_values.check(body)
-        return body
+        return json_object_body(request)
 
     def parse_querydict(self, data, list_fields, request: HttpRequest) -> dict:
         for key, items in data.lists():
@@ -78,6 +74,16 @@ class StrictJSONParser(Parser):
                 if problem := log_values.text_problem(text):
                     raise ApiError(422, "invalid_text", f"query parameter {key!r}: {problem}")
         return super().parse_querydict(data, list_fields, request)
+
+
+def json_object_body(request: HttpRequest) -> dict:
+    """The request's body as a JSON object of storable values, or the error saying why not."""
+    body = log_values.loads(request.body)
+    if not isinstance(body, dict):
+        shown = "null" if body is None else type(body).__name__
+        raise ApiError(422, "invalid_request", f"the body must be a JSON object, not {shown}")
+    log_values.check(body)
+    return body
 
 
 api = NinjaAPI(
@@ -423,8 +429,7 @@ IMPORT_BODY = {
 )
 def import_session(request, id: str | None = None):
     """Create a session from a blob. Seqs are reassigned; dropped events are listed in warnings."""
-    blob = log_values.loads(request.body)
-    log_values.check(blob)
+    blob = json_object_body(request)
     try:
         session, warnings = services.import_blob(blob=blob, session_id=checked_session_id(id) if id else None)
     except log_blob.UnsupportedVersion as exc:

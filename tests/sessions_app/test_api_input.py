@@ -308,7 +308,7 @@ def test_a_body_that_is_not_an_object_is_422_and_applies_nothing(api, staff_api,
 
 @pytest.mark.parametrize("body", ["[null, null]", "null", "[]"])
 def test_an_import_that_is_not_an_object_is_422(api, body):
-    assert_error(post_json(api, "/api/v1/sessions/import", body), 422, "unsupported_version")
+    assert_error(post_json(api, "/api/v1/sessions/import", body), 422, "invalid_request")
     assert stored_counts() == (0, 0, 0, 0, 0)
 
 
