@@ -162,9 +162,10 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
 # Request limits of the ingestion API (documented in api.md and the README).
-DATA_UPLOAD_MAX_MEMORY_SIZE = 16 * 1024 * 1024
 TURNLOG_MAX_BATCH_EVENTS = int(os.environ.get("TURNLOG_MAX_BATCH_EVENTS", "5000"))
 TURNLOG_MAX_REQUEST_BYTES = int(os.environ.get("TURNLOG_MAX_REQUEST_BYTES", str(16 * 1024 * 1024)))
+# Django enforces it (RequestDataTooBig, answered 413 too_large by the API).
+DATA_UPLOAD_MAX_MEMORY_SIZE = TURNLOG_MAX_REQUEST_BYTES
 
 # An open turn with no event for this long shows as stalled (likely crashed).
 TURNLOG_STALL_SECONDS = int(os.environ.get("TURNLOG_STALL_SECONDS", "120"))
