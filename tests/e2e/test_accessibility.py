@@ -107,6 +107,14 @@ def test_every_page_has_no_axe_violations(browser, server, staff_user, scheme):
         expect(page.locator(settled).first).to_be_attached(timeout=LIVE)
         reports.append(axe_report(axe, page, label))
 
+    page.goto(f"{server.url}/admin/sessions_app/session/")
+    for session_id in ("crashed", "running"):
+        page.check(f"input[name=_selected_action][value={session_id}]")
+    page.select_option("select[name=action]", "preview_recovery")
+    page.get_by_role("button", name="Go").click()
+    expect(page.locator("#content")).to_contain_text("Each session below has an open turn")
+    reports.append(axe_report(axe, page, "admin recovery preview of several sessions"))
+
     page.goto(f"{server.url}/sessions/recovered/")
     page.locator(".fork-here").first.click()
     expect(page.locator("main .fork-form")).to_be_visible(timeout=LIVE)
