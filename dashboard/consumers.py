@@ -20,15 +20,17 @@ from sessions_app import services
 logger = logging.getLogger(__name__)
 
 # Close codes. The socket is always accepted first, so a client sees the code.
-# An application cannot close with 1011 on Daphne (its websocket library
-# allows only 1000 and 3000-4999), hence 4500/4503, named after HTTP statuses
-# like the others.
+# An application on Daphne may close only with 1000 or 3000-4999 (autobahn
+# refuses any other code and the socket stays open), hence 4012 for 1012
+# "service restart", and 4500/4503 named after HTTP statuses like the others.
+# The pages reconnect after 4012, 4500 and 4503 (static/turnlog/turnlog.js).
 CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= 0
 CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session (api.md)
 CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not in ALLOWED_HOSTS
 CLOSE_NOT_FOUND = 4404  # no such session (api.md)
 CLOSE_SERVER_ERROR = 4500  # the stream failed on the server (a bug); reconnect with ?after=<last seq>
 CLOSE_UNAVAILABLE = 4503  # the database is unreachable as the socket opens; reconnect later with ?after=<last seq>
+CLOSE_RENEW = 4012  # a browser socket is renewed (dashboard.live); reconnect now with ?after=<last seq>
 
 
 async def close_without_database(consumer, error: BaseException) -> None:

@@ -19,21 +19,23 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 from django.template.loader import render_to_string
 
 from dashboard import stream, transcript
-from dashboard.consumers import CLOSE_FORBIDDEN_ORIGIN, CLOSE_UNAUTHENTICATED, SessionEventsConsumer, close_without_database
+from dashboard.consumers import (
+    CLOSE_FORBIDDEN_ORIGIN,
+    CLOSE_RENEW,
+    CLOSE_UNAUTHENTICATED,
+    SessionEventsConsumer,
+    close_without_database,
+)
 from dashboard.middleware import DATABASE_UNAVAILABLE
 from dashboard.params import decimal_int
 from sessions_app import selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.models import Session
 
-# A page's socket is closed with 1012 ("service restart") after this long, so
-# htmx reconnects from the page's cursor before any proxy or Daphne timeout
-# (--websocket_timeout) can end live updates silently. Tests shorten it.
-MAX_SOCKET_SECONDS = 3600
-SERVICE_RESTART = 1012
 # How often pages re-check statuses that change with time alone (running -> stalled).
 STATUS_REFRESH_SECONDS = 15
 
@@ -56,13 +58,15 @@ def query_params(scope) -> dict[str, str]:
 
 
 class RenewedSocket:
-    """A browser socket that asks htmx to reconnect (1012) before it gets old."""
+    """A browser socket closed with 4012 after TURNLOG_SOCKET_RENEW_SECONDS: the page
+    reconnects from its cursor before any proxy or Daphne timeout (--websocket_timeout)
+    can end live updates silently."""
 
     _expiry: asyncio.TimerHandle | None = None
 
     def renew_later(self) -> None:
         self._expiry = asyncio.get_running_loop().call_later(
-            MAX_SOCKET_SECONDS, lambda: asyncio.ensure_future(self.close(code=SERVICE_RESTART))
+            settings.TURNLOG_SOCKET_RENEW_SECONDS, lambda: asyncio.ensure_future(self.close(code=CLOSE_RENEW))
         )
 
     def cancel_renewal(self) -> None:

@@ -167,6 +167,9 @@ TURNLOG_MAX_REQUEST_BYTES = int(os.environ.get("TURNLOG_MAX_REQUEST_BYTES", str(
 # Django enforces it (RequestDataTooBig, answered 413 too_large by the API).
 DATA_UPLOAD_MAX_MEMORY_SIZE = TURNLOG_MAX_REQUEST_BYTES
 
+# A page's live socket is closed (4012) and reconnected from its cursor after this long.
+TURNLOG_SOCKET_RENEW_SECONDS = float(os.environ.get("TURNLOG_SOCKET_RENEW_SECONDS", "3600"))
+
 # An open turn with no event for this long shows as stalled (likely crashed).
 TURNLOG_STALL_SECONDS = int(os.environ.get("TURNLOG_STALL_SECONDS", "120"))
 

@@ -9,14 +9,18 @@ import pytest
 from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
-from django.db import OperationalError
+from django.db import OperationalError, connection
+from websockets.asyncio.client import connect as websockets_connect
+from websockets.exceptions import ConnectionClosed
 
 from dashboard import live, stream, transcript
 from dashboard.asgi import application
+from dashboard.consumers import CLOSE_RENEW
 from sessions_app import services
 from sessions_app.log.events import validate_batch
 from tests.dashboard.conftest import QUIET, WAIT, opened
 from tests.dashboard.test_consumers import append, create
+from tests.servers import DaphneServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
 ORIGIN = "http://127.0.0.1"
@@ -83,13 +87,29 @@ async def test_a_late_result_re_renders_the_block_of_its_call(sid, session_cooki
     assert '<div hx-swap-oob="beforeend:#blocks"><section id="event-3"' in frame  # where the result arrived
 
 
-async def test_a_page_socket_is_closed_for_a_reconnect_before_it_gets_old(sid, session_cookie, monkeypatch):
-    monkeypatch.setattr(live, "MAX_SOCKET_SECONDS", 0.2)
+async def test_a_page_socket_is_closed_for_a_reconnect_before_it_gets_old(sid, session_cookie, settings):
+    settings.TURNLOG_SOCKET_RENEW_SECONDS = 0.2
     await create(sid, 1)
     page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
     listing = await browser_socket("/ws/sessions/live", session_cookie)
-    assert await closed_with(page) == live.SERVICE_RESTART  # htmx reconnects after 1012
-    assert await closed_with(listing) == live.SERVICE_RESTART
+    assert await closed_with(page) == CLOSE_RENEW == 4012  # the page reconnects after 4012
+    assert await closed_with(listing) == CLOSE_RENEW
+
+
+async def test_daphne_delivers_the_renewal_close_of_page_and_list_sockets(sid, session_cookie, tmp_path):
+    """Daphne lets an application close only with 1000 or 3000-4999: with any
+    other code (1012 was used) the close is refused and the socket stays open."""
+    await create(sid, 1)
+    server = DaphneServer(connection.settings_dict, tmp_path / "daphne.log", TURNLOG_SOCKET_RENEW_SECONDS="0.5").start()
+    headers = {"Cookie": f"{settings.SESSION_COOKIE_NAME}={session_cookie}", "Origin": server.url}
+    try:
+        for path in (f"/ws/sessions/{sid}/live?after=0", "/ws/sessions/live"):
+            async with websockets_connect(f"ws://127.0.0.1:{server.port}{path}", additional_headers=headers) as socket:
+                with pytest.raises(ConnectionClosed) as closed:
+                    await asyncio.wait_for(socket.recv(), timeout=WAIT + 2)
+                assert closed.value.rcvd is not None and closed.value.rcvd.code == CLOSE_RENEW, path
+    finally:
+        server.stop()
 
 
 async def test_the_list_prepends_new_sessions_and_replaces_changed_rows(sid, session_cookie):
