@@ -4,7 +4,7 @@ from django.urls import path, re_path
 
 import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
 from dashboard import views
-from sessions_app.api import api, not_found
+from sessions_app import api
 
 urlpatterns = [
     path("", views.session_list, name="session_list"),
@@ -17,7 +17,7 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("api/v1/", api.urls),
+    path("api/v1/", api.urls()),
     # Last: whatever no endpoint above serves under /api/ is a JSON 404, not an HTML page.
-    re_path(r"^api/", not_found),
+    re_path(r"^api/", api.not_found),
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import re
@@ -11,6 +12,7 @@ from typing import Any, Literal
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.http import HttpRequest, JsonResponse
+from django.urls import URLPattern
 from django.views.decorators.csrf import csrf_exempt
 from ninja import Field, NinjaAPI, Query, Router, Schema, Status
 from ninja.errors import AuthenticationError, HttpError
@@ -577,3 +579,29 @@ def fork_session(request, session_id: str, payload: ForkIn):
 
 
 api.add_router("/", router)
+
+
+def _json_method_not_allowed(view):
+    """django-ninja answers a method an endpoint does not serve in plain text; the contract wants JSON."""
+
+    @functools.wraps(view)
+    def answer(request, *args, **kwargs):
+        response = view(request, *args, **kwargs)
+        if response.status_code != 405 or response.get("Content-Type", "").startswith("application/json"):
+            return response
+        allowed = response.get("Allow", "")
+        detail = f"{request.method} is not served at {request.path}; allowed: {allowed}"
+        refused = JsonResponse({"detail": detail, "error": "method_not_allowed"}, status=405)
+        refused["Allow"] = allowed
+        return refused
+
+    return answer
+
+
+def urls():
+    """api.urls for dashboard/urls.py, with JSON 405 answers."""
+    patterns, app_name, namespace = api.urls
+    for pattern in patterns:
+        if isinstance(pattern, URLPattern):
+            pattern.callback = _json_method_not_allowed(pattern.callback)
+    return patterns, app_name, namespace

@@ -338,6 +338,14 @@ def test_unknown_api_paths_and_odd_ids_are_json_404(api, method, path):
     assert stored_counts() == (1, 0, 0, 0, 0)
 
 
+@pytest.mark.parametrize("method, path", [("delete", "/api/v1/sessions"), ("put", "/api/v1/sessions/s1/events"), ("get", "/api/v1/sessions/s1/fork")])
+def test_a_method_an_endpoint_does_not_serve_is_a_json_405(api, method, path):
+    make_session(api)
+    response = getattr(api.client, method)(path, headers=api.headers)
+    assert_error(response, 405, "method_not_allowed")
+    assert response["Allow"]
+
+
 @pytest.mark.parametrize(
     "path",
     ["/sessions/a%2Fb/", "/sessions/a%00b/", "/sessions/a%00b/recovery", "/sessions/s1/events/99999999999999999999.json", "/sessions/a%00b/events/0.json"],
