@@ -22,13 +22,11 @@ AXE_OPTIONS = {
 LIVE = 15_000  # ms
 
 
-def seed_every_page_state(staff_user):
-    """A running, a stalled, a recovered and a forked session: every state a page can show."""
-    staff_user.is_superuser = True  # sees every admin page
-    staff_user.save()
+def seed_every_page_state(user):
+    """A running, a stalled, a recovered (by user), a forked and a compacted session: every state a page can show."""
     store(WORKED_EXAMPLE, session_id="crashed")  # January timestamps: stalled, with a recovery preview
     store(WORKED_EXAMPLE, session_id="recovered")
-    services.recover(session_id="recovered", user=staff_user, note="checked the mail server")
+    services.recover(session_id="recovered", user=user, note="checked the mail server")
     services.fork(session_id="recovered", boundary="last", new_session_id="forked")
     services.fork(session_id="forked", boundary="last", new_session_id="forked-again")
     services.create_session(session_id="running", agent_name="research-agent", metadata={"model": "demo"})
@@ -63,7 +61,7 @@ PAGES = [
     ("compacted session, raw log", "/sessions/compacted/?view=raw", "#live-state[data-state=open]"),
     ("lineage", "/sessions/forked/lineage", ".lineage"),
     ("lineage of a lone session", "/sessions/running/lineage", ".lineage"),
-    ("fork page", "/sessions/recovered/fork?boundary=3", ".fork-form"),
+    ("fork page", "/sessions/recovered/fork?boundary=12", ".fork-form input[name=id]"),
     ("refused fork page", "/sessions/crashed/fork?boundary=6", ".fork-refused"),
     ("404", "/sessions/no-such-session/", "h1"),
     ("admin index", "/admin/", "#content"),
@@ -85,6 +83,8 @@ def axe_report(axe, page, label):
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_every_page_has_no_axe_violations(browser, server, staff_user, scheme):
+    staff_user.is_superuser = True  # sees every admin page
+    staff_user.save()
     seed_every_page_state(staff_user)
     axe = Axe()
     context = browser.new_context(color_scheme=scheme, bypass_csp=True, viewport={"width": 1280, "height": 900})
