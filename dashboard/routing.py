@@ -1,11 +1,23 @@
-from django.urls import path
+from channels.generic.websocket import WebsocketConsumer
+from django.urls import path, re_path
 
+import sessions_app.converters  # noqa: F401  (registers the session_id converter)
 from dashboard.consumers import SessionEventsConsumer
 from dashboard.live import SessionListConsumer, SessionPageConsumer
 
+
+class NoSuchSession(WebsocketConsumer):
+    """Any other socket path (an id outside the id alphabet, NUL or %2F included): closed 4404, as an unknown session."""
+
+    def connect(self):
+        self.accept()
+        self.close(code=4404)
+
+
 websocket_urlpatterns: list = [
-    path("ws/v1/sessions/<str:session_id>/events", SessionEventsConsumer.as_asgi()),
+    path("ws/v1/sessions/<session_id:session_id>/events", SessionEventsConsumer.as_asgi()),
     # The browser pages' HTML streams (internal shape).
     path("ws/sessions/live", SessionListConsumer.as_asgi()),
-    path("ws/sessions/<str:session_id>/live", SessionPageConsumer.as_asgi()),
+    path("ws/sessions/<session_id:session_id>/live", SessionPageConsumer.as_asgi()),
+    re_path(r"^ws/", NoSuchSession.as_asgi()),
 ]
