@@ -92,13 +92,36 @@
     };
   }
 
+  // The server asks a page to come back with close codes in the range Daphne
+  // lets it send (dashboard/consumers.py): 4012 renewal, 4500 server error,
+  // 4503 database unavailable. htmx's ws extension reconnects by itself only
+  // after 1006, 1011, 1012 and 1013, so these are reconnected here, with the
+  // same backoff; createWebSocket above resumes from the cursor.
+  var RECONNECT_CODES = [4012, 4500, 4503];
+  var reconnects = new WeakMap();  // socket element -> reconnects since it was last open
+
+  function reconnectAfter(socketElt, code, socketWrapper) {
+    if (RECONNECT_CODES.indexOf(code) < 0 || !socketElt.isConnected) return;
+    var count = reconnects.get(socketElt) || 0;
+    reconnects.set(socketElt, count + 1);
+    setTimeout(function () {
+      if (socketElt.isConnected) socketWrapper.reconnect();
+    }, htmx.config.wsReconnectDelay(count));
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
     refreshTimes(document);
     setInterval(function () { refreshTimes(document); }, 1000);
     if (!window.htmx) return;
     htmx.onLoad(function (el) { refreshTimes(el); });
-    document.body.addEventListener("htmx:wsOpen", function () { setLiveState("Live", "open"); });
-    document.body.addEventListener("htmx:wsClose", function () { setLiveState("Reconnecting…", "closed"); });
+    document.body.addEventListener("htmx:wsOpen", function (event) {
+      reconnects.delete(event.target);
+      setLiveState("Live", "open");
+    });
+    document.body.addEventListener("htmx:wsClose", function (event) {
+      setLiveState("Reconnecting…", "closed");
+      reconnectAfter(event.target, event.detail.event.code, event.detail.socketWrapper);
+    });
     document.body.addEventListener("htmx:oobBeforeSwap", function (event) {
       if (event.detail.fragment) keepReadersDetails(event.detail.target, event.detail.fragment);
     });
