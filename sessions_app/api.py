@@ -137,7 +137,8 @@ def on_invalid_json(request, exc):
 @api.exception_handler(log_values.UnacceptableValue)
 def on_unacceptable_value(request, exc: log_values.UnacceptableValue):
     parts = exc.problem.parts
-    if request.resolver_match.url_name == "append_events" and parts[:1] == ("events",) and isinstance(parts[1:2] and parts[1], int):
+    in_event = len(parts) > 1 and parts[0] == "events" and isinstance(parts[1], int)
+    if in_event and request.resolver_match.url_name == "append_events":
         # Inside an appended event: the batch's own code, naming the event (as the core does).
         return error_response(request, 422, "invalid_event", exc.detail, index=parts[1], reason="invalid_data")
     error = {"text": "invalid_text", "depth": "too_deep"}.get(exc.problem.kind)
