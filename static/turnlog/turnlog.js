@@ -98,6 +98,7 @@
   // after 1006, 1011, 1012 and 1013, so these are reconnected here, with the
   // same backoff; createWebSocket above resumes from the cursor.
   var RECONNECT_CODES = [4012, 4500, 4503];
+  var HTMX_RECONNECT_CODES = [1006, 1011, 1012, 1013];
   var reconnects = new WeakMap();  // socket element -> reconnects since it was last open
 
   function reconnectAfter(socketElt, code, socketWrapper) {
@@ -119,8 +120,11 @@
       setLiveState("Live", "open");
     });
     document.body.addEventListener("htmx:wsClose", function (event) {
-      setLiveState("Reconnecting…", "closed");
-      reconnectAfter(event.target, event.detail.event.code, event.detail.socketWrapper);
+      var code = event.detail.event.code;
+      var comesBack = HTMX_RECONNECT_CODES.indexOf(code) >= 0 || RECONNECT_CODES.indexOf(code) >= 0;
+      // Refused for good (4401 logged out, 4404 no such session, ...): only a reload can tell why.
+      setLiveState(comesBack ? "Reconnecting…" : "Disconnected: reload the page", "closed");
+      reconnectAfter(event.target, code, event.detail.socketWrapper);
     });
     document.body.addEventListener("htmx:oobBeforeSwap", function (event) {
       if (event.detail.fragment) keepReadersDetails(event.detail.target, event.detail.fragment);

@@ -77,3 +77,15 @@ def test_a_renewed_session_list_socket_reconnects_and_shows_new_sessions(browser
     assert status == 201
     expect(page.locator("#session-rows")).to_contain_text("newer", timeout=LIVE)
     assert page.evaluate("window.closeCodes")[0] == CLOSE_RENEW
+
+
+def test_a_page_logged_out_elsewhere_stops_reconnecting_and_says_so(browser, renewing_server, plain_user):
+    store([("user_message", {"content": "hi"})], session_id="loggedout")
+    page = open_page(browser, renewing_server, plain_user, "/")
+    page.add_init_script(RECORD_SOCKETS)
+    page.goto(f"{renewing_server.url}/sessions/loggedout/")
+    wait_for_opens(page, 1)
+    page.context.clear_cookies()  # the login is gone: the renewed socket's reconnect is refused with 4401
+    page.wait_for_function("window.closeCodes.indexOf(4401) >= 0", timeout=LIVE)
+    expect(page.locator("#live-state")).to_have_text("Disconnected: reload the page")
+    assert page.evaluate("window.closeCodes") == [CLOSE_RENEW, 4401]
