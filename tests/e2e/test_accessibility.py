@@ -129,6 +129,25 @@ def test_every_page_has_no_axe_violations(browser, server, staff_user, scheme):
     assert not failures, f"axe-core found violations in {scheme} mode:\n{failures}"
 
 
+def test_pages_reflow_at_320_px_without_axe_violations(browser, server, plain_user):
+    """WCAG 1.4.10: nothing but a data table's own region scrolls sideways at 320 CSS px."""
+    seed_every_page_state(plain_user)
+    axe = Axe()
+    page = open_page(browser, server, plain_user, "/")
+    page.set_viewport_size({"width": 320, "height": 640})
+    reports = []
+    for label, path, settled in PAGES:
+        if path.startswith("/admin/"):
+            continue  # Django's admin, with its own responsive styles
+        page.goto(f"{server.url}{path}")
+        expect(page.locator(settled).first).to_be_attached(timeout=LIVE)
+        reports.append(axe_report(axe, page, label))
+        width = page.evaluate("document.documentElement.scrollWidth")
+        reports.append(f"{label}: the page is {width} px wide" if width > 320 else "")
+    failures = "\n".join(report for report in reports if report)
+    assert not failures, f"at 320 px:\n{failures}"
+
+
 def test_the_session_id_heads_the_page_above_the_agent_name(browser, server, plain_user):
     seed_every_page_state(plain_user)
     page = open_page(browser, server, plain_user, "/sessions/running/")
