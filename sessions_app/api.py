@@ -68,7 +68,8 @@ class StrictJSONParser(Parser):
     """
 
     def parse_body(self, request: HttpRequest) -> dict:
-        return json_object_body(request)
+        checked_later = request.resolver_match.url_name in VALUES_CHECKED_BY_ENDPOINT
+        return json_object_body(request, check=not checked_later)
 
     def parse_querydict(self, data, list_fields, request: HttpRequest) -> dict:
         for key, items in data.lists():
@@ -78,13 +79,19 @@ class StrictJSONParser(Parser):
         return super().parse_querydict(data, list_fields, request)
 
 
-def json_object_body(request: HttpRequest) -> dict:
-    """The request's body as a JSON object of storable values, or the error saying why not."""
+# An append checks its events' values itself, after the batch's own validation,
+# so that a batch is refused at its first invalid event whatever the reason.
+VALUES_CHECKED_BY_ENDPOINT = frozenset({"append_events"})
+
+
+def json_object_body(request: HttpRequest, *, check: bool = True) -> dict:
+    """The request's body as a JSON object (of storable values, with `check`), or the error saying why not."""
     body = log_values.loads(request.body)
     if not isinstance(body, dict):
         shown = "null" if body is None else type(body).__name__
         raise ApiError(422, "invalid_request", f"the body must be a JSON object, not {shown}")
-    log_values.check(body)
+    if check:
+        log_values.check(body)
     return body
 
 
@@ -453,7 +460,8 @@ def append_events(request, session_id: str, payload: AppendIn):
     limit = settings.TURNLOG_MAX_BATCH_EVENTS
     if len(payload.events) > limit:
         raise ApiError(413, "too_large", f"the batch holds {len(payload.events)} events; the limit is {limit}")
-    events = log_events.validate_batch(payload.events)
+    events = log_events.validate_batch(payload.events)  # data's text and depth included
+    log_values.check({"events": payload.events})  # whatever else the items hold
     key = request.headers.get("Idempotency-Key") or None
     if key is not None and len(key) > 255:
         raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be at most 255 characters")

@@ -137,6 +137,23 @@ def test_unstorable_text_in_an_event_is_invalid_data_naming_the_path(api, bad):
     assert Session.objects.get().event_count == 0
 
 
+def test_a_batch_is_refused_at_its_first_invalid_event_whatever_the_reasons(api):
+    make_session(api)
+    body = {"events": [f.user(), {"type": "bogus", "data": {}}, f.user("\x00")]}
+    answer = assert_error(api.post("/api/v1/sessions/s1/events", body), 422, "invalid_event")
+    assert (answer["index"], answer["reason"]) == (1, "unknown_event_type")
+    body = {"events": [f.user(), {**f.user(), "extra": ["\ud800"]}]}
+    answer = assert_error(post_json(api, "/api/v1/sessions/s1/events", json.dumps(body)), 422, "invalid_event")
+    assert (answer["index"], answer["reason"], answer["detail"][:16]) == (1, "invalid_data", "events[1].extra[")
+    assert Event.objects.count() == 0
+
+
+def test_an_oversized_batch_is_413_whatever_its_events_hold(api, settings):
+    settings.TURNLOG_MAX_BATCH_EVENTS = 2
+    make_session(api)
+    assert_error(api.post("/api/v1/sessions/s1/events", {"events": [f.user("\x00")] * 3}), 413, "too_large")
+
+
 @pytest.mark.parametrize("bad", [SURROGATE, NUL])
 def test_unstorable_text_in_a_key_or_a_tool_name_is_refused(api, bad):
     make_session(api)
