@@ -366,3 +366,16 @@ def test_whatever_the_api_accepts_reads_back_everywhere(api, operator, batch, q,
     assert patched.status_code == 200, patched.content[:500]
     appended += patched.json()["appended"]
     read_back_everywhere(api, browser, session_id, appended, q, pages=False)
+
+    # A fork of the whole (now closed) log, and an import of its export, hold the same events.
+    fork_id, import_id = f"{session_id}-fork", f"{session_id}-import"
+    forked = api.post(f"/api/v1/sessions/{session_id}/fork", {"boundary": "last", "id": fork_id})
+    assert forked.status_code == 201, forked.content[:500]
+    read_back_everywhere(api, browser, fork_id, appended, q)
+    blob = api.get(f"/api/v1/sessions/{session_id}/export").json()
+    imported = api.client.post(
+        f"/api/v1/sessions/import?id={import_id}", json.dumps(blob), content_type="application/json", headers=api.headers
+    )
+    assert imported.status_code == 201, imported.content[:500]
+    assert imported.json()["warnings"] == []
+    read_back_everywhere(api, browser, import_id, appended, q, pages=False)
