@@ -14,22 +14,11 @@ from sessions_app.log.recovery import open_turns
 from sessions_app.log.structure import place_all
 from sessions_app.models import Event, Session
 from tests.sessions_app.log.strategies import logs, message
-from tests.sessions_app.log.test_recovery import assistant, result
+from tests.sessions_app.test_fork import CRASHED
 from tests.sessions_app.test_recovery import store
 
 pytestmark = pytest.mark.django_db
 
-# 0 user, 1 turn_start, 2 assistant(a), 3 result(a), 4 turn_end, 5 user, 6 turn_start, 7 assistant(b)  (open)
-CRASHED = [
-    ("user_message", message("first")),
-    ("turn_start", {"turn": 1}),
-    assistant("a"),
-    result("a"),
-    ("turn_end", {"turn": 1, "steps": 0, "reason": "complete"}),
-    ("user_message", message("second")),
-    ("turn_start", {"turn": 2}),
-    assistant("b"),
-]
 CLEAN = CRASHED[:6]  # turn 1 closed at seq 4; nothing open
 
 

@@ -17,20 +17,18 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-import uuid
 from pathlib import Path
 
 import pytest
 import redis
 from django.conf import settings
 from django.db import connection
-from django.test import Client
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from sessions_app import services
 from sessions_app.log.events import validate_batch
-from sessions_app.models import ApiToken, Event
+from sessions_app.models import Event
 from tests.conftest import running_in_ci
 from tests.servers import DaphneServer, free_port
 from tests.sessions_app import factories as f
@@ -105,28 +103,6 @@ def start_daphne(transactional_db, tmp_path):
         server.stop()
 
 
-@pytest.fixture
-def viewer(django_user_model):
-    return django_user_model.objects.create_user("viewer")
-
-
-@pytest.fixture
-def token(viewer):
-    return ApiToken.issue(viewer)[1]
-
-
-@pytest.fixture
-def cookie(viewer):
-    client = Client()
-    client.force_login(viewer)
-    return client.cookies[settings.SESSION_COOKIE_NAME].value
-
-
-@pytest.fixture
-def sid():
-    return f"scale-{uuid.uuid4().hex[:12]}"
-
-
 # Clients ------------------------------------------------------------------
 
 
@@ -187,13 +163,13 @@ def stored_seqs(session_id: str) -> list[int]:
 # Redis: idle sockets ------------------------------------------------------
 
 
-def test_idle_sockets_stay_open_on_redis_well_past_its_timeouts(redis_server, start_daphne, token, cookie, sid):
+def test_idle_sockets_stay_open_on_redis_well_past_its_timeouts(redis_server, start_daphne, token, session_cookie, sid):
     """redis-py 8 times out a socket read after 5 s, channels-redis blocks 5 s on each read: every idle socket used to close with 1011."""
     services.create_session(session_id=sid)
     services.append_events(session_id=sid, events=validate_batch([f.user("m0"), f.user("m1"), f.user("m2")]))
     server = start_daphne(REDIS_URL=redis_server.url)
 
-    with json_stream(server, token, sid) as stream, browser_socket(server, cookie, f"/ws/sessions/{sid}/live?after=2") as page:
+    with json_stream(server, token, sid) as stream, browser_socket(server, session_cookie, f"/ws/sessions/{sid}/live?after=2") as page:
         assert stream_seqs(stream, 3) == [0, 1, 2]
         assert_open_and_silent(stream, 15)
         assert_open_and_silent(page, 0.1)
@@ -221,13 +197,13 @@ def wait_for(condition, what: str, timeout: float = WAIT) -> None:
         time.sleep(0.1)
 
 
-def test_streams_ride_out_a_redis_outage_on_the_database_poll(redis_server, start_daphne, token, cookie, sid):
+def test_streams_ride_out_a_redis_outage_on_the_database_poll(redis_server, start_daphne, token, session_cookie, sid):
     """Without Redis, open streams keep going and new ones connect; when it is back, live delivery resumes."""
     services.create_session(session_id=sid)
     services.append_events(session_id=sid, events=validate_batch([f.user("m0"), f.user("m1")]))
     server = start_daphne(REDIS_URL=redis_server.url)
 
-    with json_stream(server, token, sid) as first, browser_socket(server, cookie, "/ws/sessions/live") as listing:
+    with json_stream(server, token, sid) as first, browser_socket(server, session_cookie, "/ws/sessions/live") as listing:
         assert stream_seqs(first, 2) == [0, 1]
         wait_for(lambda: layer_members(redis_server.url, services.SESSIONS_GROUP) == 1, "the list socket joined its group")
 
