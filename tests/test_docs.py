@@ -24,11 +24,15 @@ def test_every_endpoint_is_documented():
 
 def test_every_error_code_the_api_answers_with_is_documented():
     source = "\n".join(
-        (ROOT / name).read_text() for name in ["sessions_app/api.py", "sessions_app/log/fork.py", "sessions_app/log/values.py"]
+        (ROOT / name).read_text()
+        for name in ["sessions_app/api.py", "sessions_app/log/fork.py", "sessions_app/log/values.py", "dashboard/middleware.py"]
     )
     codes = set(re.findall(r'(?:ApiError\(\d+|error_response\(request, \d+|ForkRefused\()\s*,?\s*"([a-z_]+)"', source))
     codes |= set(re.findall(r'"(?:text|depth)": "([a-z_]+)"', source))
-    assert {"invalid_json", "unauthenticated", "not_found", "too_large", "invalid_boundary", "invalid_text", "too_deep"} <= codes
+    codes |= set(re.findall(r'"error": "([a-z_]+)"', source))  # JSON answers made outside django-ninja (404, 405, 503)
+    codes |= set(re.findall(r'\d{3}: "([a-z_]+)"', source))  # django-ninja's own HTTP errors, renamed
+    expected = {"invalid_json", "unauthenticated", "not_found", "too_large", "invalid_boundary", "invalid_text", "too_deep"}
+    assert expected | {"method_not_allowed", "database_unavailable", "forbidden"} <= codes
     for code in codes:
         assert re.search(rf"\| \d{{3}} \| `{code}` \|", API_DOC), code
 
