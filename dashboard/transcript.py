@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from sessions_app import selectors
 from sessions_app.log import events as log_events
+from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery
 from sessions_app.log.events import Event
 from sessions_app.models import CallSighting
@@ -349,10 +350,7 @@ class ForkSpot:
 
     @property
     def reason(self) -> str:
-        turn = f"turn {self.turn_number}" if log_events.is_integer(self.turn_number) else "a turn"
-        if self.closed_at is None:
-            return f"seq {self.seq} is inside {turn}, opened at seq {self.turn_seq} and still open: recover the session first, or fork before seq {self.turn_seq}."
-        return f"seq {self.seq} is inside {turn}, which opened at seq {self.turn_seq} and closes at seq {self.closed_at}: a fork must end outside every turn."
+        return log_fork.inside_turn_reason(self.seq, self.turn_seq, self.turn_number, self.closed_at) + "."
 
 
 def fork_spots(session: Session, placed: dict[int, tuple[str, int | None]]) -> dict[int, ForkSpot]:

@@ -55,25 +55,28 @@ def fork_prefix(events: Sequence[Event], boundary: object) -> list[Event]:
 
 
 def open_turn_refusal(boundary_seq: int, turn_start: Event, closed_at: int | None) -> ForkRefused:
-    """The refusal of a boundary inside the turn `turn_start` opened, in plain words.
+    """The refusal of a boundary inside the turn `turn_start` opened."""
+    detail = inside_turn_reason(boundary_seq, turn_start.seq, turn_start.data.get("turn"), closed_at)
+    return ForkRefused("open_turn", {"seq": turn_start.seq}, detail)
+
+
+def inside_turn_reason(boundary_seq: int, turn_seq: int, turn_number: object, closed_at: int | None) -> str:
+    """Why no fork may end at `boundary_seq`, in the words every view uses.
 
     `closed_at` is the seq of the turn_end that closes that turn later in the
     log (None: still open). Only a turn still open can be recovered; a turn
     that closes later is simply not over at the boundary.
     """
-    number = turn_start.data.get("turn")
-    turn = f"turn {number}" if is_integer(number) else "a turn"
+    turn = f"turn {turn_number}" if is_integer(turn_number) else "a turn"
     if closed_at is None:
-        detail = (
-            f"seq {boundary_seq} is inside {turn}, opened at seq {turn_start.seq} and never"
-            " closed; recover the session first or pick an earlier boundary"
+        return (
+            f"seq {boundary_seq} is inside {turn}, opened at seq {turn_seq} and still open;"
+            " recover the session first or pick an earlier boundary"
         )
-    else:
-        detail = (
-            f"seq {boundary_seq} is inside {turn}, which opened at seq {turn_start.seq} and closes"
-            f" at seq {closed_at}; a fork must end outside every turn"
-        )
-    return ForkRefused("open_turn", {"seq": turn_start.seq}, detail)
+    return (
+        f"seq {boundary_seq} is inside {turn}, which opened at seq {turn_seq} and closes"
+        f" at seq {closed_at}; a fork must end outside every turn"
+    )
 
 
 def valid_boundaries(events: Sequence[Event], boundary: int) -> tuple[int | None, int | None]:

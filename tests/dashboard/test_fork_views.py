@@ -47,8 +47,8 @@ def test_fork_here_stands_only_where_a_fork_is_allowed_and_elsewhere_says_why(vi
     page = text_of(viewer.get(f"/sessions/p/{view}"))
     assert offered(page) == {"0", "4", "5"}  # and not "last": the log ends inside turn 2
     reasons = unavailable(page)
-    assert "seq 2 is inside turn 1, which opened at seq 1 and closes at seq 4: a fork must end outside every turn." in reasons
-    assert "seq 7 is inside turn 2, opened at seq 6 and still open: recover the session first, or fork before seq 6." in reasons
+    assert "seq 2 is inside turn 1, which opened at seq 1 and closes at seq 4; a fork must end outside every turn." in reasons
+    assert "seq 7 is inside turn 2, opened at seq 6 and still open; recover the session first or pick an earlier boundary." in reasons
     assert not any("never closed" in reason for reason in reasons)
 
 
@@ -67,7 +67,7 @@ def test_a_nested_turns_end_is_no_boundary_while_the_turn_around_it_is_open(view
     for view in ("", "?view=raw"):
         page = text_of(viewer.get(f"/sessions/nested/{view}"))
         assert offered(page) - {"last"} == {"4", "5"}
-        assert "seq 3 is inside turn 1, which opened at seq 0 and closes at seq 4: a fork must end outside every turn." in unavailable(page)
+        assert "seq 3 is inside turn 1, which opened at seq 0 and closes at seq 4; a fork must end outside every turn." in unavailable(page)
 
 
 def test_back_to_back_turns_inside_an_open_turn_are_no_boundaries(viewer):
@@ -76,7 +76,7 @@ def test_back_to_back_turns_inside_an_open_turn_are_no_boundaries(viewer):
           session_id="inner")  # fmt: skip
     page = text_of(viewer.get("/sessions/inner/?view=raw"))
     assert offered(page) == {"13", "15", "last"}
-    assert "seq 12 is inside turn 1, which opened at seq 0 and closes at seq 13: a fork must end outside every turn." in unavailable(page)
+    assert "seq 12 is inside turn 1, which opened at seq 0 and closes at seq 13; a fork must end outside every turn." in unavailable(page)
 
 
 def test_a_live_frame_renders_the_same_fork_controls(viewer):
@@ -190,7 +190,7 @@ def test_a_boundary_that_is_no_seq_is_explained_not_a_crash(viewer, boundary):
 def test_a_boundary_inside_an_open_turn_offers_recovery(viewer):
     store(CRASHED, session_id="crashed")
     form = text_of(viewer.get("/sessions/crashed/fork?boundary=last", HTTP_HX_REQUEST="true"))
-    assert "Cannot fork the whole session:" in form and "opened at seq 6 and never closed" in form
+    assert "Cannot fork the whole session:" in form and "opened at seq 6 and still open" in form
     assert "Recover the session first" in form and "Fork at seq 5 (before the turn opened)" in form
 
 

@@ -328,7 +328,7 @@ def test_a_refused_fork_explains_and_suggests(viewer):
     store(WORKED_EXAMPLE, session_id="crashed")
     response = viewer.post("/sessions/crashed/fork", {"boundary": "5"}, HTTP_HX_REQUEST="true")
     page = text_of(response)
-    assert "seq 5 is inside turn 1, opened at seq 1 and never closed" in page
+    assert "seq 5 is inside turn 1, opened at seq 1 and still open" in page
     assert "?boundary=0" in page and "Fork at seq 0" in page and "Recover the session first" in page
     assert Session.objects.count() == 1
 

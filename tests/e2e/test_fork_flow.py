@@ -94,7 +94,7 @@ def test_where_a_fork_cannot_end_the_reason_shows_next_to_the_spot(browser, serv
     why = spot.locator(".fork-why")
     spot.focus()  # keyboard: the reason shows on focus
     expect(why).to_have_text(
-        f"seq {inside} is inside turn {TURNS}, which opened at seq {inside - 1} and closes at seq {LAST_TURN_END}:"
+        f"seq {inside} is inside turn {TURNS}, which opened at seq {inside - 1} and closes at seq {LAST_TURN_END};"
         " a fork must end outside every turn."
     )
     why_box, spot_box = in_viewport(page, why), spot.bounding_box()
@@ -112,7 +112,7 @@ def test_in_a_crashed_session_the_open_turn_says_recover_and_an_earlier_boundary
     spot = page.locator("#seq-6 .fork-unavailable")
     spot.focus()
     expect(spot.locator(".fork-why")).to_have_text(
-        "seq 6 is inside turn 1, opened at seq 1 and still open: recover the session first, or fork before seq 1."
+        "seq 6 is inside turn 1, opened at seq 1 and still open; recover the session first or pick an earlier boundary."
     )
     expect(page.locator(".session-head .fork-unavailable")).to_contain_text("Fork whole session: not now")
     page.locator("#seq-0 .fork-here").click()

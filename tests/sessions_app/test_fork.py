@@ -62,7 +62,7 @@ def test_a_boundary_inside_an_open_turn_is_refused_with_suggestions(api, boundar
     if inside_first_turn:  # turn 1 closed at seq 4: nothing to recover, the boundary is just inside it
         assert body["detail"].startswith(f"seq {last} is inside turn 1, which opened at seq 1 and closes at seq 4;")
     else:
-        assert body["detail"].startswith(f"seq {last} is inside turn 2, opened at seq 6 and never closed; recover")
+        assert body["detail"].startswith(f"seq {last} is inside turn 2, opened at seq 6 and still open; recover")
     assert Session.objects.count() == 1
 
 

@@ -46,7 +46,7 @@ def test_a_boundary_inside_an_open_turn_is_refused_never_clipped(boundary, turn_
 
 def test_the_open_turn_detail_names_the_seq_the_turn_and_its_start():
     assert refusal(CRASHED, 9).detail == (
-        "seq 9 is inside turn 2, opened at seq 8 and never closed; recover the session first or pick an earlier boundary"
+        "seq 9 is inside turn 2, opened at seq 8 and still open; recover the session first or pick an earlier boundary"
     )
 
 
