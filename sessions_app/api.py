@@ -257,7 +257,7 @@ class EventOut(Schema):
 class EventIn(Schema):
     """One event to append (documentation of AppendIn.events' items)."""
 
-    type: str = Field(..., description="one of the event types of session-log.md section 1")
+    type: Literal[tuple(sorted(log_events.EVENT_TYPES))] = Field(..., description="one of the event types of docs/session-log.md")
     data: dict[str, Any]
     time: str | None = Field(None, description="ISO 8601 with a UTC offset or Z; default: the append time")
 
