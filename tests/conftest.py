@@ -7,6 +7,23 @@ from django.test import Client
 from sessions_app.models import ApiToken
 
 
+# Per-test budgets of the slow suites, so a hang fails its run within minutes
+# instead of eating CI's time; every other test gets pyproject's `timeout`.
+SLOW_SUITE_BUDGETS = {
+    "tests/e2e/": 90,  # a Chromium flow against a real Daphne (the slowest ~30 s)
+    "tests/dashboard/test_scaleout.py": 90,  # real Daphne, Redis outages, idle sockets (~20 s)
+    "tests/sessions_app/test_api_schema.py": 180,  # schemathesis, 25 examples per operation
+    "tests/sessions_app/test_readback_properties.py": 240,  # hypothesis over every read path
+}
+
+
+def pytest_collection_modifyitems(items):
+    for item in items:
+        budget = next((s for prefix, s in SLOW_SUITE_BUDGETS.items() if item.nodeid.startswith(prefix)), None)
+        if budget is not None and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(budget))
+
+
 def running_in_ci() -> bool:
     return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
