@@ -6,6 +6,7 @@ REDIS_URL=redis://... with several Daphne processes.
 """
 
 import os
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -37,6 +38,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "template_partials",
     "ninja",
+    "axes",
     "sessions_app",
     "dashboard",
 ]
@@ -51,6 +53,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "dashboard.middleware.DatabaseUnavailableMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into its 429 page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -142,6 +146,23 @@ if REDIS_URL:
     }
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1500}}}
+
+# AxesStandaloneBackend first: it refuses a locked-out login before any
+# password is checked (bearer tokens and socket sessions never authenticate()).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+# Failed logins (the login page's and the admin's) are counted per username
+# and client address; at the limit that pair is refused with a 429
+# (dashboard/lockout.py) until the cool-off has passed since its last attempt,
+# or an administrator deletes its access attempt (admin, or
+# `manage.py axes_reset_username`). A success clears the count.
+AXES_FAILURE_LIMIT = int(os.environ.get("TURNLOG_LOGIN_FAILURE_LIMIT", "5"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("TURNLOG_LOGIN_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_CALLABLE = "dashboard.lockout.lockout_response"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

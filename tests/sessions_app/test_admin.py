@@ -2,6 +2,7 @@ import io
 
 import pytest
 from django.core.management import call_command
+from django.http import HttpRequest
 from django.test import Client
 
 from sessions_app import services
@@ -31,7 +32,8 @@ def logged_in(django_user_model, username: str, *options: str) -> Client:
     user.set_password("pw")
     user.save()
     client = Client()
-    assert client.login(username=username, password="pw")
+    # A request: django-axes counts logins per client address.
+    assert client.login(request=HttpRequest(), username=username, password="pw")
     return client
 
 
