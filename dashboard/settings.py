@@ -10,6 +10,10 @@ from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
+from csp.constants import NONE, SELF
+from django.core.exceptions import ImproperlyConfigured
+
+from dashboard.secret_key import development_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -18,13 +22,57 @@ def env_flag(name: str, default: bool = False) -> bool:
     return os.environ.get(name, str(default)).strip().lower() in {"1", "true", "yes", "on"}
 
 
+# development (the default: `make run`, the tests) or production, which
+# refuses to start without its own secret key and serves over HTTPS only.
+TURNLOG_ENV = os.environ.get("TURNLOG_ENV", "development").strip().lower()
+if TURNLOG_ENV not in {"development", "production"}:
+    raise ImproperlyConfigured(f"TURNLOG_ENV must be 'development' or 'production', not {TURNLOG_ENV!r}")
+PRODUCTION = TURNLOG_ENV == "production"
+
 DEBUG = env_flag("DJANGO_DEBUG", False)
-# The fallback is for a local checkout only; any deployment sets its own key.
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or "turnlog-insecure-development-key"
+if PRODUCTION and DEBUG:
+    raise ImproperlyConfigured("DJANGO_DEBUG must be off when TURNLOG_ENV=production")
+if PRODUCTION:
+    SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "").strip()
+    if not SECRET_KEY:
+        raise ImproperlyConfigured(
+            "DJANGO_SECRET_KEY is not set: TURNLOG_ENV=production needs its own secret key "
+            "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+        )
+else:
+    SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or development_secret_key(BASE_DIR / "var" / "secret_key")
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
 ]
+
+# HTTPS in production, each part adjustable (README "Configuration").
+SECURE_SSL_REDIRECT = env_flag("DJANGO_SECURE_SSL_REDIRECT", PRODUCTION)
+SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "31536000" if PRODUCTION else "0"))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
+SECURE_HSTS_PRELOAD = env_flag("DJANGO_SECURE_HSTS_PRELOAD", PRODUCTION)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_flag("DJANGO_SECURE_COOKIES", PRODUCTION)
+# Behind a TLS-terminating proxy that sets X-Forwarded-Proto and X-Forwarded-Host
+# (and drops any the client sent); without one these headers must not be trusted.
+if env_flag("TURNLOG_BEHIND_PROXY", PRODUCTION):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    USE_X_FORWARDED_HOST = True
+
+# Every page: scripts and styles from static files only (no inline script,
+# no eval), the live sockets, no framing. Django's admin works under it too.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "img-src": [SELF, "data:"],
+        "connect-src": [SELF, "ws:", "wss:"],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}
 
 INSTALLED_APPS = [
     "daphne",
@@ -35,6 +83,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    "csp",
     "django_htmx",
     "template_partials",
     "ninja",
@@ -45,6 +94,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

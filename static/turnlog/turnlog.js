@@ -110,7 +110,16 @@
     }, htmx.config.wsReconnectDelay(count));
   }
 
+  // The lineage indents each session by its depth. The Content-Security-Policy
+  // refuses style attributes in the markup, so the depth comes as data-depth.
+  function indentByDepth(root) {
+    root.querySelectorAll("[data-depth]").forEach(function (el) {
+      el.style.setProperty("--depth", el.getAttribute("data-depth"));
+    });
+  }
+
   document.addEventListener("DOMContentLoaded", function () {
+    indentByDepth(document);
     refreshTimes(document);
     setInterval(function () { refreshTimes(document); }, 1000);
     if (!window.htmx) return;

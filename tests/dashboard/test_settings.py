@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import os
+import re
+import stat
+import subprocess
+import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 
 import pytest
 from django.db import connection
 
 from sessions_app import services
+from dashboard.secret_key import development_secret_key
 from sessions_app.models import ApiToken
-from tests.servers import DaphneServer
+from tests.servers import PROJECT_DIR, DaphneServer
+from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
+from tests.sessions_app.test_recovery import store
 
 LIMIT = 4096
 
@@ -51,3 +61,165 @@ def test_turnlog_max_request_bytes_is_the_real_limit_of_a_request_body(limited_s
     assert str(LIMIT) in body["detail"]
     status, body = post(limited_server, token, path, append_body(LIMIT))
     assert (status, body) == (201, {"first_seq": 0, "next_seq": 1})
+
+
+# The production environment README.md documents (and .ci/run checks).
+PRODUCTION_ENV = {
+    "TURNLOG_ENV": "production",
+    "DJANGO_SECRET_KEY": "k8Qz-3vN1xR7pL0sT5wY2mB9cF4hJ6dG8aE1uI3oK7nV0qZ5rW2yX9",
+    "DJANGO_ALLOWED_HOSTS": "turnlog.example.com",
+}
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """manage.py in a new process: the test's environment without its DJANGO_/TURNLOG_ settings, plus env."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "TURNLOG_"))}
+    return subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=PROJECT_DIR, env={**base, **env},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_production_refuses_to_start_without_a_secret_key():
+    env = {k: v for k, v in PRODUCTION_ENV.items() if k != "DJANGO_SECRET_KEY"}
+    checked = manage("check", **env)
+    assert checked.returncode != 0
+    assert "ImproperlyConfigured: DJANGO_SECRET_KEY is not set" in checked.stderr
+    blank = manage("check", **env, DJANGO_SECRET_KEY="  ")
+    assert blank.returncode != 0 and "DJANGO_SECRET_KEY is not set" in blank.stderr
+
+
+def test_daphne_refuses_to_serve_in_production_without_a_secret_key():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "TURNLOG_"))}
+    served = subprocess.run(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", "0", "dashboard.asgi:application"],
+        cwd=PROJECT_DIR, env={**env, "TURNLOG_ENV": "production"}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert served.returncode != 0 and "ImproperlyConfigured: DJANGO_SECRET_KEY is not set" in served.stderr
+
+
+@pytest.fixture
+def production_server(transactional_db, tmp_path):
+    env = {**PRODUCTION_ENV, "DJANGO_ALLOWED_HOSTS": "127.0.0.1"}
+    daphne = DaphneServer(connection.settings_dict, tmp_path / "daphne.log", **env).start()
+    yield daphne
+    daphne.stop()
+
+
+def test_production_serves_https_only_behind_its_proxy(production_server):
+    def get(path: str, **headers: str):
+        conn = http.client.HTTPConnection("127.0.0.1", production_server.port, timeout=10)
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        conn.close()
+        return response
+
+    plain = get("/login/")
+    assert (plain.status, plain.headers["Location"]) == (301, f"https://127.0.0.1:{production_server.port}/login/")
+    proxied = get("/login/", **{"X-Forwarded-Proto": "https", "X-Forwarded-Host": "127.0.0.1"})
+    assert proxied.status == 200
+    assert proxied.headers["Strict-Transport-Security"] == "max-age=31536000; includeSubDomains; preload"
+    assert "; Secure" in proxied.headers["Set-Cookie"]  # the CSRF cookie of the login form
+    assert "script-src 'self'" in proxied.headers["Content-Security-Policy"]
+
+
+def test_production_refuses_debug():
+    checked = manage("check", **PRODUCTION_ENV, DJANGO_DEBUG="1")
+    assert checked.returncode != 0 and "DJANGO_DEBUG must be off when TURNLOG_ENV=production" in checked.stderr
+
+
+def test_an_unknown_turnlog_env_is_refused():
+    checked = manage("check", TURNLOG_ENV="prod")
+    assert checked.returncode != 0 and "TURNLOG_ENV must be 'development' or 'production', not 'prod'" in checked.stderr
+
+
+def test_check_deploy_is_clean_with_the_documented_production_environment():
+    checked = manage("check", "--deploy", "--fail-level", "WARNING", **PRODUCTION_ENV)
+    assert checked.returncode == 0, checked.stderr
+    assert "System check identified no issues" in checked.stdout
+
+
+def test_development_fails_check_deploy_so_it_is_never_mistaken_for_production():
+    checked = manage("check", "--deploy", "--fail-level", "WARNING")
+    assert checked.returncode != 0
+    assert "security.W004" in checked.stderr and "security.W008" in checked.stderr
+
+
+def test_production_turns_on_https_and_each_part_can_be_turned_off():
+    show = (
+        "from django.conf import settings as s; print(s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS,"
+        " s.SECURE_HSTS_INCLUDE_SUBDOMAINS, s.SECURE_HSTS_PRELOAD, s.SESSION_COOKIE_SECURE,"
+        " s.CSRF_COOKIE_SECURE, s.SECURE_PROXY_SSL_HEADER, s.USE_X_FORWARDED_HOST, s.DEBUG)"
+    )
+    on = manage("shell", "-v", "0", "-c", show, **PRODUCTION_ENV)
+    assert on.stdout.split() == ["True", "31536000", "True", "True", "True", "True", "('HTTP_X_FORWARDED_PROTO',", "'https')", "True", "False"]
+    off = manage(
+        "shell", "-v", "0", "-c", show, **PRODUCTION_ENV, DJANGO_SECURE_SSL_REDIRECT="0", DJANGO_SECURE_HSTS_SECONDS="60",
+        DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS="0", DJANGO_SECURE_HSTS_PRELOAD="0", DJANGO_SECURE_COOKIES="0",
+        TURNLOG_BEHIND_PROXY="0",
+    )  # fmt: skip
+    assert off.stdout.split() == ["False", "60", "False", "False", "False", "False", "None", "False", "False"]
+    development = manage("shell", "-v", "0", "-c", show)
+    assert development.stdout.split() == ["False", "0", "False", "False", "False", "False", "None", "False", "False"]
+
+
+def test_development_uses_a_generated_key_kept_under_var():
+    key_file = PROJECT_DIR / "var" / "secret_key"
+    shown = manage("shell", "-v", "0", "-c", "from django.conf import settings; print(settings.SECRET_KEY)")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.strip() == key_file.read_text().strip()
+    assert len(shown.stdout.strip()) >= 50
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+
+
+def test_the_development_key_is_created_once_and_reused(tmp_path: Path):
+    key_file = tmp_path / "var" / "secret_key"
+    first = development_secret_key(key_file)
+    assert len(first) >= 50 and stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert development_secret_key(key_file) == first
+    assert [p.name for p in key_file.parent.iterdir()] == ["secret_key"]  # no temporary file left behind
+
+
+def test_processes_starting_together_agree_on_one_development_key(tmp_path: Path):
+    key_file = tmp_path / "secret_key"
+    read = f"from dashboard.secret_key import development_secret_key; from pathlib import Path; print(development_secret_key(Path({str(key_file)!r})))"
+    processes = [
+        subprocess.Popen([sys.executable, "-c", read], cwd=PROJECT_DIR, stdout=subprocess.PIPE, text=True)
+        for _ in range(8)
+    ]  # fmt: skip
+    keys = {process.communicate(timeout=60)[0].strip() for process in processes}
+    assert keys == {key_file.read_text().strip()}
+
+
+PAGES = [
+    "/login/",
+    "/",
+    "/sessions/crashed/",
+    "/sessions/crashed/?view=raw",
+    "/sessions/crashed/recovery",
+    "/sessions/crashed/lineage",
+    "/sessions/crashed/fork?boundary=0",
+    "/admin/",
+    "/api/v1/docs",
+    "/no-such-page/",
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", PAGES)
+def test_every_page_carries_a_content_security_policy_without_inline_scripts(client, django_user_model, path):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    if path != "/login/":
+        client.force_login(django_user_model.objects.create_user("ops", is_staff=True, is_superuser=True))
+    response = client.get(path)
+    assert response.status_code == (404 if path == "/no-such-page/" else 200)
+    directives = dict(
+        (name, sources) for name, _, sources in (d.strip().partition(" ") for d in response["Content-Security-Policy"].split(";"))
+    )  # fmt: skip
+    assert directives["script-src"] == "'self'"
+    assert "unsafe" not in response["Content-Security-Policy"]
+    assert directives["frame-ancestors"] == "'none'"
+    # Every script is a static file (a JSON data block is not a script).
+    for tag in re.findall(r"<script\b[^>]*>", response.content.decode()):
+        assert " src=" in tag or 'type="application/json"' in tag, tag

@@ -2,6 +2,7 @@
 
 import json
 import os
+import time
 import urllib.request
 
 import pytest
@@ -68,6 +69,18 @@ def open_page(browser, server, user, path="/"):
     page.click("button[type=submit]")
     page.wait_for_url(f"{server.url}{path}*")
     return page
+
+
+def wait_until(page, expression, timeout):
+    """Wait (timeout in ms) until a JavaScript expression is true in the page.
+
+    Instead of page.wait_for_function, which evaluates its expression with
+    eval() inside the page, and the pages' Content-Security-Policy forbids eval.
+    """
+    deadline = time.monotonic() + timeout / 1000
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"{expression} still false after {timeout} ms"
+        page.wait_for_timeout(50)
 
 
 def api_post(server, user, path, body):

@@ -5,7 +5,7 @@ from django.db import connection
 from playwright.sync_api import expect
 
 from dashboard.consumers import CLOSE_RENEW
-from tests.e2e.conftest import api_post, open_page
+from tests.e2e.conftest import api_post, open_page, wait_until
 from tests.servers import DaphneServer
 from tests.sessions_app.test_recovery import store
 
@@ -40,7 +40,7 @@ def watch_sockets(page) -> list[str]:
 
 
 def wait_for_opens(page, count: int) -> None:
-    page.wait_for_function(f"window.socketOpens >= {count}", timeout=LIVE)
+    wait_until(page, f"window.socketOpens >= {count}", timeout=LIVE)
 
 
 def test_a_renewed_session_page_socket_reconnects_from_its_cursor_and_misses_nothing(browser, renewing_server, plain_user):
@@ -86,6 +86,6 @@ def test_a_page_logged_out_elsewhere_stops_reconnecting_and_says_so(browser, ren
     page.goto(f"{renewing_server.url}/sessions/loggedout/")
     wait_for_opens(page, 1)
     page.context.clear_cookies()  # the login is gone: the renewed socket's reconnect is refused with 4401
-    page.wait_for_function("window.closeCodes.indexOf(4401) >= 0", timeout=LIVE)
+    wait_until(page, "window.closeCodes.indexOf(4401) >= 0", timeout=LIVE)
     expect(page.locator("#live-state")).to_have_text("Disconnected: reload the page")
     assert page.evaluate("window.closeCodes") == [CLOSE_RENEW, 4401]
