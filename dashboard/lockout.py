@@ -17,6 +17,21 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 
 
+def client_address(request: HttpRequest) -> str | None:
+    """The address failed logins are counted under.
+
+    Behind the trusted proxy (TURNLOG_BEHIND_PROXY) every request comes from
+    the proxy, which would lock a username out for everyone; the client is the
+    address the proxy appended last to X-Forwarded-For (earlier entries are
+    whatever the client wrote, never trusted).
+    """
+    if settings.TURNLOG_BEHIND_PROXY:
+        appended = request.META.get("HTTP_X_FORWARDED_FOR", "").rsplit(",", 1)[-1].strip()
+        if appended:
+            return appended
+    return request.META.get("REMOTE_ADDR")
+
+
 def wait_text(cool_off: timedelta) -> str:
     """'15 minutes', or in seconds when the cool-off is not whole minutes."""
     seconds = round(cool_off.total_seconds())

@@ -54,7 +54,8 @@ SECURE_HSTS_PRELOAD = env_flag("DJANGO_SECURE_HSTS_PRELOAD", PRODUCTION)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = env_flag("DJANGO_SECURE_COOKIES", PRODUCTION)
 # Behind a TLS-terminating proxy that sets X-Forwarded-Proto and X-Forwarded-Host
 # (and drops any the client sent); without one these headers must not be trusted.
-if env_flag("TURNLOG_BEHIND_PROXY", PRODUCTION):
+TURNLOG_BEHIND_PROXY = env_flag("TURNLOG_BEHIND_PROXY", PRODUCTION)
+if TURNLOG_BEHIND_PROXY:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     USE_X_FORWARDED_HOST = True
 
@@ -213,6 +214,7 @@ AXES_COOLOFF_TIME = timedelta(minutes=float(os.environ.get("TURNLOG_LOGIN_COOLOF
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "dashboard.lockout.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "dashboard.lockout.client_address"
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

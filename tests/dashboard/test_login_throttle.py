@@ -169,3 +169,16 @@ def test_the_environment_sets_the_limit_and_cool_off_on_a_real_server(ops, trans
 class NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args, **kwargs):
         return None
+
+
+@pytest.mark.parametrize("behind_proxy", [True, False])
+def test_behind_the_proxy_each_client_is_counted_under_the_address_the_proxy_appended(ops, client, settings, behind_proxy):
+    settings.TURNLOG_BEHIND_PROXY = behind_proxy
+    # One proxy address for everyone; the client forges an earlier entry.
+    fail_until_locked(client, HTTP_X_FORWARDED_FOR="10.0.0.9, 203.0.113.7", REMOTE_ADDR="127.0.0.1")
+    other_client = log_in(Client(), PASSWORD, HTTP_X_FORWARDED_FOR="198.51.100.2", REMOTE_ADDR="127.0.0.1")
+    forged_the_same = log_in(Client(), PASSWORD, HTTP_X_FORWARDED_FOR="203.0.113.7, 10.0.0.9", REMOTE_ADDR="127.0.0.1")
+    if behind_proxy:
+        assert other_client.status_code == 302 and forged_the_same.status_code == 302
+    else:  # without a proxy the header is the client's own words: the address is REMOTE_ADDR
+        assert_locked_page(other_client)
