@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 from channels.layers import channel_layers
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
-from django.db import connections
+from django.db import OperationalError, connections
 from django.test import Client
 
 from dashboard import stream
@@ -29,6 +29,27 @@ opened: list[WebsocketCommunicator] = []
 def slow_poll(monkeypatch):
     monkeypatch.setattr(stream, "POLL_INTERVAL", 3600)
     monkeypatch.setattr(stream, "_watcher", None)  # never one a failed test left behind
+
+
+@pytest.fixture
+def fresh_outage(monkeypatch):
+    """An outage log of this test's own (none left over from another test), with quick retries."""
+    monkeypatch.setattr(stream, "DB_RETRY_FIRST", 0.05)
+    monkeypatch.setattr(stream, "database_outage", stream.DatabaseOutage())
+
+
+def down_for(calls: int, function):
+    """`function` behind a database that refuses its first `calls` calls; `.failures` counts them."""
+    failures = []
+
+    def flaky(*args, **kwargs):
+        if len(failures) < calls:
+            failures.append(1)
+            raise OperationalError("connection refused")
+        return function(*args, **kwargs)
+
+    flaky.failures = failures
+    return flaky
 
 
 @pytest_asyncio.fixture

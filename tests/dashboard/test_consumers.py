@@ -26,7 +26,7 @@ from dashboard.asgi import application
 from sessions_app import selectors, services
 from sessions_app.log.events import validate_batch
 from sessions_app.models import Event
-from tests.dashboard.conftest import QUIET, WAIT, opened
+from tests.dashboard.conftest import QUIET, WAIT, down_for, opened
 from tests.sessions_app import factories as f
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
@@ -381,22 +381,12 @@ async def test_a_failing_stream_closes_the_socket_4500_so_the_client_reconnects(
     assert await closed_with(socket(sid, token=token)) == 4500
 
 
-async def test_a_stream_that_loses_the_database_stays_open_and_catches_up(sid, token, monkeypatch, caplog):
+async def test_a_stream_that_loses_the_database_stays_open_and_catches_up(sid, token, monkeypatch, caplog, fresh_outage):
     await create(sid, 2)
-    monkeypatch.setattr(stream, "DB_RETRY_FIRST", 0.05)
-    monkeypatch.setattr(stream, "database_outage", stream.DatabaseOutage())  # none left over from another test
-    read_page, failures = stream.read_page, []
-
-    def down_three_times(*args, **kwargs):
-        if len(failures) < 3:
-            failures.append(1)
-            raise OperationalError("connection refused")
-        return read_page(*args, **kwargs)
-
-    monkeypatch.setattr(stream, "read_page", down_three_times)
+    monkeypatch.setattr(stream, "read_page", flaky := down_for(3, stream.read_page))
     ws = await open_socket(sid, token=token)
     assert await seqs(ws, 2) == [0, 1]
-    assert len(failures) == 3
+    assert len(flaky.failures) == 3
     await append(sid, 1)
     assert await seqs(ws, 1) == [2]
     assert await ws.receive_nothing(QUIET)
@@ -406,9 +396,8 @@ async def test_a_stream_that_loses_the_database_stays_open_and_catches_up(sid, t
     await close(ws)
 
 
-async def test_a_socket_opened_without_the_database_is_closed_4503(sid, token, monkeypatch):
+async def test_a_socket_opened_without_the_database_is_closed_4503(sid, token, monkeypatch, fresh_outage):
     await create(sid, 1)
-    monkeypatch.setattr(stream, "database_outage", stream.DatabaseOutage())  # none left over from another test
 
     def down(*args, **kwargs):
         raise OperationalError("connection refused")

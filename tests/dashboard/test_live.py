@@ -18,7 +18,7 @@ from dashboard.asgi import application
 from dashboard.consumers import CLOSE_RENEW
 from sessions_app import services
 from sessions_app.log.events import validate_batch
-from tests.dashboard.conftest import QUIET, WAIT, opened
+from tests.dashboard.conftest import QUIET, WAIT, down_for, opened
 from tests.dashboard.test_consumers import append, create
 from tests.servers import DaphneServer
 
@@ -287,32 +287,21 @@ async def test_a_raw_page_rechecks_only_its_latest_rows(sid, session_cookie, mon
 # Without the database ---------------------------------------------------------
 
 
-async def test_a_page_socket_waits_out_a_database_outage_and_catches_up(sid, session_cookie, monkeypatch, caplog):
+async def test_a_page_socket_waits_out_a_database_outage_and_catches_up(sid, session_cookie, monkeypatch, caplog, fresh_outage):
     await create(sid, 1)
-    monkeypatch.setattr(stream, "DB_RETRY_FIRST", 0.05)
-    monkeypatch.setattr(stream, "database_outage", stream.DatabaseOutage())  # none left over from another test
-    render, failures = live.render_page_frame, []
-
-    def down_twice(*args, **kwargs):
-        if len(failures) < 2:
-            failures.append(1)
-            raise OperationalError("connection refused")
-        return render(*args, **kwargs)
-
-    monkeypatch.setattr(live, "render_page_frame", down_twice)
+    monkeypatch.setattr(live, "render_page_frame", flaky := down_for(2, live.render_page_frame))
     page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
     await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
     frame = await page.receive_from(timeout=WAIT)
-    assert len(failures) == 2 and 'data-last-seq="1"' in frame
+    assert len(flaky.failures) == 2 and 'data-last-seq="1"' in frame
     assert await page.receive_nothing(QUIET)
     assert not [r for r in caplog.records if r.exc_info]
     await page.disconnect()
 
 
-async def test_the_list_without_the_database_closes_4503_and_skips_a_change_it_cannot_render(sid, session_cookie, monkeypatch):
+async def test_the_list_without_the_database_closes_4503_and_skips_a_change_it_cannot_render(sid, session_cookie, monkeypatch, fresh_outage):
     await create(sid, 1)
     listing = await browser_socket("/ws/sessions/live", session_cookie)
-    monkeypatch.setattr(stream, "database_outage", stream.DatabaseOutage())  # none left over from another test
 
     def down(*args, **kwargs):
         raise OperationalError("connection refused")
