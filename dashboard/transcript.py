@@ -556,11 +556,14 @@ class Builder:
             target = self.results if event.type == "tool_result" else self.dispatches
             target[log_events.call_id(event.data)].append(event)
         # Where each call was first sighted, so a result elsewhere can point at its card.
-        self.sighted_at = dict(
-            CallSighting.objects.filter(session=session, call_id__in=ids)
+        # Keyed by the ids themselves: the column holds a digest of an id too long for it.
+        id_of_column = {CallSighting._meta.get_field("call_id").get_prep_value(cid): cid for cid in ids}
+        self.sighted_at = {
+            id_of_column.get(stored, stored): seq
+            for stored, seq in CallSighting.objects.filter(session=session, call_id__in=ids)
             .order_by("-seq")
             .values_list("call_id", "seq")
-        )
+        }
         self.sighted_in_window = {cid: event.seq for cid, (event, _) in sighted.items()}
         self.replaces = compactions(session)
         self.side_effects = selectors.side_effect_classes({log_events.tool_name(call.get("name")) for _, call in sighted.values()})

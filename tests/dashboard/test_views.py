@@ -346,3 +346,15 @@ def test_a_recent_last_event_warns_that_the_agent_may_still_be_running(staff):
     services.create_session(session_id="live")
     services.append_events(session_id="live", events=validate_batch([{"type": "turn_start", "data": {"turn": 1}}]))
     assert "the agent may still be running" in text_of(staff.get("/sessions/live/recovery"))
+
+
+@pytest.mark.parametrize("cid", ["c1", "c" * 300])
+def test_a_result_outside_its_calls_window_points_at_the_card_whatever_the_id_length(cid):
+    # Call ids longer than their column are stored as digests; the page still finds the card.
+    session = store([
+        ("turn_start", {"turn": 1}), assistant(cid), ("turn_end", {"turn": 1, "steps": 0, "reason": "complete"}),
+        ("turn_start", {"turn": 2}), result(cid), ("turn_end", {"turn": 2, "steps": 0, "reason": "complete"}),
+    ])  # fmt: skip
+    window = transcript.latest_window(session, blocks=1)
+    rows = [part for block in window.blocks for part in block.parts if getattr(part, "answers", None) == cid]
+    assert [row.card_seq for row in rows] == [1]
