@@ -68,7 +68,10 @@ class StrictJSONParser(Parser):
     """
 
     def parse_body(self, request: HttpRequest) -> dict:
-        checked_later = request.resolver_match.url_name in VALUES_CHECKED_BY_ENDPOINT
+        # An append checks its events' values itself, after the batch's own
+        # validation, so that a batch is refused at its first invalid event
+        # whatever the reason.
+        checked_later = request.resolver_match.url_name == APPEND_URL_NAME
         return json_object_body(request, check=not checked_later)
 
     def parse_querydict(self, data, list_fields, request: HttpRequest) -> dict:
@@ -79,9 +82,7 @@ class StrictJSONParser(Parser):
         return super().parse_querydict(data, list_fields, request)
 
 
-# An append checks its events' values itself, after the batch's own validation,
-# so that a batch is refused at its first invalid event whatever the reason.
-VALUES_CHECKED_BY_ENDPOINT = frozenset({"append_events"})
+APPEND_URL_NAME = "append_events"  # the append endpoint's view name (ninja names it after the function)
 
 
 def json_object_body(request: HttpRequest, *, check: bool = True) -> dict:
@@ -145,7 +146,7 @@ def on_invalid_json(request, exc):
 def on_unacceptable_value(request, exc: log_values.UnacceptableValue):
     parts = exc.problem.parts
     in_event = len(parts) > 1 and parts[0] == "events" and isinstance(parts[1], int)
-    if in_event and request.resolver_match.url_name == "append_events":
+    if in_event and request.resolver_match.url_name == APPEND_URL_NAME:
         # Inside an appended event: the batch's own code, naming the event (as the core does).
         return error_response(request, 422, "invalid_event", exc.detail, index=parts[1], reason="invalid_data")
     error = {"text": "invalid_text", "depth": "too_deep"}.get(exc.problem.kind)
@@ -238,7 +239,7 @@ class SessionOut(Schema):
 
 class SessionIn(Schema):
     id: str | None = Field(None, description="1-128 of A-Z a-z 0-9 . _ : - ; generated when absent")
-    agent_name: str | None = Field(None, max_length=200)
+    agent_name: str | None = Field(None, max_length=services.AGENT_NAME_MAX)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
 
@@ -461,7 +462,8 @@ def append_events(request, session_id: str, payload: AppendIn):
     if len(payload.events) > limit:
         raise ApiError(413, "too_large", f"the batch holds {len(payload.events)} events; the limit is {limit}")
     events = log_events.validate_batch(payload.events)  # data's text and depth included
-    log_values.check({"events": payload.events})  # whatever else the items hold
+    # Whatever else the items hold (their data was checked just above, once).
+    log_values.check({"events": [{k: v for k, v in item.items() if k != "data"} for item in payload.events]})
     key = request.headers.get("Idempotency-Key") or None
     if key is not None and len(key) > 255:
         raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be at most 255 characters")
