@@ -263,7 +263,7 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
             await self.send(text_data=frame)
 
     def render_row(self, session_id: str) -> str | None:
-        matches = selectors.list_sessions(status=self.status, q=self.q, limit=1, ids=[session_id]).items
+        matches = selectors.list_sessions(status=self.status, q=self.q, limit=1, ids=[session_id], labelled=True).items
         if not matches:
             return None
         session = matches[0]

@@ -41,7 +41,7 @@ def session_list(request):
     status = request.GET.get("status") if request.GET.get("status") in selectors.STATUSES else None
     q = request.GET.get("q", "").strip()
     try:
-        page = selectors.list_sessions(status=status, q=q, limit=50, cursor=request.GET.get("cursor") or None)
+        page = selectors.list_sessions(status=status, q=q, limit=50, cursor=request.GET.get("cursor") or None, labelled=True)
     except selectors.InvalidCursor as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
     context = {"page": page, "status": status, "q": q, "statuses": selectors.STATUSES}

@@ -68,10 +68,13 @@ def list_sessions(
     ids: list[str] | None = None,
     limit: int = 50,
     cursor: str | None = None,
+    labelled: bool = False,
 ) -> SessionPage:
     """Sessions by newest activity first, keyset-paginated on (activity, id).
 
     `q` matches the id, the agent name, or the name of a tool the session called.
+    `labelled` fills the open-turn labels of the whole page in one query (for
+    pages and tables that show them; the API and id lookups do not).
     """
     sessions = Session.objects.order_by("-last_activity_at", "-id")
     if interrupted is not None:
@@ -91,7 +94,8 @@ def list_sessions(
     items = list(sessions[: limit + 1])
     has_more = len(items) > limit
     items = items[:limit]
-    label_open_turns(items)
+    if labelled:
+        label_open_turns(items)
     next_cursor = encode_cursor(items[-1]) if has_more else None
     return SessionPage(items=items, next_cursor=next_cursor)
 

@@ -44,7 +44,7 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
 
     def list(self, *, interrupted: bool, status: str | None, limit: int, **_):
-        page = selectors.list_sessions(interrupted=True if interrupted else None, status=status, limit=limit)
+        page = selectors.list_sessions(interrupted=True if interrupted else None, status=status, limit=limit, labelled=True)
         if not page.items:
             self.stdout.write("No interrupted sessions." if interrupted else f"No {status} sessions." if status else "No sessions.")
             return
