@@ -566,7 +566,7 @@ class Builder:
         }
         self.sighted_in_window = {cid: event.seq for cid, (event, _) in sighted.items()}
         self.replaces = compactions(session)
-        self.side_effects = selectors.side_effect_classes({log_events.tool_name(call.get("name")) for _, call in sighted.values()})
+        self.side_effects = selectors.side_effect_classes(call.get("name") for _, call in sighted.values())
         open_turn_in_view = any(e.type == "turn_start" and e.seq in session.turn_stack for e in events)
         plan = selectors.recovery_plan(session) if open_turn_in_view else None
         self.owed = {r.call.id: r.call for r in plan.repairs if r.call is not None} if plan else {}
@@ -689,7 +689,7 @@ def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
         for seq in plan.open_turns
     ]
     calls = [r.call for r in plan.repairs if r.call is not None]
-    side_effects = selectors.side_effect_classes({log_events.tool_name(c.name) for c in calls})
+    side_effects = selectors.side_effect_classes(c.name for c in calls)
     owed = [
         OwedCallView(
             call=call,

@@ -357,7 +357,7 @@ class RepairAppliedOut(Schema):
 
 def plan_to_wire(plan, next_seq: int) -> dict:
     owed = [r.call for r in plan.repairs if r.call is not None]
-    side_effects = selectors.side_effect_classes({log_events.tool_name(call.name) for call in owed})
+    side_effects = selectors.side_effect_classes(call.name for call in owed)
     return {
         "interrupted": plan.interrupted,
         "open_turns": plan.open_turns,

@@ -10,7 +10,6 @@ Tool output is untrusted text: some of it holds HTML such as `<b>` or `<script>`
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import random
 import string
@@ -18,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from sessions_app.log import recovery
 from sessions_app.log.events import format_time
 
 # Where a crashing scenario stops, inside its last turn:
@@ -279,9 +279,8 @@ TOOL_POLICIES = (
 
 
 def side_effect_class(tool_name: str) -> str:
-    """The class TOOL_POLICIES gives a tool: an exact name first, then the longest matching pattern."""
-    matches = [(pattern != tool_name, -len(pattern), cls) for pattern, cls, _ in TOOL_POLICIES if fnmatch.fnmatchcase(tool_name, pattern)]
-    return min(matches)[2] if matches else "unknown"
+    """The class TOOL_POLICIES gives a tool, by the rule ToolPolicy rows follow."""
+    return recovery.side_effect_class(tool_name, [(pattern, cls) for pattern, cls, _ in TOOL_POLICIES])
 
 
 # Agents ----------------------------------------------------------------

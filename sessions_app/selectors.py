@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import fnmatch
 import itertools
 import json
 from dataclasses import dataclass
@@ -190,15 +189,10 @@ def to_log_events(rows) -> list[log_events.Event]:
     return [log_events.Event(seq=r[0], type=r[1], time=r[2], data=r[3]) for r in rows.values_list("seq", "type", "time", "data")]
 
 
-def side_effect_classes(tool_names: set[str | None]) -> dict[str | None, str]:
-    """Each tool's side-effect class by ToolPolicy: an exact name wins, then the longest matching pattern."""
-    policies = sorted(ToolPolicy.objects.values_list("pattern", "side_effect"), key=lambda p: -len(p[0]))
-    classes = {}
-    for name in tool_names:
-        exact = [cls for pattern, cls in policies if pattern == name]
-        matching = [cls for pattern, cls in policies if name is not None and fnmatch.fnmatchcase(name, pattern)]
-        classes[name] = (exact or matching or ["unknown"])[0]
-    return classes
+def side_effect_classes(tool_names) -> dict[str | None, str]:
+    """Each tool's side-effect class by ToolPolicy, keyed by log_events.tool_name of each name given."""
+    policies = list(ToolPolicy.objects.values_list("pattern", "side_effect"))
+    return {name: recovery.side_effect_class(name, policies) for name in {log_events.tool_name(n) for n in tool_names}}
 
 
 def recovery_history(session: Session) -> list[RecoveryRecord]:

@@ -1,9 +1,10 @@
 """Closing what a crash left open, by appending classified repairs (spec section 4)."""
 
+import fnmatch
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -253,3 +254,16 @@ def apply(events: Sequence[Event], repairs: Sequence[Repair], time: datetime) ->
     """The repairs as the events appending them would store, seqs continuing after `events`."""
     next_seq = events[-1].seq + 1 if events else 0
     return [Event(next_seq + i, r.type, time, r.data) for i, r in enumerate(repairs)]
+
+
+def side_effect_class(tool_name: str | None, policies: Iterable[tuple[str, str]]) -> str:
+    """A tool's side-effect class by (pattern, class) policies (section 8): an exact
+    name wins, then the longest matching pattern; "unknown" when none matches."""
+    if tool_name is None:
+        return "unknown"
+    matches = [
+        (pattern != tool_name, -len(pattern), cls)
+        for pattern, cls in policies
+        if pattern == tool_name or fnmatch.fnmatchcase(tool_name, pattern)
+    ]
+    return min(matches)[2] if matches else "unknown"

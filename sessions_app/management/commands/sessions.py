@@ -11,7 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 from sessions_app import errors, selectors, services
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
-from sessions_app.log.events import format_time
+from sessions_app.log.events import format_time, tool_name
 from sessions_app.models import SESSION_ID_PATTERN, session_id_validator
 
 
@@ -71,7 +71,7 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS("No open turn: nothing to recover."))
             return
         owed = [r.call for r in plan.repairs if r.call is not None]
-        side_effects = selectors.side_effect_classes({c.name for c in owed})
+        side_effects = selectors.side_effect_classes(c.name for c in owed)
         self.stdout.write(self.style.WARNING(f"Open: {'; '.join(session.open_turn_labels)}"))
         if not owed:
             self.stdout.write("No tool call is owed a result.")
@@ -80,7 +80,7 @@ class Command(BaseCommand):
             self.stdout.write(
                 f"  {call.id}  {call.name or '?'}({json.dumps(call.arguments)[:60]})  "
                 f"{log_recovery.RISK_HEADLINES[call.risk]}  rule {call.rule}  evidence seqs {list(call.evidence) or '-'}  "
-                f"side effect: {side_effects[call.name]}\n"
+                f"side effect: {side_effects[tool_name(call.name)]}\n"
                 f"    Why (rule {call.rule}): {log_recovery.RULE_REASONS[call.rule]}"
             )
         self.stdout.write(f"Recovery would append {len(plan.repairs)} events:")

@@ -43,6 +43,13 @@ def test_status_names_each_owed_call_with_risk_and_side_effect():
     assert "Why (rule 2): This turn logged dispatches" in status
 
 
+@pytest.mark.parametrize("name", [{"tool": "echo"}, ["echo"], 7, None])
+def test_status_of_a_call_whose_name_is_not_text_says_its_side_effects_are_unknown(name):
+    store([("turn_start", {"turn": 1}), ("assistant_message", {"content": "", "tool_calls": [{"id": "c1", "name": name}]})], session_id="odd")
+    (line,) = [line for line in run("status", "odd").splitlines() if line.strip().startswith("c1")]
+    assert "side effect: unknown" in line
+
+
 def test_status_of_an_unknown_session_is_an_error():
     with pytest.raises(CommandError, match="ghost"):
         run("status", "ghost")
