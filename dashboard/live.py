@@ -288,7 +288,7 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
 
     def changed_rows(self) -> list[str]:
         ageing = [sid for sid, status in self.statuses.items() if status in (selectors.RUNNING, selectors.ACTIVE)]
-        return [frame for sid in ageing if Session.objects.filter(pk=sid).exists() and (frame := self.render_row(sid))]
+        return [frame for sid in ageing if (frame := self.render_row(sid))]  # None: it no longer matches
 
     async def disconnect(self, code):
         self.cancel_renewal()

@@ -2,7 +2,7 @@ from channels.generic.websocket import WebsocketConsumer
 from django.urls import path, re_path
 
 import sessions_app.converters  # noqa: F401  (registers the session_id converter)
-from dashboard.consumers import SessionEventsConsumer
+from dashboard.consumers import CLOSE_NOT_FOUND, SessionEventsConsumer
 from dashboard.live import SessionListConsumer, SessionPageConsumer
 
 
@@ -11,7 +11,7 @@ class NoSuchSession(WebsocketConsumer):
 
     def connect(self):
         self.accept()
-        self.close(code=4404)
+        self.close(code=CLOSE_NOT_FOUND)
 
 
 websocket_urlpatterns: list = [

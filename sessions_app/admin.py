@@ -78,6 +78,7 @@ class SessionAdmin(StaffMayView, ReadOnlyAdmin):
         if not interrupted:
             self.message_user(request, "None of the selected sessions has an open turn.", messages.INFO)
             return None
+        selectors.label_open_turns(interrupted)  # one query for the page, not one per session
         context = {**self.admin_site.each_context(request), "sessions": interrupted, "title": "Preview recovery", "opts": self.model._meta}
         return render(request, "admin/sessions_app/session/preview_recovery.html", context)
 
