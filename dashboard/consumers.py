@@ -15,7 +15,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from dashboard import stream
 from dashboard.middleware import DATABASE_UNAVAILABLE
-from sessions_app import services
+from sessions_app import access, services
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
       missing or not allowed;
     - 4400: `after` is not exactly one decimal integer >= 0 (e.g. `abc`,
       `-1`, `1.5`, empty, or given twice);
-    - 4404: no session with this id;
+    - 4404: no session with this id that the user (or token) may read;
     - 4503: the database is unreachable as the socket opens; the client
       reconnects a little later with `?after=<last seq it has>`;
     - 4500: the stream failed on the server (a bug); the client reconnects
@@ -85,10 +85,10 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         if how == stream.LOGIN_SESSION and not stream.origin_allowed(self.scope):
             return await self.close(code=CLOSE_FORBIDDEN_ORIGIN, reason="origin not allowed")
         self.scope["user"] = user
-        await self.connect_stream()
+        await self.connect_stream(access.Actor(user=user, token=self.scope.get("api_token") if how == stream.TOKEN else None))
 
-    async def connect_stream(self):
-        """After authentication: check `after` and the session, then start streaming.
+    async def connect_stream(self, actor: access.Actor):
+        """After authentication: check `after` and the session (4404 unless `actor` may read it), then start streaming.
 
         Subclasses with their own authentication (the browser pages) call it
         from their connect() after accepting, and override `_send_events` to
@@ -100,7 +100,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             return await self.close(code=CLOSE_BAD_REQUEST, reason="after must be an integer >= 0")
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
         try:
-            session = await database_sync_to_async(stream.find_session)(session_id)
+            session = await database_sync_to_async(stream.readable_session)(actor, session_id)
         except DATABASE_UNAVAILABLE as error:
             return await close_without_database(self, error)
         if session is None:

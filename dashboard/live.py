@@ -32,7 +32,7 @@ from dashboard.consumers import (
 )
 from dashboard.middleware import DATABASE_UNAVAILABLE
 from dashboard.params import decimal_int
-from sessions_app import selectors, services
+from sessions_app import access, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.models import Session
 
@@ -86,7 +86,10 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         query = query_params(self.scope)
         # The raw log view follows the log too; `first` is the first seq its page shows.
         self.raw_from = (decimal_int(query.get("first", "")) or 0) if query.get("view") == "raw" else None
-        await self.connect_stream()
+        actor = access.Actor(user=self.scope["user"])
+        await self.connect_stream(actor)
+        # Frames are shared by viewers with the same rights (fork controls show only to those who may fork).
+        self.can_fork = self._stream is not None and actor.can(self._stream.project_id, access.FORK)
         if self._stream is not None:
             self._status_watch = asyncio.create_task(self.refresh_status(self._stream.session_id))
         self.renew_later()
@@ -94,11 +97,11 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
     async def _send_events(self, wires: list[dict]) -> None:
         session_id, shown_through = self._stream.session_id, wires[0]["seq"] - 1
         if self.raw_from is None:
-            render = functools.partial(render_page_frame, session_id, wires, shown_through)
+            render = functools.partial(render_page_frame, session_id, wires, shown_through, self.can_fork)
         else:
             render = functools.partial(render_raw_frame, session_id, wires, shown_through, self.raw_from)
         # Everything a frame depends on, so viewers in step share one render.
-        key = (session_id, self.raw_from, wires[0]["seq"], wires[-1]["seq"])
+        key = (session_id, self.raw_from, self.can_fork, wires[0]["seq"], wires[-1]["seq"])
         await self.send(text_data=await shared_frames.get(key, render))
 
     async def refresh_status(self, session_id: str):
@@ -172,14 +175,15 @@ def session_status(session_id: str) -> str:
     return Session.objects.get(pk=session_id).status
 
 
-def render_page_frame(session_id: str, wires: list[dict], shown_through: int) -> str:
+def render_page_frame(session_id: str, wires: list[dict], shown_through: int, can_fork: bool) -> str:
     """Out-of-band swaps for new events: each touched block replaced, or appended when new."""
     session = Session.objects.get(pk=session_id)
     events = [log_events.event_from_wire(w) for w in wires]
     parts = []
     for block in transcript.blocks_touched(session, events):
         oob = "true" if block.first_seq <= shown_through else None
-        html = render_to_string("sessions/detail.html#block", {"session": session, "block": block, "oob": oob}).strip()
+        context = {"session": session, "block": block, "oob": oob, "can_fork": can_fork}
+        html = render_to_string("sessions/detail.html#block", context).strip()
         parts.append(html if oob else f'<div hx-swap-oob="beforeend:#blocks">{html}</div>')
     return "".join(parts) + frame_end(session, wires)
 
@@ -242,7 +246,9 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         status = query.get("status", "")
         self.status = status if status in selectors.STATUSES else None
         self.q = query.get("q", "").strip()
+        self.projects = None
         try:
+            self.projects = await database_sync_to_async(access.Actor(user=self.scope["user"]).project_ids)()
             self.shown = await database_sync_to_async(self.first_page_ids)()
         except DATABASE_UNAVAILABLE as error:
             return await close_without_database(self, error)
@@ -251,7 +257,7 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         self.renew_later()
 
     def first_page_ids(self) -> set[str]:
-        return {s.id for s in selectors.list_sessions(status=self.status, q=self.q, limit=50).items}
+        return {s.id for s in selectors.list_sessions(status=self.status, q=self.q, projects=self.projects, limit=50).items}
 
     async def session_changed(self, message):
         try:
@@ -263,7 +269,9 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
             await self.send(text_data=frame)
 
     def render_row(self, session_id: str) -> str | None:
-        matches = selectors.list_sessions(status=self.status, q=self.q, limit=1, ids=[session_id], labelled=True).items
+        matches = selectors.list_sessions(
+            status=self.status, q=self.q, projects=self.projects, limit=1, ids=[session_id], labelled=True
+        ).items
         if not matches:
             return None
         session = matches[0]

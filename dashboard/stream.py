@@ -40,7 +40,8 @@ from django.conf import settings
 
 from dashboard.middleware import DATABASE_UNAVAILABLE
 from dashboard.params import decimal_int
-from sessions_app import selectors
+from sessions_app import access, selectors
+from sessions_app.errors import SessionNotFound
 from sessions_app.log import events as log_events
 from sessions_app.models import ApiToken, Session
 
@@ -93,14 +94,16 @@ async def authenticate(scope) -> tuple[object | None, str | None]:
     """(user, how): how is TOKEN or LOGIN_SESSION; (None, None) when neither holds.
 
     As for the API, a valid bearer token comes first, then the login session
-    (scope["user"], set by channels' AuthMiddlewareStack). The caller must
+    (scope["user"], set by channels' AuthMiddlewareStack); a token's row is
+    left in scope["api_token"] for access.Actor. The caller must
     still check the Origin of a LOGIN_SESSION socket (`origin_allowed`).
     """
     token = bearer_token(scope)
     if token:
-        user = await database_sync_to_async(ApiToken.user_for)(token)
-        if user is not None:
-            return user, TOKEN
+        row = await database_sync_to_async(ApiToken.usable_for)(token)
+        if row is not None:
+            scope["api_token"] = row
+            return row.user, TOKEN
     user = scope.get("user")
     if user is not None and user.is_authenticated:
         return user, LOGIN_SESSION
@@ -137,8 +140,12 @@ def parse_after(query_string: bytes) -> int | None:
     return after
 
 
-def find_session(session_id: str) -> Session | None:
-    return Session.objects.filter(pk=session_id).first()
+def readable_session(actor: access.Actor, session_id: str) -> Session | None:
+    """The session if the actor may read it; None when it does not exist or they may not (as the API's 404)."""
+    try:
+        return access.session_for(actor, session_id, access.READ)
+    except (SessionNotFound, access.Forbidden):
+        return None
 
 
 # Database outages -------------------------------------------------------
@@ -183,6 +190,7 @@ class SessionStream:
     def __init__(self, session: Session, *, after: int | None, send: SendEvents):
         self.session = session
         self.session_id = session.id
+        self.project_id = session.project_id
         self.last_sent = -1 if after is None else after
         self._send = send
         self._inbox: asyncio.Queue = asyncio.Queue(maxsize=INBOX_LIMIT)

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_http_methods
 
 from dashboard import transcript
 from dashboard.params import decimal_int
-from sessions_app import errors, selectors, services
+from sessions_app import access, errors, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
@@ -22,11 +22,20 @@ from sessions_app.log import values as log_values
 from sessions_app.models import SESSION_ID_PATTERN, session_id_validator
 
 
-def session_or_404(session_id: str):
+def session_or_404(request, session_id: str, capability: str = access.READ):
+    """The session if the user may do `capability` with it: 404 when they may not see it, 403 when only not this."""
     try:
-        return selectors.get_session(session_id)
+        return access.session_for(access.actor_of(request), session_id, capability)
     except errors.SessionNotFound:
         raise Http404(f"No session {session_id!r}") from None
+    except access.Forbidden as refused:
+        raise PermissionDenied(refused.detail) from None
+
+
+def session_rights(request, session) -> dict:
+    """What the page offers this user: controls they could not use are not shown."""
+    actor = access.actor_of(request)
+    return {"can_recover": actor.can(session.project_id, access.RECOVER), "can_fork": actor.can(session.project_id, access.FORK)}
 
 
 def int_param(request, name: str) -> int | None:
@@ -40,11 +49,20 @@ ROWS_TARGETS = {"session-rows", "more-rows"}
 def session_list(request):
     status = request.GET.get("status") if request.GET.get("status") in selectors.STATUSES else None
     q = request.GET.get("q", "").strip()
+    projects = list(access.projects(access.actor_of(request)))
+    project = next((p for p in projects if p.slug == request.GET.get("project")), None)
     try:
-        page = selectors.list_sessions(status=status, q=q, limit=50, cursor=request.GET.get("cursor") or None, labelled=True)
+        page = selectors.list_sessions(
+            status=status,
+            q=q,
+            projects=[project.pk] if project else [p.pk for p in projects],
+            limit=50,
+            cursor=request.GET.get("cursor") or None,
+            labelled=True,
+        )
     except selectors.InvalidCursor as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
-    context = {"page": page, "status": status, "q": q, "statuses": selectors.STATUSES}
+    context = {"page": page, "status": status, "q": q, "statuses": selectors.STATUSES, "projects": projects, "project": project}
     # The rows alone for htmx swaps into the table (search, "Older sessions"), told by the
     # swap's target rather than a query parameter, so the URL pushed to the history reloads as the page.
     if request.htmx.target in ROWS_TARGETS:
@@ -54,7 +72,7 @@ def session_list(request):
 
 @login_required
 def session_detail(request, session_id: str):
-    session = session_or_404(session_id)
+    session = session_or_404(request, session_id)
     view = "raw" if request.GET.get("view") == "raw" else "transcript"
     context = {
         "session": session,
@@ -63,7 +81,7 @@ def session_detail(request, session_id: str):
         "forks": list(session.forks.order_by("created_at", "id")),
         "recoveries": selectors.recovery_history(session),
         "highlight": highlighted_seqs(request),
-        "can_recover": request.user.has_perm("sessions_app.recover_session"),
+        **session_rights(request, session),
     }
     if view == "raw":
         context["raw"] = transcript.raw_page(session, before=int_param(request, "before"))
@@ -84,15 +102,15 @@ def highlighted_seqs(request) -> range:
 @login_required
 def session_blocks(request, session_id: str):
     """Earlier blocks of the transcript, loaded on demand."""
-    session = session_or_404(session_id)
+    session = session_or_404(request, session_id)
     window = transcript.latest_window(session, before=int_param(request, "before"))
-    return render(request, "sessions/detail.html#earlier", {"session": session, "window": window})
+    return render(request, "sessions/detail.html#earlier", {"session": session, "window": window, **session_rights(request, session)})
 
 
 @login_required
 def event_json(request, session_id: str, seq: int):
     """One event in full: where truncated values link to."""
-    session = session_or_404(session_id)
+    session = session_or_404(request, session_id)
     found = selectors.events_since(session, since=seq, limit=1)
     if not found or found[0].seq != seq:
         raise Http404(f"No event {seq} in session {session_id!r}")
@@ -104,12 +122,12 @@ def event_json(request, session_id: str, seq: int):
 def fork_session(request, session_id: str):
     """GET ?boundary=: the fork form for that boundary (inline where htmx asked for it);
     POST boundary, id: fork, then open the new session, which confirms it."""
-    session = session_or_404(session_id)
+    session = session_or_404(request, session_id, access.FORK)
     data = request.POST if request.method == "POST" else request.GET
     raw = data.get("boundary", "last")
     boundary = decimal_int(raw)
     boundary = raw if boundary is None else boundary  # a seq, or a name ("last") the fork rules judge
-    context = {"session": session, "boundary": raw, "can_recover": request.user.has_perm("sessions_app.recover_session")}
+    context = {"session": session, "boundary": raw, **session_rights(request, session)}
     try:
         seq = selectors.fork_point(session, boundary).seed_length - 1
     except log_fork.ForkRefused as refused:
@@ -121,7 +139,7 @@ def fork_session(request, session_id: str):
     if not re.fullmatch(SESSION_ID_PATTERN, name):
         return fork_form(request, {**context, "name": name, "name_error": session_id_validator.message}, status=422)
     try:
-        child = services.fork(session_id=session.id, boundary=boundary, new_session_id=name)
+        child = services.fork(session_id=session.id, boundary=boundary, new_session_id=name, user=request.user)
     except log_fork.ForkRefused as refused:  # "last" after a turn opened since the form was shown
         return fork_form(request, {**context, "refused": refused}, status=422)
     except errors.SessionExists:
@@ -155,16 +173,13 @@ def fork_form(request, context: dict, *, status: int = 200):
 
 @login_required
 def recovery_preview(request, session_id: str):
-    session = session_or_404(session_id)
-    can_recover = request.user.has_perm("sessions_app.recover_session")
+    session = session_or_404(request, session_id, access.RECOVER if request.method == "POST" else access.READ)
     if request.method == "POST":
-        if not can_recover:
-            raise PermissionDenied("Applying a recovery needs the recover_session permission.")
         return confirm_recovery(request, session)
-    return render(request, "sessions/recovery.html", recovery_context(session, can_recover))
+    return render(request, "sessions/recovery.html", recovery_context(session, session_rights(request, session)))
 
 
-def recovery_context(session, can_recover: bool, *, stale: bool = False) -> dict:
+def recovery_context(session, rights: dict, *, stale: bool = False) -> dict:
     plan = selectors.recovery_plan(session)
     preview = transcript.recovery_preview(session, plan)
     dangling = selectors.dangling_patch(session) if not plan.interrupted else []
@@ -174,7 +189,7 @@ def recovery_context(session, can_recover: bool, *, stale: bool = False) -> dict
         "plan": plan,
         "preview": preview,
         "digest": plan.digest(session.event_count),
-        "can_recover": can_recover,
+        **rights,
         "stale": stale,
         "recoveries": selectors.recovery_history(session),
         "dangling": dangling,
@@ -189,7 +204,7 @@ def confirm_recovery(request, session):
         result = apply(session_id=session.id, user=request.user, digest=request.POST.get("digest", ""), note=request.POST.get("note", "").strip())
     except errors.StalePlan:
         session.refresh_from_db()
-        return render(request, "sessions/recovery.html", recovery_context(session, True, stale=True), status=409)
+        return render(request, "sessions/recovery.html", recovery_context(session, session_rights(request, session), stale=True), status=409)
     except (errors.RecoveryFirst, log_values.UnacceptableValue) as exc:
         messages.error(request, str(exc))
         return redirect("recovery_preview", session.id)
@@ -203,6 +218,11 @@ def confirm_recovery(request, session):
 
 @login_required
 def session_lineage(request, session_id: str):
-    session = session_or_404(session_id)
-    context = {"session": session, "lineage": selectors.lineage(session), "recoveries": selectors.recovery_history(session)}
+    session = session_or_404(request, session_id)
+    context = {
+        "session": session,
+        "lineage": selectors.lineage(session),
+        "recoveries": selectors.recovery_history(session),
+        **session_rights(request, session),
+    }
     return render(request, "sessions/lineage.html", context)

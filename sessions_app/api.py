@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
+from django.utils import timezone
 from django.http import HttpRequest, JsonResponse
 from django.urls import URLPattern
 from django.views.decorators.csrf import csrf_exempt
@@ -22,7 +23,7 @@ from ninja.security import HttpBearer, SessionAuth
 from pydantic import StrictInt
 
 import sessions_app.converters  # noqa: F401  (registers the session_id path converter the routes use)
-from sessions_app import errors, selectors, services
+from sessions_app import access, errors, selectors, services
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
@@ -33,12 +34,20 @@ from sessions_app.models import SESSION_ID_PATTERN, ApiToken, Session
 SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
 
 
+# How stale a token's last_used_at may get: a write per request would cost more than it tells.
+LAST_USED_RESOLUTION_SECONDS = 60
+
+
 class BearerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str):
-        user = ApiToken.user_for(token)
-        if user is not None:
-            request.user = user
-        return user
+        row = ApiToken.usable_for(token)
+        if row is None:
+            return None
+        request.user, request.api_token = row.user, row
+        now = timezone.now()
+        if row.last_used_at is None or (now - row.last_used_at).total_seconds() > LAST_USED_RESOLUTION_SECONDS:
+            ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+        return row.user
 
 
 class BrowserSession(SessionAuth):
@@ -166,6 +175,21 @@ def on_not_found(request, exc):
     return error_response(request, 404, "not_found", str(exc))
 
 
+@api.exception_handler(access.Forbidden)
+def on_forbidden(request, exc: access.Forbidden):
+    return error_response(request, 403, "forbidden", exc.detail)
+
+
+@api.exception_handler(access.ProjectNotFound)
+def on_project_not_found(request, exc):
+    return error_response(request, 404, "not_found", str(exc))
+
+
+@api.exception_handler(access.ProjectRequired)
+def on_project_required(request, exc):
+    return error_response(request, 422, "project_required", str(exc))
+
+
 @api.exception_handler(errors.SessionExists)
 def on_exists(request, exc):
     return error_response(request, 409, "session_exists", str(exc))
@@ -226,6 +250,7 @@ class ParentOut(Schema):
 
 class SessionOut(Schema):
     id: str
+    project: str = Field(..., description="the slug of the session's project")
     agent_name: str
     metadata: dict
     created_at: str
@@ -241,6 +266,9 @@ class SessionIn(Schema):
     id: str | None = Field(None, description="1-128 of A-Z a-z 0-9 . _ : - ; generated when absent")
     agent_name: str | None = Field(None, max_length=services.AGENT_NAME_MAX)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    project: str | None = Field(
+        None, description="the project's slug; default: the token's project, else the one project where you may create sessions"
+    )
 
 
 class SessionPageOut(Schema):
@@ -375,6 +403,7 @@ def plan_to_wire(plan, next_seq: int) -> dict:
 def session_to_wire(session: Session) -> dict:
     return {
         "id": session.id,
+        "project": session.project.slug,
         "agent_name": session.agent_name,
         "metadata": session.metadata,
         "created_at": log_events.format_time(session.created_at),
@@ -393,17 +422,20 @@ def checked_session_id(value: str) -> str:
     return value
 
 
-ERRORS = {404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
+ERRORS = {403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}
 BODY_ERRORS = {400: InvalidJsonOut, 413: ErrorOut, 422: ErrorOut}  # any endpoint reading a JSON body
 router = Router(tags=["sessions"])
 
 
-@router.post("/sessions", response={201: SessionOut, 409: ErrorOut, **BODY_ERRORS})
+@router.post("/sessions", response={201: SessionOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, **BODY_ERRORS})
 def create_session(request, payload: SessionIn):
+    """A new session. Ids are unique across projects: an id taken in any project answers 409 session_exists."""
+    project = access.project_for(access.actor_of(request), payload.project, access.APPEND)
     session = services.create_session(
         session_id=checked_session_id(payload.id) if payload.id is not None else None,
         agent_name=payload.agent_name or "",
         metadata=payload.metadata,
+        project=project,
     )
     return Status(201, session_to_wire(session))
 
@@ -414,11 +446,16 @@ def list_sessions(
     interrupted: bool | None = None,
     status: Literal["running", "stalled", "active", "recovered", "clean"] | None = None,
     q: str = "",
+    project: str | None = Query(None, description="only this project's sessions (its slug)"),
     limit: int = Query(50, ge=1, le=200),
     cursor: str | None = None,
 ):
+    """The sessions of every project you may read, newest activity first."""
+    projects = access.actor_of(request).project_ids(access.READ)
+    if project is not None:
+        projects = list(access.projects(access.actor_of(request)).filter(slug=project, pk__in=projects).values_list("pk", flat=True))
     try:
-        page = selectors.list_sessions(interrupted=interrupted, status=status, q=q, limit=limit, cursor=cursor)
+        page = selectors.list_sessions(interrupted=interrupted, status=status, q=q, projects=projects, limit=limit, cursor=cursor)
     except selectors.InvalidCursor as exc:
         raise ApiError(422, "invalid_cursor", str(exc)) from None
     return {"items": [session_to_wire(s) for s in page.items], "next_cursor": page.next_cursor}
@@ -435,22 +472,27 @@ IMPORT_BODY = {
 
 @router.post(
     "/sessions/import",
-    response={201: ImportOut, 409: ErrorOut, **BODY_ERRORS},
+    response={201: ImportOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, **BODY_ERRORS},
     openapi_extra=IMPORT_BODY,
 )
-def import_session(request, id: str | None = None):
+def import_session(request, id: str | None = None, project: str | None = None):
     """Create a session from a blob. Seqs are reassigned; dropped events are listed in warnings."""
+    into = access.project_for(access.actor_of(request), project, access.APPEND)
     blob = json_object_body(request)
     try:
-        session, warnings = services.import_blob(blob=blob, session_id=checked_session_id(id) if id else None)
+        session, warnings = services.import_blob(blob=blob, session_id=checked_session_id(id) if id else None, project=into)
     except log_blob.UnsupportedVersion as exc:
         raise ApiError(422, "unsupported_version", str(exc)) from None
     return Status(201, {"session": session_to_wire(session), "warnings": warnings})
 
 
+def readable(request, session_id: str) -> Session:
+    return access.session_for(access.actor_of(request), session_id, access.READ)
+
+
 @router.get("/sessions/{session_id:session_id}", response={200: SessionOut, 404: ErrorOut})
 def get_session(request, session_id: str):
-    return session_to_wire(selectors.get_session(session_id))
+    return session_to_wire(readable(request, session_id))
 
 
 @router.post("/sessions/{session_id:session_id}/events", response={201: AppendOut, **ERRORS, **BODY_ERRORS})
@@ -469,6 +511,7 @@ def append_events(request, session_id: str, payload: AppendIn):
         raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be at most 255 characters")
     if key is not None and (problem := log_values.text_problem(key)):
         raise ApiError(422, "invalid_text", f"Idempotency-Key header: {problem}")
+    access.session_for(access.actor_of(request), session_id, access.APPEND)
     result = services.append_events(
         session_id=session_id,
         events=events,
@@ -489,7 +532,7 @@ def list_events(request, session_id: str, since: int = 0, limit: int = Query(500
     """Events with seq >= since, oldest first. Page with since = last seq + 1."""
     if since < 0:
         raise ApiError(422, "invalid_since", f"since must be 0 or more, got {since}")
-    session = selectors.get_session(session_id)
+    session = readable(request, session_id)
     # Any since past the end answers nothing; bounded so the database's integers hold it.
     events = selectors.events_since(session, since=min(since, session.event_count), limit=limit)
     # next_seq is the event_count read with the session; a row committed
@@ -501,14 +544,14 @@ def list_events(request, session_id: str, since: int = 0, limit: int = Query(500
 @router.get("/sessions/{session_id:session_id}/messages", response={200: MessagesOut, 404: ErrorOut})
 def list_messages(request, session_id: str):
     """The fold: what the model sees (compactions applied)."""
-    messages = selectors.session_messages(selectors.get_session(session_id))
+    messages = selectors.session_messages(readable(request, session_id))
     return {"messages": [{**m, "created_at": log_events.format_time(m["created_at"])} for m in messages]}
 
 
 @router.get("/sessions/{session_id:session_id}/export", response={200: dict[str, Any], 404: ErrorOut})
 def export_session(request, session_id: str):
     """A version 2 blob (session-log.md section 6) plus the session and its parent."""
-    session = selectors.get_session(session_id)
+    session = readable(request, session_id)
     extra = {"session": {"id": session.id, "agent_name": session.agent_name or None, "parent": session.parent_ref}}
     return log_blob.write_blob(selectors.session_log(session), agent_name=session.agent_name or None, extra=extra)
 
@@ -516,7 +559,7 @@ def export_session(request, session_id: str):
 @router.get("/sessions/{session_id:session_id}/recovery-plan", response={200: PlanOut, 404: ErrorOut}, tags=["recovery"])
 def get_recovery_plan(request, session_id: str):
     """What recovery would append now, and why; confirm it with its digest."""
-    session = selectors.get_session(session_id)
+    session = readable(request, session_id)
     return plan_to_wire(selectors.recovery_plan(session), session.event_count)
 
 
@@ -530,7 +573,7 @@ class DanglingPatchOut(Schema):
 @router.get("/sessions/{session_id:session_id}/dangling-calls", response={200: DanglingPatchOut, 404: ErrorOut}, tags=["recovery"])
 def get_dangling_calls(request, session_id: str):
     """What the turn-blind patch would append (only applicable once no turn is open)."""
-    session = selectors.get_session(session_id)
+    session = readable(request, session_id)
     repairs = selectors.dangling_patch(session)
     return {
         "blocked_by_open_turns": session.open_turns,
@@ -540,19 +583,14 @@ def get_dangling_calls(request, session_id: str):
     }
 
 
-def require_recover_permission(request) -> None:
-    if not request.user.has_perm("sessions_app.recover_session"):
-        raise ApiError(403, "forbidden", "applying a recovery needs the recover_session permission")
-
-
 @router.post(
     "/sessions/{session_id:session_id}/recover",
     response={200: RepairAppliedOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, **BODY_ERRORS},
     tags=["recovery"],
 )
 def recover_session(request, session_id: str, payload: RepairIn):
-    """Append the recovery plan; with `digest`, only if it is still the plan previewed."""
-    require_recover_permission(request)
+    """Append the recovery plan; with `digest`, only if it is still the plan previewed. Needs the operator role (and a token's `recover` scope)."""
+    access.session_for(access.actor_of(request), session_id, access.RECOVER)
     return applied(services.recover(session_id=session_id, user=request.user, digest=payload.digest, note=payload.note))
 
 
@@ -562,8 +600,8 @@ def recover_session(request, session_id: str, payload: RepairIn):
     tags=["recovery"],
 )
 def patch_dangling_calls(request, session_id: str, payload: RepairIn):
-    """The turn-blind patch for calls outside turns; refused (409 recovery_first) while a turn is open."""
-    require_recover_permission(request)
+    """The turn-blind patch for calls outside turns; refused (409 recovery_first) while a turn is open. Needs the operator role."""
+    access.session_for(access.actor_of(request), session_id, access.RECOVER)
     return applied(
         services.patch_dangling_calls(session_id=session_id, user=request.user, digest=payload.digest, note=payload.note)
     )
@@ -578,10 +616,12 @@ class ForkIn(Schema):
     id: str | None = Field(None, description="The new session's id; generated when absent")
 
 
-@router.post("/sessions/{session_id:session_id}/fork", response={201: SessionOut, 404: ErrorOut, 409: ErrorOut, **BODY_ERRORS}, tags=["forks"])
+@router.post("/sessions/{session_id:session_id}/fork", response={201: SessionOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, **BODY_ERRORS}, tags=["forks"])
 def fork_session(request, session_id: str, payload: ForkIn):
-    """Copy the log up to `boundary` into a new session; refused inside an open turn."""
+    """Copy the log up to `boundary` into a new session of the same project; refused inside an open turn."""
+    access.session_for(access.actor_of(request), session_id, access.FORK)
     child = services.fork(
+        user=request.user,
         session_id=session_id,
         boundary=payload.boundary,
         new_session_id=checked_session_id(payload.id) if payload.id is not None else None,

@@ -48,8 +48,55 @@ class AppendOnlyViolation(Exception):
     """Raised when code tries to change or remove a stored event."""
 
 
+class Project(models.Model):
+    """A team's room: every session belongs to one, and people see only their projects' sessions (sessions_app.access)."""
+
+    DEFAULT_SLUG = "default"
+
+    slug = models.SlugField(max_length=64, unique=True, help_text="Short name used in URLs and the CLI (--project)")
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.name or self.slug
+
+    @classmethod
+    def default(cls) -> "Project":
+        """The project of sessions created with no project named (the CLI, the demo, `create_token`)."""
+        project, _ = cls.objects.get_or_create(slug=cls.DEFAULT_SLUG, defaults={"name": "Default"})
+        return project
+
+
+class Role(models.TextChoices):
+    """What a member may do in a project; each role holds the rights of those before it (access.ROLE_CAPABILITIES)."""
+
+    VIEWER = "viewer", "Viewer: reads sessions"
+    MEMBER = "member", "Member: also creates sessions, appends and forks"
+    OPERATOR = "operator", "Operator: also recovers and patches"
+    ADMIN = "admin", "Admin: also manages members and tokens, reads the audit log"
+
+
+class Membership(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="membership_project_user_unique")]
+        ordering = ["project", "user"]
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.role} of {self.project.slug})"
+
+
 class Session(models.Model):
     id = models.CharField(primary_key=True, max_length=128, validators=[session_id_validator])
+    # Ids stay globally unique (URLs carry no project); a fork stays in its parent's project.
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="sessions")
     agent_name = models.CharField(max_length=200, blank=True, default="")
     metadata = models.JSONField(default=dict, blank=True)
     parent = models.ForeignKey(
@@ -79,8 +126,8 @@ class Session(models.Model):
         indexes = [
             models.Index(fields=["-last_activity_at", "-id"], name="session_activity_idx"),
             models.Index(fields=["interrupted", "-last_activity_at", "-id"], name="session_interrupted_idx"),
+            models.Index(fields=["project", "-last_activity_at", "-id"], name="session_project_activity_idx"),
         ]
-        permissions = [("recover_session", "Can apply a recovery plan to a session")]
 
     def __str__(self) -> str:
         return self.id
@@ -314,27 +361,151 @@ def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+class Scope(models.TextChoices):
+    """What a token may do; its owner's role in the token's project bounds it too (access.py)."""
+
+    READ = "read", "read sessions, events, exports and plans; open streams"
+    APPEND = "append", "create and import sessions, append events"
+    FORK = "fork", "fork sessions"
+    RECOVER = "recover", "apply recovery plans and dangling-call patches"
+    METRICS = "metrics", "scrape metrics (site-level tokens only)"
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def usable(self, now=None):
+        """Tokens that authenticate now: not revoked, not expired, their owner active."""
+        now = now or timezone.now()
+        return self.filter(revoked_at__isnull=True, user__is_active=True).filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+        )
+
+
 class ApiToken(models.Model):
-    """A bearer token; only its SHA-256 is stored."""
+    """A bearer token of one project (or of the site, for `metrics`); only its SHA-256 is stored.
+
+    Revoked tokens are kept (revoked_at) so the audit log and the token list
+    can still name them.
+    """
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="tokens",
+        help_text="None: a site-level token, which may only carry the metrics scope",
+    )
+    scopes = models.JSONField(default=list, blank=True)
+    name = models.CharField(max_length=100, blank=True, default="")
     token_sha256 = models.CharField(max_length=64, unique=True)
-    # The first characters, so a person can tell tokens apart in the admin.
+    # The first characters, so a person can tell tokens apart in lists.
     prefix = models.CharField(max_length=12)
     created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
 
     def __str__(self) -> str:
-        return f"{self.prefix}… ({self.user})"
+        label = f" {self.name}" if self.name else ""
+        return f"{self.prefix}…{label} ({self.user})"
+
+    @property
+    def state(self) -> str:
+        """active | expired | revoked, as lists show it."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= timezone.now():
+            return "expired"
+        return "active"
 
     @classmethod
-    def user_for(cls, token: str):
-        """The active user owning this token, or None."""
-        row = cls.objects.select_related("user").filter(token_sha256=hash_token(token), user__is_active=True).first()
-        return row.user if row is not None else None
+    def usable_for(cls, secret: str) -> "ApiToken | None":
+        """The usable token with this secret (its user loaded), or None."""
+        return cls.objects.usable().select_related("user", "project").filter(token_sha256=hash_token(secret)).first()
 
     @classmethod
-    def issue(cls, user) -> tuple["ApiToken", str]:
-        """Create a token for user; returns the row and the only copy of the secret."""
+    def issue(
+        cls,
+        user,
+        *,
+        project: Project | None,
+        scopes,
+        name: str = "",
+        expires_at=None,
+        created_by=None,
+    ) -> tuple["ApiToken", str]:
+        """Create a token; returns the row and the only copy of the secret.
+
+        Use services.issue_token, which also checks the scopes and audits it.
+        """
         secret = "tl_" + secrets.token_urlsafe(32)
-        row = cls.objects.create(user=user, token_sha256=hash_token(secret), prefix=secret[:10])
+        row = cls.objects.create(
+            user=user,
+            project=project,
+            scopes=sorted(set(scopes)),
+            name=name,
+            expires_at=expires_at,
+            created_by=created_by,
+            token_sha256=hash_token(secret),
+            prefix=secret[:10],
+        )
         return row, secret
+
+
+class AuditEntry(models.Model):
+    """Who did what, when: recoveries, forks, tokens, memberships, refused requests. Append-only."""
+
+    RECOVERY = "recovery"
+    DANGLING_PATCH = "dangling_patch"
+    FORK = "fork"
+    TOKEN_CREATED = "token_created"
+    TOKEN_REVOKED = "token_revoked"
+    MEMBER_ADDED = "member_added"
+    MEMBER_CHANGED = "member_changed"
+    MEMBER_REMOVED = "member_removed"
+    ACCESS_DENIED = "access_denied"
+    ACTIONS = [
+        (RECOVERY, "Recovery applied"),
+        (DANGLING_PATCH, "Dangling calls patched"),
+        (FORK, "Session forked"),
+        (TOKEN_CREATED, "Token created"),
+        (TOKEN_REVOKED, "Token revoked"),
+        (MEMBER_ADDED, "Member added"),
+        (MEMBER_CHANGED, "Member's role changed"),
+        (MEMBER_REMOVED, "Member removed"),
+        (ACCESS_DENIED, "Access denied"),
+    ]
+
+    # None: a site-level action (a site token).
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.PROTECT, related_name="audit_entries")
+    created_at = models.DateTimeField(default=timezone.now)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    # Kept apart from `actor` so the entry still names someone after the account is gone ("cli" for commands).
+    actor_name = models.CharField(max_length=150)
+    action = models.CharField(max_length=20, choices=ACTIONS)
+    # What it was done to, as people read it: a session id, a token prefix, a username.
+    target = models.CharField(max_length=200, blank=True, default="")
+    detail = models.JSONField(default=dict, blank=True)
+
+    objects = EventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["project", "-created_at", "-id"], name="audit_project_time_idx")]
+        verbose_name_plural = "audit entries"
+
+    def __str__(self) -> str:
+        return f"{self.get_action_display()}: {self.target} by {self.actor_name}"
+
+    def save(self, *args, **kwargs):
+        if not self._state.adding:
+            raise AppendOnlyViolation("audit entries are append-only")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args, **kwargs):
+        raise AppendOnlyViolation("audit entries are append-only")

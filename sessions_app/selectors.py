@@ -31,7 +31,7 @@ class SessionPage:
 
 def get_session(session_id: str) -> Session:
     try:
-        return Session.objects.select_related("parent").get(pk=session_id)
+        return Session.objects.select_related("parent", "project").get(pk=session_id)
     except Session.DoesNotExist:
         raise SessionNotFound(session_id) from None
 
@@ -65,6 +65,7 @@ def list_sessions(
     status: str | None = None,
     q: str = "",
     ids: list[str] | None = None,
+    projects: list[int] | None = None,
     limit: int = 50,
     cursor: str | None = None,
     labelled: bool = False,
@@ -72,16 +73,19 @@ def list_sessions(
     """Sessions by newest activity first, keyset-paginated on (activity, id).
 
     `q` matches the id, the agent name, or the name of a tool the session called.
+    `projects` limits it to those projects' sessions (access.Actor.project_ids); None: all (commands).
     `labelled` fills the open-turn labels of the whole page in one query (for
     pages and tables that show them; the API and id lookups do not).
     """
-    sessions = Session.objects.order_by("-last_activity_at", "-id")
+    sessions = Session.objects.select_related("project").order_by("-last_activity_at", "-id")
     if interrupted is not None:
         sessions = sessions.filter(interrupted=interrupted)
     if status:
         sessions = sessions.filter(status_filter(status))
     if ids is not None:
         sessions = sessions.filter(pk__in=ids)
+    if projects is not None:
+        sessions = sessions.filter(project_id__in=projects)
     if "\x00" in q:  # no stored text holds NUL (log.values refuses it), and PostgreSQL cannot take it
         sessions = sessions.none()
     elif q:

@@ -18,6 +18,7 @@ from channels.layers import get_channel_layer
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
+from sessions_app import access
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery as log_recovery
@@ -31,7 +32,18 @@ from sessions_app.errors import (
     SessionNotFound,
     StalePlan,
 )
-from sessions_app.models import REPLACE_BOUND_MAX, CallSighting, Event, IdempotentRequest, RecoveryRecord, Session
+from sessions_app.models import (
+    REPLACE_BOUND_MAX,
+    ApiToken,
+    AuditEntry,
+    CallSighting,
+    Event,
+    IdempotentRequest,
+    Membership,
+    Project,
+    RecoveryRecord,
+    Session,
+)
 from sessions_app.selectors import dangling_patch, fork_point, recovery_plan
 
 logger = logging.getLogger(__name__)
@@ -79,15 +91,20 @@ def create_session(
     session_id: str | None = None,
     agent_name: str = "",
     metadata: dict | None = None,
+    project: Project | None = None,
     parent: Session | None = None,
     seed_length: int = 0,
     created_at: datetime | None = None,
 ) -> Session:
+    """A new empty session in `project` (default: the default project; a fork: its parent's)."""
     # log_values.UnacceptableValue: what PostgreSQL would refuse, SQLite is not given either.
     log_values.check({"agent_name": agent_name, "metadata": metadata or {}})
     now = created_at or timezone.now()
+    if project is None:
+        project = parent.project if parent is not None else Project.default()
     session = Session(
         id=session_id or new_session_id(),
+        project=project,
         agent_name=agent_name or "",
         metadata=metadata or {},
         parent=parent,
@@ -164,6 +181,7 @@ def patch_dangling_calls(*, session_id: str, user, digest: str | None = None, no
 
 
 def _apply_repairs(session, repairs, plan, kind, user, digest, note) -> RepairResult:
+    """Append the repairs if the digest still matches; record who did it (recovery record and audit log)."""
     current = log_recovery.repairs_digest(session.event_count, repairs)
     if digest is not None and digest != current:
         raise StalePlan(plan or log_recovery.Plan([], list(repairs), []), session.event_count)
@@ -183,12 +201,20 @@ def _apply_repairs(session, repairs, plan, kind, user, digest, note) -> RepairRe
         first_seq=rows[0].seq,
         last_seq=rows[-1].seq,
     )
+    audit(
+        project=session.project_id,
+        actor=user,
+        action=AuditEntry.RECOVERY if kind == RecoveryRecord.RECOVERY else AuditEntry.DANGLING_PATCH,
+        target=session.id,
+        detail={"first_seq": record.first_seq, "last_seq": record.last_seq, "digest": current, "note": note},
+    )
     return RepairResult(appended=rows, next_seq=session.event_count, record=record)
 
 
-def fork(*, session_id: str, boundary: object = "last", new_session_id: str | None = None) -> Session:
-    """Copy a prefix of a session into a new one (session-log.md section 5).
+def fork(*, session_id: str, boundary: object = "last", new_session_id: str | None = None, user=None) -> Session:
+    """Copy a prefix of a session into a new one (session-log.md section 5), in the parent's project.
 
+    `user` is who asked (None: a command), for the audit log.
     Refuses with fork.ForkRefused (never clips). The copy keeps each event's
     seq, type, time and data and is made by the database in one INSERT ...
     SELECT, so its cost does not include a Python object per event.
@@ -213,6 +239,13 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
         # A new fork is new activity, whatever the age of what it inherited.
         child.last_activity_at = child.created_at
         child.save(update_fields=["event_count", "step_stack", "stray_turn_ends", "last_event_at", "last_activity_at"])
+        audit(
+            project=parent.project_id,
+            actor=user,
+            action=AuditEntry.FORK,
+            target=parent.id,
+            detail={"fork": child.id, "seed_length": child.seed_length},
+        )
     return child
 
 
@@ -231,8 +264,11 @@ def _copy_prefix(parent: Session, child: Session, seed_length: int) -> None:
             )
 
 
-def import_blob(*, blob: object, session_id: str | None = None) -> tuple[Session, list[str]]:
-    """Create a session from a version 1 or 2 blob; seqs are reassigned."""
+def import_blob(*, blob: object, session_id: str | None = None, project: Project | None = None) -> tuple[Session, list[str]]:
+    """Create a session in `project` (default: the default project) from a version 1 or 2 blob; seqs are reassigned.
+
+    A parent is kept only when it is in the same project (a link across
+    projects would show one team's session to another)."""
     loaded = log_blob.read_blob(blob, now=timezone.now())
     warnings = list(loaded.warnings)
     exported = loaded.extra.get("session") if isinstance(loaded.extra.get("session"), dict) else {}
@@ -240,22 +276,23 @@ def import_blob(*, blob: object, session_id: str | None = None) -> tuple[Session
     if not isinstance(agent_name, str) or len(agent_name) > AGENT_NAME_MAX:
         warnings.append(f"agent_name {log_events.show_json(agent_name)} is not a text of at most {AGENT_NAME_MAX} characters; imported without it")
         agent_name = ""
-    parent, seed_length = _importable_parent(loaded.extra.get("parent") or exported.get("parent"), warnings)
+    project = project or Project.default()
+    parent, seed_length = _importable_parent(loaded.extra.get("parent") or exported.get("parent"), project, warnings)
     with transaction.atomic():
         session = create_session(
-            session_id=session_id, agent_name=agent_name, parent=parent, seed_length=seed_length
+            session_id=session_id, agent_name=agent_name, project=project, parent=parent, seed_length=seed_length
         )
         _store(session, loaded.events)
     return session, warnings
 
 
-def _importable_parent(parent_ref: object, warnings: list[str]) -> tuple[Session | None, int]:
+def _importable_parent(parent_ref: object, project: Project, warnings: list[str]) -> tuple[Session | None, int]:
     if not isinstance(parent_ref, dict) or not parent_ref.get("session_id"):
         return None, 0
-    parent = Session.objects.filter(pk=str(parent_ref["session_id"])).first()
+    parent = Session.objects.filter(pk=str(parent_ref["session_id"]), project=project).first()
     seed_length = parent_ref.get("seed_length")
     if parent is None:
-        warnings.append(f"parent session {parent_ref['session_id']!r} does not exist here; imported without a parent")
+        warnings.append(f"parent session {parent_ref['session_id']!r} does not exist in this project; imported without a parent")
         return None, 0
     if not log_events.is_integer(seed_length) or not 0 <= seed_length <= parent.event_count:
         warnings.append(
@@ -371,3 +408,109 @@ def _send(messages: list[tuple[str, dict]]) -> None:
 async def _send_all(layer, messages: list[tuple[str, dict]]) -> None:
     for group, message in messages:
         await layer.group_send(group, message)
+
+
+# Access: tokens, memberships and the audit log ------------------------------
+
+
+def audit(*, project: Project | int | None, actor, action: str, target: str = "", detail: dict | None = None) -> AuditEntry:
+    """One audit entry; `actor` None means a management command ("cli")."""
+    return AuditEntry.objects.create(
+        project_id=project.pk if isinstance(project, Project) else project,
+        actor=actor if actor is not None and actor.is_authenticated else None,
+        actor_name=actor.get_username() if actor is not None and actor.is_authenticated else "cli",
+        action=action,
+        target=target,
+        detail=detail or {},
+    )
+
+
+class InvalidScopes(ValueError):
+    pass
+
+
+def issue_token(
+    *,
+    user,
+    project: Project | None,
+    scopes,
+    name: str = "",
+    expires_at: datetime | None = None,
+    created_by=None,
+) -> tuple[ApiToken, str]:
+    """A new token for `user` in `project` (None: site-level, `metrics` only); returns it and its only copy.
+
+    The scopes must be ones the user's role there allows (InvalidScopes otherwise).
+    """
+    scopes = set(scopes)
+    if not scopes:
+        raise InvalidScopes("a token needs at least one scope")
+    if project is None:
+        if not scopes <= access.SITE_SCOPES:
+            raise InvalidScopes(f"a site-level token may only carry {sorted(access.SITE_SCOPES)}")
+        if not user.is_superuser:
+            raise InvalidScopes("only a superuser may hold a site-level (metrics) token")
+    else:
+        if not scopes <= access.PROJECT_SCOPES:
+            raise InvalidScopes(f"a project token's scopes are among {sorted(access.PROJECT_SCOPES)}")
+        allowed = access.Actor(user=user).capabilities(project.pk)
+        if not scopes <= allowed:
+            held = access.Actor(user=user).roles().get(project.pk)
+            raise InvalidScopes(
+                f"{user.get_username()} is {'a ' + held if held else 'not a member'} of {project.slug}"
+                f" and may not use the scopes {sorted(scopes - allowed)}"
+            )
+    if expires_at is not None and expires_at <= timezone.now():
+        raise InvalidScopes("the expiry must be in the future")
+    with transaction.atomic():
+        row, secret = ApiToken.issue(
+            user, project=project, scopes=scopes, name=name, expires_at=expires_at, created_by=created_by
+        )
+        audit(
+            project=project,
+            actor=created_by,
+            action=AuditEntry.TOKEN_CREATED,
+            target=row.prefix,
+            detail={"user": user.get_username(), "scopes": row.scopes, "name": name,
+                    "expires_at": log_events.format_time(expires_at) if expires_at else None},
+        )
+    return row, secret
+
+
+def revoke_token(*, token: ApiToken, by=None) -> bool:
+    """Revoke a token at once (API answers 401; open streams close within TURNLOG_CREDENTIAL_CHECK_SECONDS).
+
+    False when it was already revoked.
+    """
+    with transaction.atomic():
+        changed = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+        if changed:
+            audit(
+                project=token.project_id,
+                actor=by,
+                action=AuditEntry.TOKEN_REVOKED,
+                target=token.prefix,
+                detail={"user": token.user.get_username(), "name": token.name},
+            )
+    token.refresh_from_db(fields=["revoked_at"])
+    return bool(changed)
+
+
+def set_membership(*, project: Project, user, role: str | None, by=None) -> Membership | None:
+    """Add a member, change their role, or (role None) remove them; audited. Their tokens stay bounded by the new role."""
+    with transaction.atomic():
+        current = Membership.objects.select_for_update().filter(project=project, user=user).first()
+        target = user.get_username()
+        if role is None:
+            if current is not None:
+                current.delete()
+                audit(project=project, actor=by, action=AuditEntry.MEMBER_REMOVED, target=target, detail={"role": current.role})
+            return None
+        if current is None:
+            current = Membership.objects.create(project=project, user=user, role=role)
+            audit(project=project, actor=by, action=AuditEntry.MEMBER_ADDED, target=target, detail={"role": role})
+        elif current.role != role:
+            before, current.role = current.role, role
+            current.save(update_fields=["role"])
+            audit(project=project, actor=by, action=AuditEntry.MEMBER_CHANGED, target=target, detail={"from": before, "to": role})
+        return current

@@ -4,7 +4,7 @@ import shutil
 import pytest
 from django.test import Client
 
-from sessions_app.models import ApiToken
+from tests.access import token_for
 
 
 # Per-test budgets of the slow suites, so a hang fails its run within minutes
@@ -52,8 +52,8 @@ def agent_user(django_user_model):
 
 @pytest.fixture
 def api(agent_user):
-    _, token = ApiToken.issue(agent_user)
-    return ApiClient(token)
+    """A member of the default project: reads, creates, appends and forks there."""
+    return ApiClient(token_for(agent_user))
 
 
 def find_chromium() -> str:

@@ -17,7 +17,7 @@ from django.db import OperationalError, connections
 from django.test import Client
 
 from dashboard import stream
-from sessions_app.models import ApiToken
+from tests.access import member, token_for
 
 QUIET = 0.3  # how long "nothing more arrives" is watched for
 WAIT = 3  # the longest a frame that must come may take
@@ -75,12 +75,15 @@ async def fresh_layer():
 
 @pytest.fixture
 def user(django_user_model):
-    return django_user_model.objects.create_user("viewer")
+    """A member of the default project (every session these tests make lands there)."""
+    user = django_user_model.objects.create_user("viewer")
+    member(user)
+    return user
 
 
 @pytest.fixture
 def token(user):
-    return ApiToken.issue(user)[1]
+    return token_for(user)
 
 
 @pytest.fixture

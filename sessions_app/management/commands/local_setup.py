@@ -4,10 +4,10 @@ from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand
 
-from sessions_app.models import ApiToken, hash_token
+from sessions_app import access, services
+from sessions_app.models import ApiToken, Project, Role, hash_token
 
 CREDENTIALS_FILE = Path(settings.BASE_DIR) / "var" / "local-admin.json"
 
@@ -47,7 +47,7 @@ class Command(BaseCommand):
         if CREDENTIALS_FILE.exists():
             stored = json.loads(CREDENTIALS_FILE.read_text())
             user = get_user_model().objects.filter(username=stored["username"]).first()
-            if user and user.check_password(stored["password"]) and ApiToken.objects.filter(
+            if user and user.check_password(stored["password"]) and ApiToken.objects.usable().filter(
                 token_sha256=hash_token(stored["token"])
             ).exists():
                 return stored
@@ -57,8 +57,9 @@ class Command(BaseCommand):
         user.is_staff = user.is_superuser = True
         user.set_password(password)
         user.save()
-        user.user_permissions.add(Permission.objects.get(content_type__app_label="sessions_app", codename="recover_session"))
-        _, token = ApiToken.issue(user)
+        project = Project.default()
+        services.set_membership(project=project, user=user, role=Role.ADMIN)
+        _, token = services.issue_token(user=user, project=project, scopes=access.role_scopes(Role.ADMIN), name="local admin")
         stored = {"username": username, "password": password, "token": token}
         CREDENTIALS_FILE.parent.mkdir(parents=True, exist_ok=True)
         CREDENTIALS_FILE.write_text(json.dumps(stored))

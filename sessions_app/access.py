@@ -1,0 +1,188 @@
+"""Who may see or change what: the one door every list, page, API operation,
+stream, export, admin page and command goes through.
+
+A person acts through an `Actor`: a user, and the API token they sent (if
+any). In each project a member has a role; a role grants capabilities, and
+a token grants the capabilities of its scopes, only in its own project and
+never more than its owner's role there. Superusers are admins of every
+project.
+
+A session in a project the actor cannot read does not exist for them
+(SessionNotFound, a 404), so ids of other teams' sessions are not revealed;
+a session they can read but not change answers Forbidden (403), and the
+refusal is audited.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.db.models import QuerySet
+
+from sessions_app import selectors
+from sessions_app.errors import SessionNotFound
+from sessions_app.models import ApiToken, AuditEntry, Membership, Project, Role, Scope, Session
+
+# Capabilities share the scopes' names: a token's scope is the capability it lends.
+READ, APPEND, FORK, RECOVER, ADMIN = "read", "append", "fork", "recover", "admin"
+CAPABILITY_WORDS = {
+    READ: "read sessions",
+    APPEND: "create sessions and append events",
+    FORK: "fork sessions",
+    RECOVER: "apply recoveries (operator)",
+    ADMIN: "manage the project (admin)",
+}
+
+ROLE_CAPABILITIES: dict[str, frozenset[str]] = {
+    Role.VIEWER: frozenset({READ}),
+    Role.MEMBER: frozenset({READ, APPEND, FORK}),
+    Role.OPERATOR: frozenset({READ, APPEND, FORK, RECOVER}),
+    Role.ADMIN: frozenset({READ, APPEND, FORK, RECOVER, ADMIN}),
+}
+PROJECT_SCOPES = frozenset({Scope.READ, Scope.APPEND, Scope.FORK, Scope.RECOVER})
+SITE_SCOPES = frozenset({Scope.METRICS})
+
+
+class Forbidden(Exception):
+    """The actor sees the session (or project) but may not do this with it."""
+
+    def __init__(self, detail: str, *, capability: str):
+        super().__init__(detail)
+        self.detail, self.capability = detail, capability
+
+
+@dataclass
+class Actor:
+    user: object
+    token: ApiToken | None = None
+    _roles: dict[int, str] | None = field(default=None, repr=False)
+
+    @property
+    def name(self) -> str:
+        if self.user is None or not self.user.is_authenticated:
+            return "anonymous"
+        return self.user.get_username()
+
+    def roles(self) -> dict[int, str]:
+        """project id -> role, read once per actor (superusers: admin of every project)."""
+        if self._roles is None:
+            user = self.user
+            if user is None or not user.is_authenticated or not user.is_active:
+                self._roles = {}
+            elif user.is_superuser:
+                self._roles = {pk: Role.ADMIN for pk in Project.objects.values_list("pk", flat=True)}
+            else:
+                self._roles = dict(Membership.objects.filter(user=user).values_list("project_id", "role"))
+        return self._roles
+
+    def capabilities(self, project_id: int) -> frozenset[str]:
+        granted = ROLE_CAPABILITIES.get(self.roles().get(project_id), frozenset())
+        if self.token is not None:
+            if self.token.project_id != project_id:
+                return frozenset()
+            granted = granted & frozenset(self.token.scopes)
+        return granted
+
+    def can(self, project_id: int, capability: str) -> bool:
+        return capability in self.capabilities(project_id)
+
+    def project_ids(self, capability: str = READ) -> list[int]:
+        return [pk for pk in self.roles() if self.can(pk, capability)]
+
+
+def actor_of(request) -> Actor:
+    """The request's actor (cached on it): its user, and the API token that authenticated it."""
+    actor = getattr(request, "turnlog_actor", None)
+    if actor is None or actor.user is not request.user:
+        actor = Actor(user=request.user, token=getattr(request, "api_token", None))
+        request.turnlog_actor = actor
+    return actor
+
+
+def visible_sessions(actor: Actor, capability: str = READ) -> QuerySet[Session]:
+    return Session.objects.filter(project_id__in=actor.project_ids(capability))
+
+
+def projects(actor: Actor, capability: str = READ) -> QuerySet[Project]:
+    return Project.objects.filter(pk__in=actor.project_ids(capability))
+
+
+def session_for(actor: Actor, session_id: str, capability: str = READ) -> Session:
+    """The session if the actor may do `capability` with it.
+
+    SessionNotFound when it does not exist or the actor may do nothing in its
+    project (the refusal is audited for that project);
+    Forbidden when they can read it but not this.
+    """
+    session = selectors.get_session(session_id)
+    if not actor.capabilities(session.project_id):  # nothing at all there: as if it did not exist
+        audit_denied(actor, project_id=session.project_id, target=session.id, capability=capability)
+        raise SessionNotFound(session_id)
+    if not actor.can(session.project_id, capability):
+        audit_denied(actor, project_id=session.project_id, target=session.id, capability=capability)
+        raise Forbidden(refusal(actor, capability), capability=capability)
+    return session
+
+
+def project_for(actor: Actor, slug: str | None, capability: str) -> Project:
+    """The project a new session goes into (create, import).
+
+    `slug` names it; without one, the token's project, else the one project
+    where the actor may do this. ProjectNotFound / Forbidden / ProjectRequired otherwise.
+    """
+    if slug is None and actor.token is not None and actor.token.project_id is not None:
+        project = actor.token.project
+    elif slug is None:
+        allowed = list(projects(actor, capability)[:2])
+        if len(allowed) != 1:
+            raise ProjectRequired(
+                "name the project (`project`): you may "
+                + (f"{CAPABILITY_WORDS[capability]} in more than one" if allowed else f"{CAPABILITY_WORDS[capability]} in none")
+            )
+        return allowed[0]
+    else:
+        project = Project.objects.filter(slug=slug).first()
+        if project is None or not actor.capabilities(project.pk):
+            if project is not None:
+                audit_denied(actor, project_id=project.pk, target=f"project {slug}", capability=capability)
+            raise ProjectNotFound(slug)
+    if not actor.can(project.pk, capability):
+        audit_denied(actor, project_id=project.pk, target=f"project {project.slug}", capability=capability)
+        raise Forbidden(refusal(actor, capability, project=project), capability=capability)
+    return project
+
+
+class ProjectNotFound(Exception):
+    def __init__(self, slug: str):
+        super().__init__(f"project {slug!r} does not exist or you are not a member")
+
+
+class ProjectRequired(Exception):
+    pass
+
+
+def refusal(actor: Actor, capability: str, *, project: Project | None = None) -> str:
+    """Why the actor may not: their role, or their token's scopes."""
+    where = f" in project {project.slug}" if project is not None else ""
+    if actor.token is not None and capability not in actor.token.scopes:
+        return f"this token may not {CAPABILITY_WORDS[capability]}: it lacks the {capability!r} scope"
+    return f"your role{where} may not {CAPABILITY_WORDS[capability]}"
+
+
+def audit_denied(actor: Actor, *, project_id: int | None, target: str, capability: str) -> None:
+    """Record a refused authorisation (authenticated actors only: anonymous refusals are 401s, not recorded)."""
+    if actor.user is None or not actor.user.is_authenticated:
+        return
+    AuditEntry.objects.create(
+        project_id=project_id,
+        actor=actor.user,
+        actor_name=actor.name,
+        action=AuditEntry.ACCESS_DENIED,
+        target=target,
+        detail={"capability": capability, **({"token": actor.token.prefix} if actor.token is not None else {})},
+    )
+
+
+def role_scopes(role: str) -> frozenset[str]:
+    """The scopes a token of a member with this role can use."""
+    return ROLE_CAPABILITIES[role] & PROJECT_SCOPES
