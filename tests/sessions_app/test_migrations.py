@@ -6,3 +6,50 @@ from django.core.management import call_command
 def test_the_models_have_no_change_without_a_migration():
     # Exits with status 1 (SystemExit) when a model change has no migration.
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_existing_data_moves_into_a_default_project_with_the_rights_people_had():
+    from django.contrib.contenttypes.models import ContentType
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+    from django.utils import timezone
+
+    from sessions_app.models import Session as SessionModel
+
+    before, after = [("sessions_app", "0003_event_wide_replace_bounds_and_long_call_ids")], [("sessions_app", "0004_projects_tokens_audit")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    User, Permission = old.get_model("auth", "User"), old.get_model("auth", "Permission")
+    Session, ApiToken = old.get_model("sessions_app", "Session"), old.get_model("sessions_app", "ApiToken")
+    root = User.objects.create(username="root", is_superuser=True, is_staff=True)
+    ops = User.objects.create(username="ops", is_staff=True)
+    granted = User.objects.create(username="granted")
+    # The permission as 0001 declared it (today's models no longer create it).
+    session_type = ContentType.objects.get_for_model(SessionModel)
+    recover, _ = Permission.objects.get_or_create(
+        codename="recover_session", content_type_id=session_type.pk, defaults={"name": "Can apply a recovery plan to a session"}
+    )
+    granted.user_permissions.add(recover.pk)
+    agent = User.objects.create(username="agent")
+    now = timezone.now()
+    for sid in ("s1", "s2"):
+        Session.objects.create(id=sid, created_at=now, last_activity_at=now)
+    for user, digest in ((agent, "a" * 64), (ops, "b" * 64)):
+        ApiToken.objects.create(user=user, token_sha256=digest, prefix="tl_x")
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    new = executor.loader.project_state(after).apps
+    Project, Membership = new.get_model("sessions_app", "Project"), new.get_model("sessions_app", "Membership")
+    project = Project.objects.get()
+    assert project.slug == "default"
+    assert set(new.get_model("sessions_app", "Session").objects.values_list("project_id", flat=True)) == {project.pk}
+    roles = dict(Membership.objects.filter(project=project).values_list("user__username", "role"))
+    assert roles == {"root": "admin", "ops": "operator", "granted": "operator", "agent": "member"}
+    tokens = {t.user.username: t for t in new.get_model("sessions_app", "ApiToken").objects.select_related("user")}
+    assert tokens["agent"].project_id == project.pk and tokens["agent"].scopes == ["append", "fork", "read"]
+    assert tokens["ops"].scopes == ["append", "fork", "read", "recover"]
+
+    MigrationExecutor(connection).migrate(executor.loader.graph.leaf_nodes("sessions_app"))
