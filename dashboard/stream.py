@@ -102,6 +102,7 @@ async def authenticate(scope) -> tuple[object | None, str | None]:
     if token:
         row = await database_sync_to_async(ApiToken.usable_for)(token)
         if row is not None:
+            await database_sync_to_async(row.mark_used)()
             scope["api_token"] = row
             return row.user, TOKEN
     user = scope.get("user")

@@ -11,7 +11,6 @@ from typing import Any, Literal
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
-from django.utils import timezone
 from django.http import HttpRequest, JsonResponse
 from django.urls import URLPattern
 from django.views.decorators.csrf import csrf_exempt
@@ -34,19 +33,13 @@ from sessions_app.models import SESSION_ID_PATTERN, ApiToken, Session
 SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
 
 
-# How stale a token's last_used_at may get: a write per request would cost more than it tells.
-LAST_USED_RESOLUTION_SECONDS = 60
-
-
 class BearerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str):
         row = ApiToken.usable_for(token)
         if row is None:
             return None
         request.user, request.api_token = row.user, row
-        now = timezone.now()
-        if row.last_used_at is None or (now - row.last_used_at).total_seconds() > LAST_USED_RESOLUTION_SECONDS:
-            ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
+        row.mark_used()
         return row.user
 
 

@@ -423,6 +423,16 @@ class ApiToken(models.Model):
             return "expired"
         return "active"
 
+    # How stale last_used_at may get: a write per request would cost more than it tells.
+    LAST_USED_RESOLUTION_SECONDS = 60
+
+    def mark_used(self) -> None:
+        """Record use (at most once a minute per token): the API and the streams call it on each authentication."""
+        now = timezone.now()
+        if self.last_used_at is None or (now - self.last_used_at).total_seconds() > self.LAST_USED_RESOLUTION_SECONDS:
+            ApiToken.objects.filter(pk=self.pk).update(last_used_at=now)
+            self.last_used_at = now
+
     @classmethod
     def usable_for(cls, secret: str) -> "ApiToken | None":
         """The usable token with this secret (its user loaded), or None."""
