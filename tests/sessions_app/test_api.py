@@ -59,6 +59,7 @@ def test_create_session_returns_the_session_object(api):
     body = make_session(api, "billing:run-1.a_b", agent_name="billing-bot", metadata={"env": "prod"})
     assert body == {
         "id": "billing:run-1.a_b",
+        "project": "default",
         "agent_name": "billing-bot",
         "metadata": {"env": "prod"},
         "created_at": body["created_at"],

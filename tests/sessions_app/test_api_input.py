@@ -9,7 +9,8 @@ import json
 import pytest
 from django.test import Client
 
-from sessions_app.models import REPLACE_BOUND_MAX, CallSighting, Event, IdempotentRequest, RecoveryRecord, Session, ToolPolicy
+from sessions_app.models import REPLACE_BOUND_MAX, CallSighting, Event, IdempotentRequest, RecoveryRecord, Role, Session, ToolPolicy
+from tests.access import token_for
 from tests.conftest import ApiClient
 from tests.sessions_app import factories as f
 
@@ -50,11 +51,8 @@ def stored_counts():
 
 @pytest.fixture
 def staff_api(django_user_model):
-    from sessions_app.models import ApiToken
-
-    user = django_user_model.objects.create_user("ops", is_staff=True, is_superuser=True)
-    _, token = ApiToken.issue(user)
-    return ApiClient(token)
+    """An operator of the default project: may also recover and patch."""
+    return ApiClient(token_for(django_user_model.objects.create_user("ops"), role=Role.OPERATOR))
 
 
 # What the log accepted reads back everywhere --------------------------------------

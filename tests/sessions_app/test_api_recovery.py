@@ -1,11 +1,11 @@
 """api.md, section Recovery: the plan and its confirmation over HTTP."""
 
 import pytest
-from django.contrib.auth.models import Permission
 
 from sessions_app.log import recovery
 from sessions_app.log.events import event_to_wire
-from sessions_app.models import ApiToken, Event, RecoveryRecord, ToolPolicy
+from sessions_app.models import Event, RecoveryRecord, Role, ToolPolicy
+from tests.access import token_for
 from tests.conftest import ApiClient
 from tests.sessions_app.log.strategies import events_of, message
 from tests.sessions_app.log.test_recovery import NOT_STARTED, OUTCOME_UNKNOWN, WORKED_EXAMPLE, assistant, dispatch, result
@@ -15,9 +15,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def staff(django_user_model):
-    user = django_user_model.objects.create_user("ops", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="recover_session"))
-    return ApiClient(ApiToken.issue(user)[1])
+    """An operator of the default project: the role that may apply recoveries."""
+    return ApiClient(token_for(django_user_model.objects.create_user("ops", is_staff=True), role=Role.OPERATOR))
 
 
 def store(api, session_id, items):
@@ -109,12 +108,19 @@ def test_a_stale_digest_is_409_with_the_fresh_plan_and_stores_nothing(staff):
     assert Event.objects.count() == 11 and not RecoveryRecord.objects.exists()
 
 
-def test_recover_needs_the_permission_checked_first(api):
+def test_recover_needs_the_operator_role_checked_first(api):
+    # `api` is a member: it reads the session, so a stale digest would be a 409 if the role were not checked first.
     store(api, "crashed", WORKED_EXAMPLE)
-    for path in ["/api/v1/sessions/crashed/recover", "/api/v1/sessions/ghost/recover", "/api/v1/sessions/crashed/patch-dangling-calls"]:
+    for path in ["/api/v1/sessions/crashed/recover", "/api/v1/sessions/crashed/patch-dangling-calls"]:
         response = api.post(path, {"digest": "whatever"})
-        assert response.status_code == 403 and response.json()["error"] == "forbidden"
-    assert Event.objects.count() == 10
+        assert response.status_code == 403 and response.json()["error"] == "forbidden", path
+    assert Event.objects.count() == 10 and not RecoveryRecord.objects.exists()
+
+
+def test_recovering_a_session_that_exists_nowhere_is_404_for_a_member_too(api):
+    # No project, so no role to check: an unknown id is not_found for everyone.
+    response = api.post("/api/v1/sessions/ghost/recover", {"digest": "whatever"})
+    assert response.status_code == 404 and response.json()["error"] == "not_found"
 
 
 def test_recover_of_an_unknown_session_is_404(staff):

@@ -14,7 +14,6 @@ about a minute per backend on a 2-core machine; a failing check fails pytest.
 
 import pytest
 import schemathesis
-from django.contrib.auth.models import Permission
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
@@ -29,7 +28,8 @@ from schemathesis.specs.openapi.checks import (
 
 from sessions_app import services
 from sessions_app.log.events import validate_batch
-from sessions_app.models import ApiToken
+from sessions_app.models import Role
+from tests.access import token_for
 from tests.sessions_app import factories as f
 
 pytestmark = pytest.mark.django_db
@@ -63,11 +63,10 @@ def in_test_transaction():
 @pytest.fixture
 def operator_token(django_user_model, in_test_transaction):
     user = django_user_model.objects.create_user("schema-operator", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="recover_session"))
     for session_id, events in SESSIONS.items():
-        services.create_session(session_id=session_id)
+        services.create_session(session_id=session_id)  # the default project, where the token's owner is an operator
         services.append_events(session_id=session_id, events=validate_batch(events))
-    return ApiToken.issue(user)[1]
+    return token_for(user, role=Role.OPERATOR)
 
 
 @schema.parametrize()

@@ -4,14 +4,14 @@ import pytest
 from django.db.models import ProtectedError
 from django.utils import timezone
 
-from sessions_app.models import AppendOnlyViolation, Event, Session
+from sessions_app.models import AppendOnlyViolation, Event, Project, Session
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def stored_event():
-    session = Session.objects.create(id="s1")
+    session = Session.objects.create(id="s1", project=Project.default())
     return Event.objects.create(session=session, seq=0, type="user_message", time=timezone.now(), data={"content": "hi"})
 
 

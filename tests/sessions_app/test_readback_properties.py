@@ -22,12 +22,12 @@ from datetime import UTC, datetime, timedelta, timezone
 from decimal import Decimal
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.test import Client
 from hypothesis import HealthCheck, event, example, given, note, settings
 from hypothesis import strategies as st
 
-from sessions_app.models import ApiToken
+from sessions_app.models import Role
+from tests.access import token_for
 from tests.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db
@@ -320,12 +320,12 @@ def read_back_everywhere(api: ApiClient, browser: Client, session_id: str, appen
 
 @pytest.fixture
 def operator(django_user_model):
-    """A staff user who may recover: a token client for the API, a logged-in browser client."""
+    """An operator of the default project, who may recover: a token client for the API, a logged-in browser client."""
     user = django_user_model.objects.create_user("operator", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="recover_session"))
+    token = token_for(user, role=Role.OPERATOR)
     browser = Client()
     browser.force_login(user)
-    return ApiClient(ApiToken.issue(user)[1]), browser
+    return ApiClient(token), browser
 
 
 @READBACK
