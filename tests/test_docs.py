@@ -7,8 +7,9 @@ from pathlib import Path
 from django.conf import settings
 
 from dashboard import consumers
-from sessions_app import selectors
+from sessions_app import access, selectors
 from sessions_app.api import api
+from sessions_app.models import AuditEntry, Role, Scope
 
 ROOT = Path(settings.BASE_DIR)
 API_DOC = (ROOT / "docs" / "api.md").read_text()
@@ -63,3 +64,62 @@ def test_the_readme_links_only_to_files_in_the_repository():
 def test_the_openapi_description_points_to_the_docs():
     description = api.get_openapi_schema()["info"]["description"]
     assert "docs/session-log.md" in description and "docs/api.md" in description
+
+
+def markdown_table(doc: str, header: str) -> list[list[str]]:
+    """The rows (cells stripped) of the table whose header line is `header`."""
+    lines = doc.split("\n")
+    start = lines.index(header) + 2  # past the header and its --- line
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip("|").split("|")])
+    return rows
+
+
+def test_the_roles_table_is_what_access_grants():
+    capabilities = [access.READ, access.APPEND, access.FORK, access.RECOVER, access.ADMIN]
+    rows = markdown_table(API_DOC, "| role | " + " | ".join(capabilities) + " |")
+    documented = {row[0]: {cap for cap, cell in zip(capabilities, row[1:], strict=True) if cell == "yes"} for row in rows}
+    assert all(cell in {"yes", "no"} for row in rows for cell in row[1:])
+    assert documented == {f"`{role}`": set(granted) for role, granted in access.ROLE_CAPABILITIES.items()}
+    assert set(access.ROLE_CAPABILITIES) == set(Role.values)
+
+
+def test_every_token_scope_is_documented():
+    rows = markdown_table(API_DOC, "| scope | lets the token |")
+    assert [row[0] for row in rows] == [f"`{scope}`" for scope in Scope.values]
+
+
+def test_every_audit_action_is_documented():
+    rows = markdown_table(API_DOC, "| action | recorded when | target | details |")
+    assert [row[0] for row in rows] == [f"`{action}`" for action, _ in AuditEntry.ACTIONS]
+
+
+def test_every_environment_setting_is_in_the_readme():
+    settings_source = (ROOT / "dashboard" / "settings.py").read_text()
+    names = set(re.findall(r'(?:environ\.get|env_flag)\(\s*"([A-Z0-9_]+)"', settings_source))
+    assert {"DATABASE_URL", "TURNLOG_STALL_SECONDS", "DJANGO_DEBUG"} <= names
+    readme = (ROOT / "README.md").read_text()
+    for name in names:
+        assert f"| `{name}` |" in readme, name
+
+
+def heading_anchors(doc: str) -> set[str]:
+    """The anchors GitHub gives the headings, and the explicit <a id>s."""
+    headings = re.findall(r"^#+ (.+)$", doc, flags=re.MULTILINE)
+    slugs = {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
+    return slugs | set(re.findall(r'<a id="([^"]+)"></a>', doc))
+
+
+def test_every_link_into_the_docs_names_an_anchor_that_exists():
+    docs = {name: (ROOT / name).read_text() for name in ["README.md", "docs/api.md", "docs/session-log.md"]}
+    checked = 0
+    for name, text in docs.items():
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
+            linked = name if not target else str((Path(name).parent / target)).removeprefix("./")
+            if linked in docs:
+                assert anchor in heading_anchors(docs[linked]), f"{name}: {target}#{anchor}"
+                checked += 1
+    assert checked > 10
