@@ -1,12 +1,36 @@
-"""Admin: logs are read-only here; tool policies are the one thing people edit."""
+"""Admin: logs are read-only here, and staff see only their projects' logs (sessions_app.access).
 
+Tool policies are the one thing edited here by hand, by superusers (they are
+site-wide: they rank every project's recoveries). Projects, their members,
+tokens and the audit log are for superusers; a project's own admins manage
+it on its project page.
+"""
+
+from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.db.models import Count, Q
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html
 
-from sessions_app import selectors
-from sessions_app.models import ApiToken, Event, RecoveryRecord, Session, ToolPolicy
+from sessions_app import access, selectors, services
+from sessions_app.models import (
+    ApiToken,
+    AuditEntry,
+    Event,
+    Membership,
+    Project,
+    RecoveryRecord,
+    Role,
+    Session,
+    ToolPolicy,
+)
+
+
+def is_active_superuser(request) -> bool:
+    return request.user.is_active and request.user.is_superuser
 
 
 class StaffMayView:
@@ -19,6 +43,16 @@ class StaffMayView:
         return request.user.is_active and request.user.is_staff
 
 
+class SuperusersOnly:
+    """Who holds which rights and credentials, in every project: superusers only, whatever model permissions say."""
+
+    def has_module_permission(self, request):
+        return is_active_superuser(request)
+
+    def has_view_permission(self, request, obj=None):
+        return is_active_superuser(request)
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
     def has_add_permission(self, request, obj=None):
         return False
@@ -28,6 +62,17 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+
+class ProjectScoped:
+    """Rows of the projects the user may read; another project's row is missing, so its page says it doesn't exist."""
+
+    # The lookup from the model to its session's project.
+    project_path = "session__project"
+
+    def get_queryset(self, request):
+        readable = access.actor_of(request).project_ids(access.READ)
+        return super().get_queryset(request).filter(**{f"{self.project_path}__in": readable})
 
 
 class RecoveryRecordInline(admin.TabularInline):
@@ -55,9 +100,12 @@ class StatusFilter(admin.SimpleListFilter):
 
 
 @admin.register(Session)
-class SessionAdmin(StaffMayView, ReadOnlyAdmin):
-    list_display = ["id", "agent_name", "status", "event_count", "open_turns_display", "last_activity_at", "parent"]
-    list_filter = [StatusFilter, "interrupted"]
+class SessionAdmin(StaffMayView, ProjectScoped, ReadOnlyAdmin):
+    project_path = "project"
+    list_display = ["id", "project", "agent_name", "status", "event_count", "open_turns_display", "last_activity_at", "parent"]
+    # RelatedOnly: the filter offers the projects of rows the user sees, not every project's name.
+    list_filter = [StatusFilter, "interrupted", ("project", admin.RelatedOnlyFieldListFilter)]
+    list_select_related = ["project"]
     search_fields = ["id", "agent_name"]
     date_hierarchy = "last_activity_at"
     raw_id_fields = ["parent"]
@@ -70,7 +118,10 @@ class SessionAdmin(StaffMayView, ReadOnlyAdmin):
 
     @admin.action(description="Preview recovery of the selected sessions")
     def preview_recovery(self, request, queryset):
-        """Like the delete confirmation: an intermediate page, here the recovery preview itself."""
+        """Like the delete confirmation: an intermediate page, here the recovery preview itself.
+
+        The queryset is the changelist's, so it holds only sessions the user may read.
+        """
         sessions = list(queryset.order_by("-last_activity_at"))
         if len(sessions) == 1:
             return redirect("recovery_preview", sessions[0].id)
@@ -87,7 +138,7 @@ class SessionAdmin(StaffMayView, ReadOnlyAdmin):
 
 
 @admin.register(Event)
-class EventAdmin(StaffMayView, ReadOnlyAdmin):
+class EventAdmin(StaffMayView, ProjectScoped, ReadOnlyAdmin):
     list_display = ["session", "seq", "type", "time", "call_id", "turn_seq", "step_seq"]
     ordering = ["session", "seq"]
     list_filter = ["type"]
@@ -97,9 +148,9 @@ class EventAdmin(StaffMayView, ReadOnlyAdmin):
 
 
 @admin.register(RecoveryRecord)
-class RecoveryRecordAdmin(StaffMayView, ReadOnlyAdmin):
+class RecoveryRecordAdmin(StaffMayView, ProjectScoped, ReadOnlyAdmin):
     list_display = ["session", "kind", "username", "created_at", "appended", "note"]
-    list_filter = ["kind"]
+    list_filter = ["kind", ("session__project", admin.RelatedOnlyFieldListFilter)]
     search_fields = ["session__id", "username", "note"]
 
     @admin.display(description="seqs appended")
@@ -110,20 +161,157 @@ class RecoveryRecordAdmin(StaffMayView, ReadOnlyAdmin):
 
 @admin.register(ToolPolicy)
 class ToolPolicyAdmin(StaffMayView, admin.ModelAdmin):
-    """Editing needs the toolpolicy model permissions (superusers, and operators made by `create_token --staff`)."""
+    """Staff read the policies; only superusers change them: one policy ranks the recoveries of every project."""
 
     list_display = ["pattern", "side_effect", "note"]
     list_editable = ["side_effect"]
     list_filter = ["side_effect"]
     search_fields = ["pattern", "note"]
 
+    def has_add_permission(self, request):
+        return is_active_superuser(request)
 
-@admin.register(ApiToken)
-class ApiTokenAdmin(ReadOnlyAdmin):
-    """Not StaffMayView: who holds which credentials is for superusers (or a view_apitoken grant)."""
-
-    list_display = ["prefix", "user", "created_at"]
+    def has_change_permission(self, request, obj=None):
+        return is_active_superuser(request)
 
     def has_delete_permission(self, request, obj=None):
-        # Revoking a token is deleting it; only its hash is stored anyway.
-        return request.user.is_superuser
+        return is_active_superuser(request)
+
+
+class MembershipForm(forms.ModelForm):
+    class Meta:
+        model = Membership
+        fields = ["user", "role"]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is not None:
+            # A row is one person's membership: to give it to someone else, remove it and add theirs.
+            self.fields["user"].disabled = True
+
+
+class MembershipFormSet(forms.BaseInlineFormSet):
+    def clean(self):
+        super().clean()
+        if any(self.errors):
+            return
+        had_admin = any(form.instance.pk is not None and form.initial.get("role") == Role.ADMIN for form in self.forms)
+        keeps_admin = any(
+            form.cleaned_data.get("role") == Role.ADMIN and not self._should_delete_form(form) for form in self.forms
+        )
+        if had_admin and not keeps_admin:
+            raise ValidationError("A project keeps at least one admin: make someone else an admin before removing or lowering the last one.")
+
+
+class MembershipInline(admin.TabularInline):
+    """Saved through services.set_membership (ProjectAdmin.save_formset), so every change is audited."""
+
+    model = Membership
+    form = MembershipForm
+    formset = MembershipFormSet
+    fields = ["user", "role", "created_at"]
+    readonly_fields = ["created_at"]
+    extra = 1
+
+
+@admin.register(Project)
+class ProjectAdmin(SuperusersOnly, admin.ModelAdmin):
+    list_display = ["slug", "name", "member_count", "session_count", "created_at"]
+    search_fields = ["slug", "name"]
+    inlines = [MembershipInline]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(
+            member_count=Count("memberships", distinct=True), session_count=Count("sessions", distinct=True)
+        )
+
+    @admin.display(description="members", ordering="member_count")
+    def member_count(self, project):
+        return project.member_count
+
+    @admin.display(description="sessions", ordering="session_count")
+    def session_count(self, project):
+        return project.session_count
+
+    def get_readonly_fields(self, request, obj=None):
+        # The slug is how API clients, the CLI and Project.default() find a project: fixed once made.
+        return ["slug", "created_at"] if obj is not None else ["created_at"]
+
+    def has_add_permission(self, request):
+        return is_active_superuser(request)
+
+    def has_change_permission(self, request, obj=None):
+        return is_active_superuser(request)
+
+    def has_delete_permission(self, request, obj=None):
+        # Its sessions and audit entries are kept (PROTECT), and deleting would drop its tokens unaudited.
+        return False
+
+    def save_formset(self, request, form, formset, change):
+        if formset.model is not Membership:
+            return super().save_formset(request, form, formset, change)
+        formset.save(commit=False)  # only collects what changed, for the admin's history; set_membership writes
+        grants = [*formset.new_objects, *(membership for membership, _ in formset.changed_objects)]
+        # Admins first, removals last, so handing the admin role over in one save never leaves the project without one.
+        grants.sort(key=lambda membership: membership.role != Role.ADMIN)
+        for membership in grants:
+            services.set_membership(project=form.instance, user=membership.user, role=membership.role, by=request.user)
+        for membership in formset.deleted_objects:
+            services.set_membership(project=form.instance, user=membership.user, role=None, by=request.user)
+
+
+class TokenStateFilter(admin.SimpleListFilter):
+    title = "state"
+    parameter_name = "state"
+
+    def lookups(self, request, model_admin):
+        return [("active", "active"), ("expired", "expired"), ("revoked", "revoked")]
+
+    def queryset(self, request, queryset):
+        """The rule of ApiToken.state, in SQL."""
+        now = timezone.now()
+        if self.value() == "revoked":
+            return queryset.filter(revoked_at__isnull=False)
+        if self.value() == "expired":
+            return queryset.filter(revoked_at__isnull=True, expires_at__lte=now)
+        if self.value() == "active":
+            return queryset.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now), revoked_at__isnull=True)
+        return queryset
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(SuperusersOnly, ReadOnlyAdmin):
+    """Tokens are made on the project page or with `create_token` (the secret is shown once), never here;
+    revoking keeps the row, so the audit log and this list still name it."""
+
+    list_display = ["prefix", "name", "user", "project", "scopes_display", "state", "created_at", "expires_at", "last_used_at"]
+    list_filter = [TokenStateFilter, "project"]
+    list_select_related = ["user", "project"]
+    search_fields = ["prefix", "name", "user__username"]
+    fields = ["prefix", "name", "user", "project", "scopes", "state", "created_at", "created_by", "expires_at", "last_used_at", "revoked_at"]
+    readonly_fields = ["state"]
+    actions = ["revoke"]
+
+    @admin.display(description="scopes")
+    def scopes_display(self, token):
+        return ", ".join(token.scopes)
+
+    def has_revoke_permission(self, request):
+        return is_active_superuser(request)
+
+    @admin.action(description="Revoke selected tokens", permissions=["revoke"])
+    def revoke(self, request, queryset):
+        revoked = [token for token in queryset.select_related("user") if services.revoke_token(token=token, by=request.user)]
+        if revoked:
+            self.message_user(request, f"Revoked {len(revoked)} token(s): {', '.join(t.prefix for t in revoked)}.", messages.SUCCESS)
+        else:
+            self.message_user(request, "The selected tokens were already revoked.", messages.INFO)
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(SuperusersOnly, ReadOnlyAdmin):
+    list_display = ["created_at", "project", "action", "actor_name", "target", "detail"]
+    list_filter = ["action", "project"]
+    list_select_related = ["project"]
+    search_fields = ["target", "actor_name"]
+    date_hierarchy = "created_at"

@@ -7,22 +7,44 @@ from django.test import Client
 
 from sessions_app import services
 from sessions_app.log import events as log_events
-from sessions_app.models import ApiToken, Event, RecoveryRecord, Session, ToolPolicy
+from sessions_app.models import ApiToken, AuditEntry, Event, Membership, Project, RecoveryRecord, Role, Session, ToolPolicy
+from tests.access import member, token_for
+from tests.conftest import ApiClient
 from tests.sessions_app import factories
 
 pytestmark = pytest.mark.django_db
 
 LOG_MODELS = ["session", "event", "recoveryrecord"]
+SUPERUSER_MODELS = ["project", "apitoken", "auditentry"]
+
+
+def crashed_and_recovered(session_id: str, project: Project | None, recovered_by) -> Session:
+    services.create_session(session_id=session_id, agent_name=f"{session_id}-bot", project=project)
+    services.append_events(session_id=session_id, events=log_events.validate_batch(factories.worked_example()))
+    services.recover(session_id=session_id, user=recovered_by)
+    return Session.objects.get(id=session_id)
 
 
 @pytest.fixture
 def logs(django_user_model):
-    """A crashed session, recovered: one row of every log model."""
-    services.create_session(session_id="crashed", agent_name="billing-bot")
-    services.append_events(session_id="crashed", events=log_events.validate_batch(factories.worked_example()))
-    services.recover(session_id="crashed", user=django_user_model.objects.create_user("someone"))
+    """A crashed session of the default project, recovered: one row of every log model."""
+    session = crashed_and_recovered("crashed", None, django_user_model.objects.create_user("someone"))
     ToolPolicy.objects.create(pattern="send_*", side_effect=ToolPolicy.EXTERNAL_EFFECT)
-    return Session.objects.get(id="crashed")
+    return session
+
+
+@pytest.fixture
+def elsewhere(logs, django_user_model):
+    """The same in another team's project, whose name must not show to people outside it."""
+    project = Project.objects.create(slug="secret-team", name="Secret Team")
+    return crashed_and_recovered("hidden-crash", project, django_user_model.objects.get(username="someone"))
+
+
+@pytest.fixture
+def root(django_user_model) -> Client:
+    client = Client()
+    client.force_login(django_user_model.objects.create_superuser("root", password="pw"))
+    return client
 
 
 def logged_in(django_user_model, username: str, *options: str) -> Client:
@@ -38,16 +60,15 @@ def logged_in(django_user_model, username: str, *options: str) -> Client:
 
 
 def object_pages(session: Session) -> dict[str, str]:
-    """One change (or view) page of each model."""
+    """One change (or view) page of each log model, of this session."""
     return {
         "session": f"/admin/sessions_app/session/{session.pk}/change/",
         "event": f"/admin/sessions_app/event/{Event.objects.filter(session=session).first().pk}/change/",
-        "recoveryrecord": f"/admin/sessions_app/recoveryrecord/{RecoveryRecord.objects.get().pk}/change/",
-        "toolpolicy": f"/admin/sessions_app/toolpolicy/{ToolPolicy.objects.get().pk}/change/",
+        "recoveryrecord": f"/admin/sessions_app/recoveryrecord/{RecoveryRecord.objects.get(session=session).pk}/change/",
     }
 
 
-def test_a_staff_operator_sees_every_log_and_policy_page_and_edits_policies(logs, django_user_model):
+def test_a_staff_operator_sees_every_log_page_of_their_project_and_reads_policies(logs, django_user_model):
     client = logged_in(django_user_model, "ops", "--staff")
     index = client.get("/admin/")
     assert index.status_code == 200
@@ -55,11 +76,21 @@ def test_a_staff_operator_sees_every_log_and_policy_page_and_edits_policies(logs
         assert f'href="/admin/sessions_app/{model}/"' in index.content.decode()
         assert client.get(f"/admin/sessions_app/{model}/").status_code == 200, model
     for model, page in object_pages(logs).items():
-        assert client.get(page).status_code == 200, model
-    assert client.get("/admin/sessions_app/toolpolicy/add/").status_code == 200
-    response = client.post(
-        "/admin/sessions_app/toolpolicy/add/", {"pattern": "lookup_*", "side_effect": ToolPolicy.READ_ONLY, "note": ""}
-    )
+        response = client.get(page)
+        assert response.status_code == 200 and "crashed" in response.content.decode(), model
+    assert client.get(f"/admin/sessions_app/toolpolicy/{ToolPolicy.objects.get().pk}/change/").status_code == 200
+
+
+def test_tool_policies_rank_every_project_so_only_superusers_edit_them(logs, django_user_model, root):
+    operator = logged_in(django_user_model, "ops", "--staff")
+    policy = ToolPolicy.objects.get()
+    assert operator.get("/admin/sessions_app/toolpolicy/add/").status_code == 403
+    assert 'name="_save"' not in operator.get(f"/admin/sessions_app/toolpolicy/{policy.pk}/change/").content.decode()
+    operator.post(f"/admin/sessions_app/toolpolicy/{policy.pk}/change/", {"pattern": "send_*", "side_effect": "read_only"})
+    assert operator.post(f"/admin/sessions_app/toolpolicy/{policy.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert ToolPolicy.objects.get().side_effect == ToolPolicy.EXTERNAL_EFFECT
+
+    response = root.post("/admin/sessions_app/toolpolicy/add/", {"pattern": "lookup_*", "side_effect": ToolPolicy.READ_ONLY, "note": ""})
     assert response.status_code == 302 and ToolPolicy.objects.filter(pattern="lookup_*").exists()
 
 
@@ -70,33 +101,235 @@ def test_logs_stay_read_only_for_staff(logs, django_user_model):
         assert client.get(f"/admin/sessions_app/{model}/add/").status_code == 403, model
     assert client.post(f"/admin/sessions_app/event/{event.pk}/delete/", {"post": "yes"}).status_code == 403
     assert client.post(f"/admin/sessions_app/session/{logs.pk}/change/", {"agent_name": "x"}).status_code == 403
-    assert Event.objects.filter(pk=event.pk).exists() and Session.objects.get().agent_name == "billing-bot"
+    assert Event.objects.filter(pk=event.pk).exists() and Session.objects.get(pk=logs.pk).agent_name == "crashed-bot"
     page = client.get(f"/admin/sessions_app/event/{event.pk}/change/").content.decode()
     assert 'name="_save"' not in page
 
 
-def test_staff_without_policy_permissions_reads_policies_but_cannot_edit_them(logs, django_user_model):
-    client = logged_in(django_user_model, "viewer-ops")
-    django_user_model.objects.filter(username="viewer-ops").update(is_staff=True)
-    assert client.get("/admin/sessions_app/toolpolicy/").status_code == 200
-    policy = ToolPolicy.objects.get()
-    assert client.get(f"/admin/sessions_app/toolpolicy/{policy.pk}/change/").status_code == 200
-    assert client.get("/admin/sessions_app/toolpolicy/add/").status_code == 403
-    client.post(f"/admin/sessions_app/toolpolicy/{policy.pk}/change/", {"pattern": "send_*", "side_effect": "read_only"})
-    assert ToolPolicy.objects.get().side_effect == ToolPolicy.EXTERNAL_EFFECT
+def test_staff_see_no_logs_of_a_project_they_are_not_a_member_of(elsewhere, django_user_model):
+    client = logged_in(django_user_model, "ops", "--staff")  # operator of the default project only
+    for model in LOG_MODELS:
+        listing = client.get(f"/admin/sessions_app/{model}/").content.decode()
+        assert "crashed" in listing, model  # their own project's rows are listed ...
+        assert "hidden-crash" not in listing and "Secret Team" not in listing, model  # ... the other's, not even in a filter
+        found = client.get(f"/admin/sessions_app/{model}/", {"q": "hidden"}).content.decode()
+        assert "hidden-crash" not in found and "0 results" in found, model
 
 
-def test_api_tokens_are_shown_to_superusers_only(logs, django_user_model):
-    operator = logged_in(django_user_model, "ops", "--staff")
-    assert operator.get("/admin/sessions_app/apitoken/").status_code == 403
-    assert "/admin/sessions_app/apitoken/" not in operator.get("/admin/").content.decode()
-    admin = Client()
-    admin.force_login(django_user_model.objects.create_superuser("root", password="pw"))
-    assert admin.get("/admin/sessions_app/apitoken/").status_code == 200
-    assert ApiToken.objects.count() == 1
+def test_staff_opening_another_projects_log_by_url_are_told_it_does_not_exist(elsewhere, django_user_model):
+    client = logged_in(django_user_model, "ops", "--staff")
+    for model, page in object_pages(elsewhere).items():
+        response = client.get(page, follow=True)
+        assert response.redirect_chain == [("/admin/", 302)], model
+        assert "doesn’t exist" in response.content.decode(), model
+        assert "hidden-crash-bot" not in response.content.decode(), model  # the message names only the id asked for
+    assert client.get(f"/admin/sessions_app/session/{elsewhere.pk}/history/").status_code == 302
+
+
+def test_a_member_of_both_projects_sees_both(elsewhere, django_user_model):
+    client = logged_in(django_user_model, "ops", "--staff")
+    member(django_user_model.objects.get(username="ops"), Role.VIEWER, Project.objects.get(slug="secret-team"))
+    listing = client.get("/admin/sessions_app/session/").content.decode()
+    assert "hidden-crash" in listing and "Secret Team" in listing
+    assert client.get(object_pages(elsewhere)["event"]).status_code == 200
+
+
+def test_the_recovery_preview_action_takes_only_sessions_the_user_sees(elsewhere, django_user_model):
+    client = logged_in(django_user_model, "ops", "--staff")
+    crashed_and_recovered("crashed-2", None, django_user_model.objects.get(username="someone"))
+    services.create_session(session_id="open-here")
+    services.append_events(session_id="open-here", events=log_events.validate_batch(factories.worked_example()))
+    services.create_session(session_id="open-there", project=Project.objects.get(slug="secret-team"))
+    services.append_events(session_id="open-there", events=log_events.validate_batch(factories.worked_example()))
+
+    def preview(*ids):
+        return client.post("/admin/sessions_app/session/", {"action": "preview_recovery", "_selected_action": list(ids)})
+
+    assert preview("open-here")["Location"] == "/sessions/open-here/recovery"
+    assert preview("open-there")["Location"] == "/admin/sessions_app/session/"  # nothing selected that they may see
+    page = preview("open-here", "open-there", "crashed").content.decode()
+    assert "open-here" in page and "open-there" not in page
+
+
+def test_staff_who_are_members_of_no_project_see_empty_lists(logs, django_user_model):
+    client = logged_in(django_user_model, "drifter")
+    user = django_user_model.objects.get(username="drifter")
+    services.set_membership(project=Project.default(), user=user, role=None)
+    django_user_model.objects.filter(pk=user.pk).update(is_staff=True)
+    for model in LOG_MODELS:
+        listing = client.get(f"/admin/sessions_app/{model}/")
+        assert listing.status_code == 200 and "crashed" not in listing.content.decode(), model
+
+
+def test_projects_tokens_and_the_audit_log_are_for_superusers_only(logs, django_user_model, root):
+    member(django_user_model.objects.create_user("ops", is_staff=True, password="pw"), Role.ADMIN)
+    project_admin = Client()
+    project_admin.force_login(django_user_model.objects.get(username="ops"))
+    index = project_admin.get("/admin/").content.decode()
+    for model in SUPERUSER_MODELS:
+        assert f"/admin/sessions_app/{model}/" not in index, model
+        assert project_admin.get(f"/admin/sessions_app/{model}/").status_code == 403, model
+    assert project_admin.get(f"/admin/sessions_app/project/{Project.default().pk}/change/").status_code == 403
+    for model in SUPERUSER_MODELS:
+        assert root.get(f"/admin/sessions_app/{model}/").status_code == 200, model
+
+
+def test_the_token_list_names_each_tokens_owner_project_scopes_and_state(django_user_model, root):
+    alice = django_user_model.objects.create_user("alice")
+    token_for(alice, Role.VIEWER, name="ci reader")
+    services.revoke_token(token=ApiToken.objects.get(), by=None)
+    token_for(alice, Role.VIEWER, name="dashboard")
+    page = root.get("/admin/sessions_app/apitoken/").content.decode()
+    for text in ["ci reader", "dashboard", "alice", "Default", "revoked", "active", ApiToken.objects.get(name="dashboard").prefix]:
+        assert text in page, text
+    revoked_only = root.get("/admin/sessions_app/apitoken/", {"state": "revoked"}).content.decode()
+    assert "ci reader" in revoked_only and "dashboard" not in revoked_only
+    detail = root.get(f"/admin/sessions_app/apitoken/{ApiToken.objects.get(name='dashboard').pk}/change/").content.decode()
+    assert "read" in detail and ApiToken.objects.get(name="dashboard").token_sha256 not in detail
+
+
+def test_revoking_tokens_in_the_admin_is_audited_and_the_api_then_refuses_them(django_user_model, root):
+    alice = django_user_model.objects.create_user("alice")
+    secret = token_for(alice, name="laptop")
+    spare = token_for(alice, name="spare")
+    api = ApiClient(secret)
+    assert api.get("/api/v1/sessions").status_code == 200
+    laptop = ApiToken.objects.get(name="laptop")
+
+    response = root.post("/admin/sessions_app/apitoken/", {"action": "revoke", "_selected_action": [laptop.pk]}, follow=True)
+    assert f"Revoked 1 token(s): {laptop.prefix}" in response.content.decode()
+    assert api.get("/api/v1/sessions").status_code == 401
+    assert ApiClient(spare).get("/api/v1/sessions").status_code == 200
+    entry = AuditEntry.objects.get(action=AuditEntry.TOKEN_REVOKED)
+    assert (entry.actor_name, entry.target, entry.project_id) == ("root", laptop.prefix, Project.default().pk)
+    assert ApiToken.objects.filter(pk=laptop.pk).exists()  # kept, so lists and the audit log still name it
+
+    again = root.post("/admin/sessions_app/apitoken/", {"action": "revoke", "_selected_action": [laptop.pk]}, follow=True)
+    assert "already revoked" in again.content.decode()
+    assert AuditEntry.objects.filter(action=AuditEntry.TOKEN_REVOKED).count() == 1
+
+
+def test_tokens_are_neither_made_nor_deleted_in_the_admin(django_user_model, root):
+    token_for(django_user_model.objects.create_user("alice"))
+    token = ApiToken.objects.get()
+    assert root.get("/admin/sessions_app/apitoken/add/").status_code == 403
+    assert root.post(f"/admin/sessions_app/apitoken/{token.pk}/delete/", {"post": "yes"}).status_code == 403
+    root.post("/admin/sessions_app/apitoken/", {"action": "delete_selected", "_selected_action": [token.pk], "post": "yes"})
+    assert 'value="delete_selected"' not in root.get("/admin/sessions_app/apitoken/").content.decode()
+    assert ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).exists()
+
+
+def membership_form(project: Project, rows: list[dict], *, name: str | None = None) -> dict:
+    """The project change form's POST: its fields and the membership inline's rows."""
+    existing = [row for row in rows if row.get("id")]
+    data = {
+        "name": name or project.name,
+        "memberships-TOTAL_FORMS": str(len(rows)),
+        "memberships-INITIAL_FORMS": str(len(existing)),
+        "memberships-MIN_NUM_FORMS": "0",
+        "memberships-MAX_NUM_FORMS": "1000",
+    }
+    for index, row in enumerate(rows):
+        for key, value in row.items():
+            data[f"memberships-{index}-{key}"] = value
+        data[f"memberships-{index}-project"] = str(project.pk)
+    return data
+
+
+def test_membership_changes_in_the_admin_are_audited(django_user_model, root):
+    alice, bob = django_user_model.objects.create_user("alice"), django_user_model.objects.create_user("bob")
+    response = root.post(
+        "/admin/sessions_app/project/add/",
+        {"slug": "billing", **membership_form(Project(name="Billing"), [{"user": alice.pk, "role": Role.ADMIN}])},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    billing = Project.objects.get(slug="billing")
+    alice_row = Membership.objects.get(project=billing, user=alice)
+    assert alice_row.role == Role.ADMIN
+
+    url = f"/admin/sessions_app/project/{billing.pk}/change/"
+    response = root.post(url, membership_form(billing, [
+        {"id": alice_row.pk, "user": alice.pk, "role": Role.ADMIN},
+        {"user": bob.pk, "role": Role.MEMBER},
+    ]))
+    assert response.status_code == 302
+    bob_row = Membership.objects.get(project=billing, user=bob)
+    response = root.post(url, membership_form(billing, [
+        {"id": alice_row.pk, "user": alice.pk, "role": Role.ADMIN},
+        {"id": bob_row.pk, "user": bob.pk, "role": Role.OPERATOR},
+    ]))
+    assert response.status_code == 302 and Membership.objects.get(pk=bob_row.pk).role == Role.OPERATOR
+    response = root.post(url, membership_form(billing, [
+        {"id": alice_row.pk, "user": alice.pk, "role": Role.ADMIN},
+        {"id": bob_row.pk, "user": bob.pk, "role": Role.OPERATOR, "DELETE": "on"},
+    ]))
+    assert response.status_code == 302 and not Membership.objects.filter(project=billing, user=bob).exists()
+
+    trail = list(AuditEntry.objects.filter(project=billing).order_by("id").values_list("action", "target", "actor_name", "detail"))
+    assert trail == [
+        (AuditEntry.MEMBER_ADDED, "alice", "root", {"role": "admin"}),
+        (AuditEntry.MEMBER_ADDED, "bob", "root", {"role": "member"}),
+        (AuditEntry.MEMBER_CHANGED, "bob", "root", {"from": "member", "to": "operator"}),
+        (AuditEntry.MEMBER_REMOVED, "bob", "root", {"role": "operator"}),
+    ]
+
+
+def test_the_admin_role_can_be_handed_over_in_one_save_but_not_dropped(django_user_model, root):
+    alice, bob = django_user_model.objects.create_user("alice"), django_user_model.objects.create_user("bob")
+    project = Project.objects.create(slug="billing", name="Billing")
+    alice_row = Membership.objects.get(pk=services.set_membership(project=project, user=alice, role=Role.ADMIN).pk)
+    bob_row = services.set_membership(project=project, user=bob, role=Role.MEMBER)
+    url = f"/admin/sessions_app/project/{project.pk}/change/"
+
+    dropped = root.post(url, membership_form(project, [
+        {"id": alice_row.pk, "user": alice.pk, "role": Role.MEMBER},
+        {"id": bob_row.pk, "user": bob.pk, "role": Role.MEMBER},
+    ]))
+    assert dropped.status_code == 200 and "A project keeps at least one admin" in dropped.content.decode()
+    assert Membership.objects.get(pk=alice_row.pk).role == Role.ADMIN
+
+    # The new admin is saved before the old one is lowered, so the order of the rows does not matter.
+    handed_over = root.post(url, membership_form(project, [
+        {"id": alice_row.pk, "user": alice.pk, "role": Role.MEMBER},
+        {"id": bob_row.pk, "user": bob.pk, "role": Role.ADMIN},
+    ]))
+    assert handed_over.status_code == 302
+    assert dict(Membership.objects.filter(project=project).values_list("user__username", "role")) == {"alice": "member", "bob": "admin"}
+
+
+def test_a_membership_row_cannot_be_moved_to_another_user(django_user_model, root):
+    alice, bob = django_user_model.objects.create_user("alice"), django_user_model.objects.create_user("bob")
+    project = Project.objects.create(slug="billing", name="Billing")
+    row = services.set_membership(project=project, user=alice, role=Role.ADMIN)
+    root.post(f"/admin/sessions_app/project/{project.pk}/change/", membership_form(project, [{"id": row.pk, "user": bob.pk, "role": Role.ADMIN}]))
+    assert list(Membership.objects.filter(project=project).values_list("user__username", flat=True)) == ["alice"]
+
+
+def test_a_projects_slug_is_fixed_once_made_and_projects_are_not_deleted(logs, root):
+    project = Project.default()
+    response = root.post(f"/admin/sessions_app/project/{project.pk}/change/", {"slug": "renamed", **membership_form(project, [], name="Everyone")})
+    assert response.status_code == 302
+    project.refresh_from_db()
+    assert (project.slug, project.name) == ("default", "Everyone")
+    assert root.post(f"/admin/sessions_app/project/{project.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert Project.objects.filter(pk=project.pk).exists()
+
+
+def test_the_audit_log_is_read_only_and_filters_by_project_and_action(elsewhere, django_user_model, root):
+    services.set_membership(project=Project.objects.get(slug="secret-team"), user=django_user_model.objects.get(username="someone"), role=Role.VIEWER)
+    entry = AuditEntry.objects.get(action=AuditEntry.MEMBER_ADDED)
+    everything = root.get("/admin/sessions_app/auditentry/").content.decode()
+    assert "hidden-crash" in everything and "crashed" in everything
+    by_project = root.get("/admin/sessions_app/auditentry/", {"project__id__exact": Project.default().pk}).content.decode()
+    assert "crashed" in by_project and "hidden-crash" not in by_project
+    by_action = root.get("/admin/sessions_app/auditentry/", {"action__exact": AuditEntry.MEMBER_ADDED}).content.decode()
+    assert "1 audit entry" in by_action and "someone" in by_action
+    assert root.get("/admin/sessions_app/auditentry/add/").status_code == 403
+    assert root.post(f"/admin/sessions_app/auditentry/{entry.pk}/delete/", {"post": "yes"}).status_code == 403
+    assert 'name="_save"' not in root.get(f"/admin/sessions_app/auditentry/{entry.pk}/change/").content.decode()
 
 
 def test_a_user_who_is_not_staff_cannot_open_the_admin(logs, django_user_model):
     client = logged_in(django_user_model, "bot")
-    for model in [*LOG_MODELS, "toolpolicy"]:
+    for model in [*LOG_MODELS, "toolpolicy", *SUPERUSER_MODELS]:
         assert client.get(f"/admin/sessions_app/{model}/").status_code == 302  # to the admin login
