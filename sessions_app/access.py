@@ -39,8 +39,9 @@ ROLE_CAPABILITIES: dict[str, frozenset[str]] = {
     Role.OPERATOR: frozenset({READ, APPEND, FORK, RECOVER}),
     Role.ADMIN: frozenset({READ, APPEND, FORK, RECOVER, ADMIN}),
 }
-PROJECT_SCOPES = frozenset({Scope.READ, Scope.APPEND, Scope.FORK, Scope.RECOVER})
-SITE_SCOPES = frozenset({Scope.METRICS})
+# Plain strings (not the Scope members), so messages and lists built from them read 'recover', not Scope.RECOVER.
+PROJECT_SCOPES = frozenset(scope.value for scope in (Scope.READ, Scope.APPEND, Scope.FORK, Scope.RECOVER))
+SITE_SCOPES = frozenset({Scope.METRICS.value})
 
 
 class Forbidden(Exception):

@@ -442,7 +442,7 @@ def issue_token(
 
     The scopes must be ones the user's role there allows (InvalidScopes otherwise).
     """
-    scopes = set(scopes)
+    scopes = {str(scope) for scope in scopes}  # Scope members as their names, so refusals read 'recover'
     if not scopes:
         raise InvalidScopes("a token needs at least one scope")
     if project is None:

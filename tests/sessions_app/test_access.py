@@ -1,0 +1,324 @@
+"""sessions_app.access, the one door: roles, token scopes, projects, and what a refusal leaves behind."""
+
+import pytest
+from django.contrib.auth.models import AnonymousUser
+
+from sessions_app import access, services
+from sessions_app.errors import SessionNotFound
+from sessions_app.models import ApiToken, AuditEntry, Project, Role, Scope
+from tests.access import member
+
+pytestmark = pytest.mark.django_db
+
+# Written out rather than read from access.ROLE_CAPABILITIES, so a change there shows up here.
+EXPECTED_CAPABILITIES = {
+    Role.VIEWER: {"read"},
+    Role.MEMBER: {"read", "append", "fork"},
+    Role.OPERATOR: {"read", "append", "fork", "recover"},
+    Role.ADMIN: {"read", "append", "fork", "recover", "admin"},
+}
+EVERY_CAPABILITY = [access.READ, access.APPEND, access.FORK, access.RECOVER, access.ADMIN]
+
+
+@pytest.fixture
+def alpha():
+    return Project.objects.create(slug="alpha", name="Alpha")
+
+
+@pytest.fixture
+def beta():
+    return Project.objects.create(slug="beta", name="Beta")
+
+
+@pytest.fixture
+def person(django_user_model):
+    return django_user_model.objects.create_user("person")
+
+
+def token_actor(user, *, project, scopes) -> access.Actor:
+    """The actor of a request that sends a new token with these scopes."""
+    return actor_sending(services.issue_token(user=user, project=project, scopes=scopes)[1])
+
+
+def actor_sending(secret: str) -> access.Actor:
+    """The actor of a request that sent this token, read as the API reads it (a new request: roles read afresh)."""
+    token = ApiToken.usable_for(secret)
+    assert token is not None
+    return access.Actor(user=token.user, token=token)
+
+
+def denials():
+    return list(AuditEntry.objects.filter(action=AuditEntry.ACCESS_DENIED).values_list("project__slug", "target", "detail"))
+
+
+# Roles -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("role", list(EXPECTED_CAPABILITIES))
+def test_each_role_grants_its_capabilities_in_its_project_and_nothing_elsewhere(person, alpha, beta, role):
+    member(person, role, alpha)
+    actor = access.Actor(user=person)
+    assert set(actor.capabilities(alpha.pk)) == EXPECTED_CAPABILITIES[role]
+    for capability in EVERY_CAPABILITY:
+        assert actor.can(alpha.pk, capability) is (capability in EXPECTED_CAPABILITIES[role]), capability
+        assert not actor.can(beta.pk, capability)
+    assert actor.project_ids(access.READ) == [alpha.pk]
+    assert list(access.projects(actor, access.APPEND)) == ([alpha] if role != Role.VIEWER else [])
+
+
+def test_a_token_scope_set_per_role_leaves_out_admin(person):
+    assert {role: set(access.role_scopes(role)) for role in EXPECTED_CAPABILITIES} == {
+        Role.VIEWER: {"read"},
+        Role.MEMBER: {"read", "append", "fork"},
+        Role.OPERATOR: {"read", "append", "fork", "recover"},
+        Role.ADMIN: {"read", "append", "fork", "recover"},
+    }
+
+
+def test_a_superuser_is_admin_of_every_project_without_membership(django_user_model, alpha, beta):
+    root = django_user_model.objects.create_superuser("root")
+    services.create_session(session_id="a1", project=alpha)
+    services.create_session(session_id="b1", project=beta)
+    actor = access.Actor(user=root)
+    for project in (alpha, beta):
+        assert set(actor.capabilities(project.pk)) == EXPECTED_CAPABILITIES[Role.ADMIN]
+    assert set(access.visible_sessions(actor, access.RECOVER).values_list("id", flat=True)) == {"a1", "b1"}
+    assert access.session_for(actor, "b1", access.RECOVER).id == "b1"
+
+
+def test_an_inactive_user_may_do_nothing_whatever_their_role(django_user_model, person, alpha):
+    member(person, Role.ADMIN, alpha)
+    root = django_user_model.objects.create_superuser("root")
+    services.create_session(session_id="a1", project=alpha)
+    for user in (person, root):
+        user.is_active = False
+        user.save()
+        actor = access.Actor(user=user)
+        assert actor.roles() == {} and actor.capabilities(alpha.pk) == frozenset()
+        assert not access.visible_sessions(actor).exists()
+        with pytest.raises(SessionNotFound):
+            access.session_for(actor, "a1")
+
+
+def test_an_anonymous_actor_sees_nothing_and_its_refusals_are_not_audited(alpha):
+    services.create_session(session_id="a1", project=alpha)
+    actor = access.Actor(user=AnonymousUser())
+    assert actor.name == "anonymous" and actor.project_ids() == []
+    with pytest.raises(SessionNotFound):
+        access.session_for(actor, "a1")
+    assert denials() == []
+
+
+def test_roles_are_read_once_per_actor(person, alpha, django_assert_num_queries):
+    member(person, Role.MEMBER, alpha)
+    actor = access.Actor(user=person)
+    with django_assert_num_queries(1):
+        for capability in EVERY_CAPABILITY:
+            actor.can(alpha.pk, capability)
+
+
+# Tokens ------------------------------------------------------------------------
+
+
+def test_a_token_can_only_what_both_its_scopes_and_its_owners_role_allow(person, alpha):
+    member(person, Role.OPERATOR, alpha)
+    reader = token_actor(person, project=alpha, scopes=[Scope.READ])
+    assert set(reader.capabilities(alpha.pk)) == {"read"}
+    full = token_actor(person, project=alpha, scopes=access.role_scopes(Role.OPERATOR))
+    assert set(full.capabilities(alpha.pk)) == {"read", "append", "fork", "recover"}  # never admin: no scope carries it
+
+
+def test_a_member_cannot_be_issued_a_recover_scope(person, alpha):
+    member(person, Role.MEMBER, alpha)
+    with pytest.raises(services.InvalidScopes, match=r"person is a member of alpha.*\['recover'\]"):
+        services.issue_token(user=person, project=alpha, scopes=[Scope.READ, Scope.RECOVER])
+    with pytest.raises(services.InvalidScopes, match="not a member"):
+        services.issue_token(user=person, project=Project.objects.create(slug="gamma", name="Gamma"), scopes=[Scope.READ])
+    assert not person.api_tokens.exists()
+
+
+def test_a_token_loses_what_its_owners_lowered_role_no_longer_allows(person, alpha):
+    member(person, Role.OPERATOR, alpha)
+    row, secret = services.issue_token(user=person, project=alpha, scopes=access.role_scopes(Role.OPERATOR))
+    services.create_session(session_id="a1", project=alpha)
+
+    member(person, Role.MEMBER, alpha)  # lowered after the token was issued
+    actor = actor_sending(secret)
+    assert set(actor.capabilities(alpha.pk)) == {"read", "append", "fork"}
+    with pytest.raises(access.Forbidden) as refused:
+        access.session_for(actor, "a1", access.RECOVER)
+    assert refused.value.capability == access.RECOVER and "your role" in refused.value.detail
+
+    services.set_membership(project=alpha, user=person, role=None)  # removed: the token sees nothing at all
+    actor = actor_sending(secret)
+    assert actor.capabilities(alpha.pk) == frozenset()
+    with pytest.raises(SessionNotFound):
+        access.session_for(actor, "a1")
+    assert row.scopes == ["append", "fork", "read", "recover"]  # the row is untouched: the role bounds it on use
+
+
+def test_a_token_acts_only_in_its_own_project_even_where_its_owner_is_a_member(person, alpha, beta):
+    member(person, Role.OPERATOR, alpha)
+    member(person, Role.OPERATOR, beta)
+    services.create_session(session_id="a1", project=alpha)
+    services.create_session(session_id="b1", project=beta)
+    actor = token_actor(person, project=alpha, scopes=access.role_scopes(Role.OPERATOR))
+    assert actor.capabilities(beta.pk) == frozenset() and actor.project_ids() == [alpha.pk]
+    assert list(access.visible_sessions(actor).values_list("id", flat=True)) == ["a1"]
+    with pytest.raises(SessionNotFound):
+        access.session_for(actor, "b1")
+    with pytest.raises(access.ProjectNotFound):
+        access.project_for(actor, "beta", access.APPEND)
+    # The same person logged in (no token) has both.
+    assert set(access.Actor(user=person).project_ids()) == {alpha.pk, beta.pk}
+
+
+def test_a_site_token_sees_no_session(django_user_model, alpha):
+    root = django_user_model.objects.create_superuser("root")
+    services.create_session(session_id="a1", project=alpha)
+    actor = token_actor(root, project=None, scopes=[Scope.METRICS])
+    assert actor.capabilities(alpha.pk) == frozenset() and actor.project_ids() == []
+    assert not access.visible_sessions(actor).exists()
+    with pytest.raises(SessionNotFound):
+        access.session_for(actor, "a1")
+    with pytest.raises(access.ProjectRequired):
+        access.project_for(actor, None, access.APPEND)
+    # Refused where it was asked for: the session's project.
+    assert denials() == [("alpha", "a1", {"capability": "read", "token": actor.token.prefix})]
+
+
+def test_only_a_superuser_may_hold_a_site_token(person):
+    with pytest.raises(services.InvalidScopes, match="superuser"):
+        services.issue_token(user=person, project=None, scopes=[Scope.METRICS])
+    with pytest.raises(services.InvalidScopes, match=r"site-level token may only carry \['metrics'\]"):
+        services.issue_token(user=person, project=None, scopes=[Scope.READ])
+
+
+# session_for ---------------------------------------------------------------------
+
+
+def test_another_projects_session_is_not_found_and_the_refusal_is_audited_there(person, alpha, beta):
+    member(person, Role.ADMIN, alpha)
+    services.create_session(session_id="b1", project=beta)
+    with pytest.raises(SessionNotFound):
+        access.session_for(access.Actor(user=person), "b1", access.READ)
+    entry = AuditEntry.objects.get(action=AuditEntry.ACCESS_DENIED)
+    assert (entry.project, entry.actor, entry.actor_name, entry.target, entry.detail) == (beta, person, "person", "b1", {"capability": "read"})
+
+
+def test_an_id_that_exists_nowhere_is_not_found_and_not_audited(person, alpha):
+    member(person, Role.ADMIN, alpha)
+    with pytest.raises(SessionNotFound):
+        access.session_for(access.Actor(user=person), "ghost", access.READ)
+    assert denials() == []
+
+
+def test_a_viewer_appending_is_forbidden_and_audited(person, alpha):
+    member(person, Role.VIEWER, alpha)
+    services.create_session(session_id="a1", project=alpha)
+    actor = access.Actor(user=person)
+    assert access.session_for(actor, "a1", access.READ).id == "a1"
+    with pytest.raises(access.Forbidden) as refused:
+        access.session_for(actor, "a1", access.APPEND)
+    assert refused.value.capability == access.APPEND
+    assert str(refused.value) == "your role may not create sessions and append events"
+    assert denials() == [("alpha", "a1", {"capability": "append"})]
+
+
+def test_a_token_without_the_scope_is_forbidden_and_the_refusal_names_the_scope_and_the_token(person, alpha):
+    member(person, Role.OPERATOR, alpha)
+    services.create_session(session_id="a1", project=alpha)
+    actor = token_actor(person, project=alpha, scopes=[Scope.APPEND])
+    assert access.session_for(actor, "a1", access.APPEND).id == "a1"
+    with pytest.raises(access.Forbidden) as refused:
+        access.session_for(actor, "a1", access.READ)
+    assert refused.value.detail == "this token may not read sessions: it lacks the 'read' scope"
+    assert denials() == [("alpha", "a1", {"capability": "read", "token": actor.token.prefix})]
+
+
+@pytest.mark.parametrize(
+    "role, allowed",
+    [
+        (Role.VIEWER, {"read"}),
+        (Role.MEMBER, {"read", "append", "fork"}),
+        (Role.OPERATOR, {"read", "append", "fork", "recover"}),
+    ],
+)
+def test_session_for_answers_each_capability_as_the_role_says(person, alpha, role, allowed):
+    member(person, role, alpha)
+    services.create_session(session_id="a1", project=alpha)
+    actor = access.Actor(user=person)
+    for capability in [access.READ, access.APPEND, access.FORK, access.RECOVER]:
+        if capability in allowed:
+            assert access.session_for(actor, "a1", capability).id == "a1"
+        else:
+            with pytest.raises(access.Forbidden):
+                access.session_for(actor, "a1", capability)
+    assert sorted(d["capability"] for _, _, d in denials()) == sorted({"read", "append", "fork", "recover"} - allowed)
+
+
+# project_for ---------------------------------------------------------------------
+
+
+def test_a_token_creates_in_its_own_project_by_default(person, alpha, beta):
+    member(person, Role.MEMBER, alpha)
+    member(person, Role.MEMBER, beta)  # a second project: a login would have to name one
+    actor = token_actor(person, project=alpha, scopes=[Scope.APPEND])
+    assert access.project_for(actor, None, access.APPEND) == alpha
+    assert access.project_for(actor, "alpha", access.APPEND) == alpha
+
+
+def test_a_token_without_append_may_not_create_even_in_its_project(person, alpha):
+    member(person, Role.MEMBER, alpha)
+    actor = token_actor(person, project=alpha, scopes=[Scope.READ])
+    with pytest.raises(access.Forbidden, match="lacks the 'append' scope"):
+        access.project_for(actor, None, access.APPEND)
+    assert denials() == [("alpha", "project alpha", {"capability": "append", "token": actor.token.prefix})]
+
+
+def test_a_login_creates_in_the_one_project_where_it_may(person, alpha, beta):
+    member(person, Role.MEMBER, alpha)
+    member(person, Role.VIEWER, beta)  # may read there, not create
+    assert access.project_for(access.Actor(user=person), None, access.APPEND) == alpha
+
+
+def test_a_login_that_may_create_in_no_project_or_several_must_name_one(person, alpha, beta):
+    actor = access.Actor(user=person)
+    with pytest.raises(access.ProjectRequired, match="in none"):
+        access.project_for(actor, None, access.APPEND)
+    member(person, Role.MEMBER, alpha)
+    member(person, Role.MEMBER, beta)
+    with pytest.raises(access.ProjectRequired, match="more than one"):
+        access.project_for(access.Actor(user=person), None, access.APPEND)
+    assert access.project_for(access.Actor(user=person), "beta", access.APPEND) == beta
+
+
+def test_an_unknown_or_unseen_project_is_not_found(person, alpha, beta):
+    member(person, Role.MEMBER, alpha)
+    actor = access.Actor(user=person)
+    with pytest.raises(access.ProjectNotFound, match="'nowhere'"):
+        access.project_for(actor, "nowhere", access.APPEND)
+    with pytest.raises(access.ProjectNotFound, match="'beta'"):
+        access.project_for(actor, "beta", access.APPEND)
+    # Only the project that exists has an audit log to hold the refusal.
+    assert denials() == [("beta", "project beta", {"capability": "append"})]
+
+
+def test_a_viewer_naming_their_project_to_create_in_is_forbidden(person, alpha):
+    member(person, Role.VIEWER, alpha)
+    with pytest.raises(access.Forbidden, match="your role in project alpha may not create sessions"):
+        access.project_for(access.Actor(user=person), "alpha", access.APPEND)
+    assert denials() == [("alpha", "project alpha", {"capability": "append"})]
+
+
+# actor_of ----------------------------------------------------------------------
+
+
+def test_actor_of_keeps_one_actor_per_request_user(rf, person, alpha):
+    member(person, Role.MEMBER, alpha)
+    request = rf.get("/")
+    request.user = person
+    first = access.actor_of(request)
+    assert access.actor_of(request) is first and first.token is None
+    request.user = AnonymousUser()  # a different user (e.g. after logout) gets a new actor
+    assert access.actor_of(request) is not first and access.actor_of(request).project_ids() == []
