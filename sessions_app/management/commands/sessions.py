@@ -8,11 +8,11 @@ import re
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from sessions_app import errors, selectors, services
+from sessions_app import access, errors, selectors, services
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
 from sessions_app.log.events import format_time, tool_name
-from sessions_app.models import SESSION_ID_PATTERN, session_id_validator
+from sessions_app.models import SESSION_ID_PATTERN, Project, Role, session_id_validator
 
 
 class Command(BaseCommand):
@@ -30,34 +30,60 @@ class Command(BaseCommand):
         recover.add_argument("session_id")
         recover.add_argument("--yes", action="store_true", help="apply without asking")
         recover.add_argument("--note", default="", help="why, for the audit trail")
-        recover.add_argument("--user", default="", help="who confirms (default: the first superuser)")
+        recover.add_argument("--user", default="", help="who confirms: an operator of the session's project or a superuser (default: the first superuser)")
 
         fork = sub.add_parser("fork", help="copy a session up to a boundary into a new session")
         fork.add_argument("session_id")
         fork.add_argument("--at", required=True, help='the seq of the last event to inherit, or "last"')
         fork.add_argument("--id", dest="new_id", default=None, help="the new session's id (generated when absent)")
+        listing.add_argument("--project", metavar="SLUG", help="only sessions of this project")
+        for command in (status, recover, fork):
+            command.add_argument("--project", metavar="SLUG", help="refuse the session unless it is in this project")
 
-    def handle(self, *args, action: str, **options):
+    def handle(self, *args, action: str, project: str | None, **options):
         try:
-            getattr(self, action)(**options)
+            getattr(self, action)(project=self.project(project), **options)
         except (errors.SessionNotFound, errors.SessionExists) as exc:
             raise CommandError(str(exc)) from None
 
-    def list(self, *, interrupted: bool, status: str | None, limit: int, **_):
-        page = selectors.list_sessions(interrupted=True if interrupted else None, status=status, limit=limit, labelled=True)
+    def project(self, slug: str | None) -> Project | None:
+        if slug is None:
+            return None
+        project = Project.objects.filter(slug=slug).first()
+        if project is None:
+            known = ", ".join(Project.objects.values_list("slug", flat=True)) or "none"
+            raise CommandError(f"--project {slug!r}: no such project (projects: {known}).")
+        return project
+
+    def session(self, session_id: str, project: Project | None):
+        """The session, if it is in `project` (when one is named): a command names one project's session by mistake otherwise."""
+        session = selectors.get_session(session_id)
+        if project is not None and session.project_id != project.pk:
+            raise CommandError(f"No session {session_id!r} in project {project.slug!r}.")
+        return session
+
+    def list(self, *, project: Project | None, interrupted: bool, status: str | None, limit: int, **_):
+        page = selectors.list_sessions(
+            interrupted=True if interrupted else None,
+            status=status,
+            projects=None if project is None else [project.pk],
+            limit=limit,
+            labelled=True,
+        )
         if not page.items:
-            self.stdout.write("No interrupted sessions." if interrupted else f"No {status} sessions." if status else "No sessions.")
+            which = "interrupted sessions" if interrupted else f"{status} sessions" if status else "sessions"
+            self.stdout.write(f"No {which}{f' in project {project.slug!r}' if project else ''}.")
             return
-        self.stdout.write(f"{'SESSION':<34} {'AGENT':<20} {'STATUS':<10} {'EVENTS':>7}  {'LAST ACTIVITY':<20}  OPEN TURNS")
+        self.stdout.write(f"{'SESSION':<34} {'PROJECT':<16} {'AGENT':<20} {'STATUS':<10} {'EVENTS':>7}  {'LAST ACTIVITY':<20}  OPEN TURNS")
         for session in page.items:
             turns = "; ".join(session.open_turn_labels) or "-"
             self.stdout.write(
-                f"{session.id:<34} {session.agent_name or '-':<20} {session.status:<10} {session.event_count:>7}  "
+                f"{session.id:<34} {session.project.slug:<16} {session.agent_name or '-':<20} {session.status:<10} {session.event_count:>7}  "
                 f"{format_time(session.last_activity_at):<20}  {turns}"
             )
 
-    def status(self, *, session_id: str, **_):
-        session = selectors.get_session(session_id)
+    def status(self, *, project: Project | None, session_id: str, **_):
+        session = self.session(session_id, project)
         plan = selectors.recovery_plan(session)
         self.stdout.write(f"Session {session.id} ({session.agent_name or 'no agent name'}): {session.event_count} events, {session.status}")
         if session.parent_id:
@@ -87,13 +113,13 @@ class Command(BaseCommand):
         for repair in plan.repairs:
             self.stdout.write(f"  {repair.type} {json.dumps(repair.data)[:110]}")
 
-    def recover(self, *, session_id: str, yes: bool, note: str, user: str, **_):
-        session = selectors.get_session(session_id)
+    def recover(self, *, project: Project | None, session_id: str, yes: bool, note: str, user: str, **_):
+        session = self.session(session_id, project)
         plan = selectors.recovery_plan(session)
         self.describe_plan(session, plan)
         if not plan.repairs:
             return
-        person = self.operator(user)
+        person = self.operator(user, session)
         if not yes and not self.confirmed(f"Append these {len(plan.repairs)} events as {person.get_username()}? [y/N] "):
             raise CommandError("Not confirmed: nothing was appended.")
         try:
@@ -106,7 +132,8 @@ class Command(BaseCommand):
             self.style.SUCCESS(f"Recovered: appended seqs {result.appended[0].seq}-{result.appended[-1].seq}.")
         )
 
-    def fork(self, *, session_id: str, at: str, new_id: str | None, **_):
+    def fork(self, *, project: Project | None, session_id: str, at: str, new_id: str | None, **_):
+        self.session(session_id, project)
         boundary = int(at) if re.fullmatch(r"-?[0-9]+", at) else at
         if new_id is not None and not re.fullmatch(SESSION_ID_PATTERN, new_id):
             raise CommandError(f"--id {new_id!r}: {session_id_validator.message}.")
@@ -131,9 +158,18 @@ class Command(BaseCommand):
             raise CommandError("Not confirmed: no answer on stdin (no terminal?); pass --yes to apply without asking. Nothing was appended.") from None
         return answer.strip().lower() in {"y", "yes"}
 
-    def operator(self, username: str):
+    def operator(self, username: str, session):
+        """Who confirms: an operator (or admin) of the session's project, or a superuser."""
         users = get_user_model().objects
         person = users.filter(username=username).first() if username else users.filter(is_superuser=True).order_by("pk").first()
         if person is None:
             raise CommandError(f"No user {username!r}; pass --user with an existing username." if username else "No superuser exists; pass --user.")
+        actor = access.Actor(user=person)
+        if not actor.can(session.project_id, access.RECOVER):
+            held = actor.roles().get(session.project_id)
+            raise CommandError(
+                f"{person.get_username()} may not recover sessions of project {session.project.slug!r}: that needs the"
+                f" {Role.OPERATOR} role (or {Role.ADMIN}); they are {'a ' + held if held else 'not a member'} there."
+                " Nothing was appended."
+            )
         return person

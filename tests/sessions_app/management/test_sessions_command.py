@@ -3,7 +3,11 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from sessions_app.models import Event, RecoveryRecord, Session, ToolPolicy
+from sessions_app import services
+from sessions_app.log.events import event_to_wire, validate_batch
+from sessions_app.models import AuditEntry, Event, Project, RecoveryRecord, Role, Session, ToolPolicy
+from tests.access import member
+from tests.sessions_app.log.strategies import events_of
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
 from tests.sessions_app.test_recovery import store
 
@@ -97,9 +101,6 @@ def test_fork_refusals_are_errors_in_words():
 
 
 def test_list_shows_each_status_and_labels_open_turns():
-    from sessions_app import services
-    from sessions_app.log.events import validate_batch
-
     store(WORKED_EXAMPLE, session_id="crashed")
     services.create_session(session_id="chatting")
     services.append_events(session_id="chatting", events=validate_batch([{"type": "user_message", "data": {"content": "hi"}}]))
@@ -150,3 +151,72 @@ def test_fork_at_anything_but_a_seq_or_last_is_an_invalid_boundary_not_a_crash(a
     store([("user_message", {"content": "a"})], session_id="p")
     with pytest.raises(CommandError, match="is neither a seq"):
         run("fork", "p", "--at", at)
+
+
+@pytest.fixture
+def billing():
+    """A second project, beside the default one the other sessions are in."""
+    return Project.objects.create(slug="billing", name="Billing")
+
+
+def in_project(session_id: str, project):
+    """The worked example's crashed session, in `project`."""
+    services.create_session(session_id=session_id, project=project)
+    wire = [{"type": e.type, "data": e.data, "time": event_to_wire(e)["time"]} for e in events_of(WORKED_EXAMPLE)]
+    services.append_events(session_id=session_id, events=validate_batch(wire))
+
+
+def test_list_names_each_sessions_project_and_filters_by_one(billing):
+    store(WORKED_EXAMPLE, session_id="ours")
+    in_project("theirs", billing)
+    listed = run("list")
+    assert listed.splitlines()[0].split()[:2] == ["SESSION", "PROJECT"]
+    assert next(line for line in listed.splitlines() if line.startswith("ours")).split()[1] == "default"
+    assert next(line for line in listed.splitlines() if line.startswith("theirs")).split()[1] == "billing"
+    only_billing = run("list", "--project", "billing")
+    assert "theirs" in only_billing and "ours" not in only_billing
+    assert "ours" in run("list", "--project", "default", "--interrupted")
+    billing_clean = run("list", "--project", "billing", "--status", "clean")
+    assert billing_clean.strip() == "No clean sessions in project 'billing'."
+
+
+def test_an_unknown_project_is_an_error_naming_the_known_ones(billing):
+    store(WORKED_EXAMPLE, session_id="ours")
+    for args in (["list"], ["status", "ours"], ["recover", "ours", "--yes"], ["fork", "ours", "--at", "0"]):
+        with pytest.raises(CommandError, match=r"--project 'bilin': no such project \(projects: billing, default\)"):
+            run(*args, "--project", "bilin")
+    assert Session.objects.count() == 1 and Event.objects.count() == 10
+
+
+def test_status_recover_and_fork_refuse_a_session_of_another_project(billing, admin_user):
+    in_project("theirs", billing)
+    for args in (["status", "theirs"], ["recover", "theirs", "--yes"], ["fork", "theirs", "--at", "0", "--id", "copy"]):
+        with pytest.raises(CommandError, match="^No session 'theirs' in project 'default'.$"):
+            run(*args, "--project", "default")
+    assert Event.objects.count() == 10 and not RecoveryRecord.objects.exists() and not Session.objects.filter(id="copy").exists()
+    assert "Open: turn 1" in run("status", "theirs", "--project", "billing")
+    assert "Forked theirs into copy" in run("fork", "theirs", "--at", "0", "--id", "copy", "--project", "billing")
+    assert Session.objects.get(id="copy").project == billing
+    assert AuditEntry.objects.get(action=AuditEntry.FORK).actor_name == "cli"
+    assert "appended seqs 10-12" in run("recover", "theirs", "--yes", "--project", "billing")
+
+
+@pytest.mark.parametrize("role, held", [(Role.VIEWER, "a viewer"), (Role.MEMBER, "a member"), (None, "not a member")])
+def test_recover_as_a_user_below_operator_is_refused_naming_the_role_needed(billing, django_user_model, role, held):
+    in_project("theirs", billing)
+    person = django_user_model.objects.create_user("pat")
+    if role is not None:
+        member(person, role, billing)
+    member(person, Role.OPERATOR)  # an operator elsewhere is not an operator here
+    with pytest.raises(CommandError, match=f"pat may not recover sessions of project 'billing': that needs the operator role .*; they are {held} there"):
+        run("recover", "theirs", "--yes", "--user", "pat")
+    assert Event.objects.count() == 10 and not RecoveryRecord.objects.exists()
+
+
+def test_recover_as_an_operator_of_the_project_records_them(billing, django_user_model):
+    in_project("theirs", billing)
+    member(django_user_model.objects.create_user("pat"), Role.OPERATOR, billing)
+    assert "appended seqs 10-12" in run("recover", "theirs", "--yes", "--user", "pat", "--project", "billing")
+    assert RecoveryRecord.objects.get().username == "pat"
+    entry = AuditEntry.objects.get(action=AuditEntry.RECOVERY)
+    assert (entry.actor_name, entry.project_id, entry.target) == ("pat", billing.pk, "theirs")
