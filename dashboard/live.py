@@ -3,7 +3,7 @@
 `SessionPageConsumer` (/ws/sessions/{id}/live?after=N) keeps a session page
 current: every committed event re-renders the transcript blocks it touched,
 with the same partials as the first page load. `SessionListConsumer`
-(/ws/sessions/live?status=&q=) keeps the session list current.
+(/ws/sessions/live?status=&q=&project=) keeps the session list current.
 
 The seq logic (backlog, gaps, writes by other processes) is dashboard.stream's,
 shared with the JSON stream; only the frames differ.
@@ -248,13 +248,21 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         self.q = query.get("q", "").strip()
         self.projects = None
         try:
-            self.projects = await database_sync_to_async(access.Actor(user=self.scope["user"]).project_ids)()
+            await database_sync_to_async(self.choose_projects)(query.get("project", ""))
             self.shown = await database_sync_to_async(self.first_page_ids)()
         except DATABASE_UNAVAILABLE as error:
             return await close_without_database(self, error)
         self.statuses: dict[str, str] = {}
         self._refresh = asyncio.create_task(self.refresh_statuses())
         self.renew_later()
+
+    def choose_projects(self, slug: str) -> None:
+        """The projects whose rows this list shows: the user's, or only the one named if it is theirs (as the page does)."""
+        visible = list(access.projects(access.Actor(user=self.scope["user"])).values_list("pk", "slug"))
+        chosen = [pk for pk, project_slug in visible if project_slug == slug]
+        self.projects = chosen or [pk for pk, _ in visible]
+        # The row partial shows a Project column while the list spans several projects, as on the page.
+        self.row_context = {"projects": visible, "project": slug if chosen else None}
 
     def first_page_ids(self) -> set[str]:
         return {s.id for s in selectors.list_sessions(status=self.status, q=self.q, projects=self.projects, limit=50).items}
@@ -277,9 +285,9 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         session = matches[0]
         self.statuses[session.id] = session.status
         if session.id in self.shown:
-            return render_to_string("sessions/list.html#session-row", {"session": session, "oob": "true"}).strip()
+            return render_to_string("sessions/list.html#session-row", {"session": session, "oob": "true", **self.row_context}).strip()
         self.shown.add(session.id)
-        row = render_to_string("sessions/list.html#session-row", {"session": session}).strip()
+        row = render_to_string("sessions/list.html#session-row", {"session": session, **self.row_context}).strip()
         return f'<tbody hx-swap-oob="afterbegin:#session-rows">{row}</tbody>'
 
     async def refresh_statuses(self):

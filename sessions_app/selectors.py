@@ -10,12 +10,23 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import F, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from sessions_app.log import events as log_events
 from sessions_app.log import fold, fork, recovery
-from sessions_app.models import CallSighting, Event, RecoveryRecord, Session, ToolPolicy, open_turn_labels_of
+from sessions_app.models import (
+    ApiToken,
+    AuditEntry,
+    CallSighting,
+    Event,
+    Membership,
+    Project,
+    RecoveryRecord,
+    Session,
+    ToolPolicy,
+    open_turn_labels_of,
+)
 from sessions_app.errors import SessionNotFound
 
 
@@ -284,3 +295,47 @@ def lineage(session: Session) -> Lineage:
 
     visit(session, 1)
     return Lineage(ancestors=ancestors[::-1], descendants=descendants)
+
+
+def session_counts(project_ids: list[int]) -> dict[int, int]:
+    """project id -> how many sessions it holds (projects with none are absent)."""
+    rows = Session.objects.filter(project_id__in=project_ids).values("project_id").annotate(n=Count("pk")).order_by()
+    return {row["project_id"]: row["n"] for row in rows}
+
+
+def project_members(project: Project) -> list[Membership]:
+    return list(Membership.objects.filter(project=project).select_related("user").order_by("user__username"))
+
+
+def project_tokens(project: Project) -> list[ApiToken]:
+    """The project's tokens, newest first, revoked and expired ones included (the list shows their state)."""
+    return list(ApiToken.objects.filter(project=project).select_related("user", "created_by").order_by("-created_at", "-id"))
+
+
+@dataclass(frozen=True)
+class AuditPage:
+    items: list[AuditEntry]
+    next_cursor: str | None
+
+
+def audit_entries(project: Project, *, action: str | None = None, before: str | None = None, limit: int = 50) -> AuditPage:
+    """The project's audit entries, newest first, keyset-paginated on (time, id); `before` is a next_cursor."""
+    entries = AuditEntry.objects.filter(project=project).order_by("-created_at", "-id")
+    if action:
+        entries = entries.filter(action=action)
+    if before:
+        try:
+            raw = base64.urlsafe_b64decode(before + "=" * (-len(before) % 4))
+            created, entry_id = json.loads(raw)
+            created, entry_id = datetime.fromisoformat(created), int(entry_id)
+            if created.tzinfo is None:  # every cursor this page gives carries its zone
+                raise ValueError("no time zone")
+        except (ValueError, TypeError, binascii.Error) as exc:
+            raise InvalidCursor(f"cursor {before!r} is not one this page gave") from exc
+        entries = entries.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=entry_id))
+    items = list(entries[: limit + 1])
+    if len(items) <= limit:
+        return AuditPage(items=items, next_cursor=None)
+    last = items[limit - 1]
+    cursor = base64.urlsafe_b64encode(json.dumps([last.created_at.isoformat(), last.pk]).encode()).decode().rstrip("=")
+    return AuditPage(items=items[:limit], next_cursor=cursor)

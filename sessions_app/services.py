@@ -42,6 +42,7 @@ from sessions_app.models import (
     Membership,
     Project,
     RecoveryRecord,
+    Role,
     Session,
 )
 from sessions_app.selectors import dangling_patch, fork_point, recovery_plan
@@ -496,11 +497,22 @@ def revoke_token(*, token: ApiToken, by=None) -> bool:
     return bool(changed)
 
 
+class LastAdmin(ValueError):
+    """Removing or lowering the project's only admin would leave nobody to manage it."""
+
+
 def set_membership(*, project: Project, user, role: str | None, by=None) -> Membership | None:
-    """Add a member, change their role, or (role None) remove them; audited. Their tokens stay bounded by the new role."""
+    """Add a member, change their role, or (role None) remove them; audited. Their tokens stay bounded by the new role.
+
+    LastAdmin when that would leave the project without an admin member.
+    """
     with transaction.atomic():
+        # The admins are locked too, so two admins demoting each other at once cannot leave none.
+        admins = list(Membership.objects.select_for_update().filter(project=project, role=Role.ADMIN).values_list("user_id", flat=True))
         current = Membership.objects.select_for_update().filter(project=project, user=user).first()
         target = user.get_username()
+        if current is not None and current.role == Role.ADMIN and role != Role.ADMIN and admins == [user.pk]:
+            raise LastAdmin(f"{target} is the only admin of {project.slug}: make someone else an admin first")
         if role is None:
             if current is not None:
                 current.delete()
