@@ -483,7 +483,7 @@ def readable(request, session_id: str) -> Session:
     return access.session_for(access.actor_of(request), session_id, access.READ)
 
 
-@router.get("/sessions/{session_id:session_id}", response={200: SessionOut, 404: ErrorOut})
+@router.get("/sessions/{session_id:session_id}", response={200: SessionOut, 403: ErrorOut, 404: ErrorOut})
 def get_session(request, session_id: str):
     return session_to_wire(readable(request, session_id))
 
@@ -534,14 +534,14 @@ def list_events(request, session_id: str, since: int = 0, limit: int = Query(500
     return {"events": [log_events.event_to_wire(e) for e in events], "next_seq": session.event_count}
 
 
-@router.get("/sessions/{session_id:session_id}/messages", response={200: MessagesOut, 404: ErrorOut})
+@router.get("/sessions/{session_id:session_id}/messages", response={200: MessagesOut, 403: ErrorOut, 404: ErrorOut})
 def list_messages(request, session_id: str):
     """The fold: what the model sees (compactions applied)."""
     messages = selectors.session_messages(readable(request, session_id))
     return {"messages": [{**m, "created_at": log_events.format_time(m["created_at"])} for m in messages]}
 
 
-@router.get("/sessions/{session_id:session_id}/export", response={200: dict[str, Any], 404: ErrorOut})
+@router.get("/sessions/{session_id:session_id}/export", response={200: dict[str, Any], 403: ErrorOut, 404: ErrorOut})
 def export_session(request, session_id: str):
     """A version 2 blob (session-log.md section 6) plus the session and its parent."""
     session = readable(request, session_id)
@@ -549,7 +549,7 @@ def export_session(request, session_id: str):
     return log_blob.write_blob(selectors.session_log(session), agent_name=session.agent_name or None, extra=extra)
 
 
-@router.get("/sessions/{session_id:session_id}/recovery-plan", response={200: PlanOut, 404: ErrorOut}, tags=["recovery"])
+@router.get("/sessions/{session_id:session_id}/recovery-plan", response={200: PlanOut, 403: ErrorOut, 404: ErrorOut}, tags=["recovery"])
 def get_recovery_plan(request, session_id: str):
     """What recovery would append now, and why; confirm it with its digest."""
     session = readable(request, session_id)
@@ -563,7 +563,7 @@ class DanglingPatchOut(Schema):
     digest: str
 
 
-@router.get("/sessions/{session_id:session_id}/dangling-calls", response={200: DanglingPatchOut, 404: ErrorOut}, tags=["recovery"])
+@router.get("/sessions/{session_id:session_id}/dangling-calls", response={200: DanglingPatchOut, 403: ErrorOut, 404: ErrorOut}, tags=["recovery"])
 def get_dangling_calls(request, session_id: str):
     """What the turn-blind patch would append (only applicable once no turn is open)."""
     session = readable(request, session_id)
