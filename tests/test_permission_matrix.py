@@ -1,0 +1,428 @@
+"""The permission matrix: every URL pattern (pages, API operations, admin
+views) and every websocket route, for every kind of actor, reads and writes.
+
+The URL configuration is walked, not listed by hand: a route added without
+an entry here fails `test_every_route_is_in_the_matrix`. Admin URLs are
+covered by one rule per registered ModelAdmin (`ADMIN_MODELS`), so a new
+registration or a custom admin URL without a rule fails it too.
+
+Actors (see tests/permission_world.py): anonymous; an outsider, admin of
+another project; a viewer, a member, an operator and an admin (not a
+superuser) of project "alpha", whose sessions are probed. The operator and
+the admin are staff, as `create_token --staff` makes operators; so is the
+outsider, so the admin site's project boundary is probed too. API routes
+are tried with each actor's login session and with a token of its role.
+
+An expectation reads "STATUS [LOCATION] [stored] [+P|-P|+TEXT]": the status;
+for a redirect, the start of its Location; `stored` means the write really
+happened (rows added or removed, a role or a token changed), and without it
+a write attempt must change nothing at all; +P: the answer shows alpha's
+sessions; -P: nothing of alpha at all, but the outsider's own project;
++TEXT: the answer holds TEXT. Every attempt runs in a savepoint rolled back
+after it, so each actor meets the same world.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
+from django.conf import settings
+from django.contrib import admin
+from django.test import Client
+from django.urls import URLPattern, URLResolver
+
+from dashboard import urls as dashboard_urls
+from dashboard.asgi import application
+from dashboard.routing import websocket_urlpatterns
+from sessions_app import services
+from sessions_app.log.events import validate_batch
+from tests.dashboard.conftest import QUIET, WAIT, fresh_layer, opened, slow_poll  # noqa: F401  (fixtures of the socket tests)
+from tests.permission_world import ACTORS, OUTSIDER_SESSION, STAFF, build_world
+from tests.sessions_app import factories as f
+
+pytestmark = pytest.mark.django_db
+
+LOGIN = "302 /login/"
+ADMIN_LOGIN = "302 /admin/login/"
+
+
+def by_role(anonymous: str, outsider: str, viewer: str, member: str | None = None, operator: str | None = None, admin: str | None = None) -> dict[str, str]:
+    """Each role holds the rights of the one before it, so an unnamed role answers as the one before."""
+    member = viewer if member is None else member
+    operator = member if operator is None else operator
+    admin = operator if admin is None else admin
+    return {"anonymous": anonymous, "outsider": outsider, "viewer": viewer, "member": member, "operator": operator, "admin": admin}
+
+
+def everyone(outcome: str) -> dict[str, str]:
+    return by_role(outcome, outcome, outcome)
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One request. `path` and string values of `data` are formatted with the world's values ({closed}, {open_digest}...)."""
+
+    method: str
+    path: str
+    expect: dict[str, str]
+    data: dict | None = None
+    api: bool = False  # JSON bodies, and tried with each actor's bearer token too
+
+
+def page_read(path: str) -> Probe:
+    return Probe("GET", path, by_role(LOGIN, "404", "200"))
+
+
+def page_admin(method: str, path: str, allowed: str, data: dict | None = None) -> Probe:
+    """A project settings page of alpha's: its admins only."""
+    return Probe(method, path, by_role(LOGIN, "404", "403", admin=allowed), data=data)
+
+
+def api_read(path: str) -> Probe:
+    return Probe("GET", path, by_role("401", "404", "200"), api=True)
+
+
+def api_write(path: str, data: dict, *, needs: str) -> Probe:
+    """A write of alpha's that `needs` the member or the operator role: refused (403) below it."""
+    allowed = "200 stored" if needs == "operator" else "201 stored"
+    member = allowed if needs == "member" else "403"
+    return Probe("POST", path, by_role("401", "404", "403", member, allowed), data=data, api=True)
+
+
+CLOSED, OPEN = "/sessions/{closed}", "/sessions/{open}"
+API = "/api/v1/sessions"
+
+# URL name (or route, for unnamed patterns) -> the requests that probe it.
+HTTP_MATRIX: dict[str, list[Probe]] = {
+    # Pages -------------------------------------------------------------
+    "session_list": [Probe("GET", "/", by_role(LOGIN, "200 -P", "200 +P"))],
+    "session_detail": [page_read(CLOSED + "/"), page_read(OPEN + "/?view=raw")],
+    "session_blocks": [page_read(CLOSED + "/blocks")],
+    "event_json": [page_read(CLOSED + "/events/0.json")],
+    "session_lineage": [page_read(CLOSED + "/lineage")],
+    "fork_session": [
+        Probe("GET", CLOSED + "/fork?boundary=last", by_role(LOGIN, "404", "403", "200")),
+        Probe(
+            "POST", CLOSED + "/fork", by_role(LOGIN, "404", "403", "302 /sessions/alpha-fork/ stored"),
+            data={"boundary": "last", "id": "alpha-fork"},
+        ),
+    ],
+    "recovery_preview": [
+        page_read(OPEN + "/recovery"),
+        Probe(
+            "POST", OPEN + "/recovery", by_role(LOGIN, "404", "403", "403", "302 /sessions/alpha-open/?highlight= stored"),
+            data={"action": "recover", "digest": "{open_digest}"},
+        ),
+        Probe(
+            "POST", CLOSED + "/recovery", by_role(LOGIN, "404", "403", "403", "302 /sessions/alpha-closed/?highlight= stored"),
+            data={"action": "patch", "digest": "{dangling_digest}"},
+        ),
+    ],
+    # Project settings: the project's admins only; members below admin get a 403 page naming the admins.
+    "project_list": [Probe("GET", "/projects/", by_role(LOGIN, "200 -P", "200 +project-alpha"))],
+    "project_members": [
+        page_admin("GET", "/projects/alpha/", "200"),
+        page_admin("POST", "/projects/alpha/", "302 /projects/alpha/ stored", {"username": "{newcomer}", "role": "viewer"}),
+    ],
+    "project_member": [
+        page_admin("GET", "/projects/alpha/members/{viewer_pk}", "405"),
+        page_admin("POST", "/projects/alpha/members/{viewer_pk}", "302 /projects/alpha/ stored", {"action": "change", "role": "member"}),
+    ],
+    "project_tokens": [
+        page_admin("GET", "/projects/alpha/tokens", "200"),
+        page_admin("POST", "/projects/alpha/tokens", "200 stored", {"owner": "{admin_pk}", "scopes": ["read"], "name": "matrix"}),
+    ],
+    "revoke_token": [
+        page_admin("GET", "/projects/alpha/tokens/{viewer_token_pk}/revoke", "200"),
+        page_admin("POST", "/projects/alpha/tokens/{viewer_token_pk}/revoke", "302 /projects/alpha/tokens stored"),
+    ],
+    "project_audit": [page_admin("GET", "/projects/alpha/audit", "200")],
+    "login": [Probe("GET", "/login/", everyone("200"))],
+    "logout": [Probe("GET", "/logout/", everyone("405")), Probe("POST", "/logout/", everyone(LOGIN))],
+    # API ---------------------------------------------------------------
+    "api-v1:openapi-json": [Probe("GET", "/api/v1/openapi.json", everyone("200"), api=True)],
+    "api-v1:openapi-view": [Probe("GET", "/api/v1/docs", everyone("200"), api=True)],
+    "api-v1:api-root": [Probe("GET", "/api/v1/", everyone("404"), api=True)],
+    "api-v1:list_sessions": [Probe("GET", API, by_role("401", "200 -P", "200 +P"), api=True)],
+    "api-v1:create_session": [api_write(API, {"project": "alpha", "id": "alpha-new"}, needs="member")],
+    "api-v1:import_session": [api_write(API + "/import?project=alpha", "{blob}", needs="member")],
+    "api-v1:get_session": [api_read(API + "/{closed}")],
+    "api-v1:list_events": [api_read(API + "/{closed}/events")],
+    "api-v1:append_events": [
+        api_write(API + "/{closed}/events", {"events": [{"type": "user_message", "data": {"content": "more"}}]}, needs="member")
+    ],
+    "api-v1:list_messages": [api_read(API + "/{closed}/messages")],
+    "api-v1:export_session": [api_read(API + "/{closed}/export")],
+    "api-v1:get_recovery_plan": [api_read(API + "/{open}/recovery-plan")],
+    "api-v1:get_dangling_calls": [api_read(API + "/{closed}/dangling-calls")],
+    "api-v1:recover_session": [api_write(API + "/{open}/recover", {"digest": "{open_digest}"}, needs="operator")],
+    "api-v1:patch_dangling_calls": [
+        api_write(API + "/{closed}/patch-dangling-calls", {"digest": "{dangling_digest}"}, needs="operator")
+    ],
+    "api-v1:fork_session": [api_write(API + "/{closed}/fork", {"boundary": "last", "id": "alpha-fork"}, needs="member")],
+    # Whatever no endpoint serves under /api/: a JSON 404 for anyone, credentials or not.
+    "^api/": [Probe("GET", "/api/v1/nothing", everyone("404"), api=True), Probe("POST", "/api/v2/sessions", everyone("404"), api=True)],
+}
+
+
+def staff_only(staff: str, others: str = ADMIN_LOGIN) -> dict[str, str]:
+    """Admin pages: only staff get past the admin's login (outsider, operator, admin)."""
+    return {actor: staff if actor in STAFF else others for actor in ACTORS}
+
+
+ADMIN_SITE_MATRIX: dict[str, list[Probe]] = {
+    "admin:index": [Probe("GET", "/admin/", staff_only("200"))],
+    "admin:login": [Probe("GET", "/admin/login/", staff_only("302 /admin/", others="200"))],
+    # Logged-out or non-staff visitors are sent to the index (then the login); staff must POST.
+    "admin:logout": [Probe("GET", "/admin/logout/", staff_only("405", others="302 /admin/")), Probe("POST", "/admin/logout/", staff_only(LOGIN, others="302 /admin/"))],
+    "admin:password_change": [Probe("GET", "/admin/password_change/", staff_only("200"))],
+    "admin:password_change_done": [Probe("GET", "/admin/password_change/done/", staff_only("200"))],
+    "admin:autocomplete": [
+        Probe("GET", "/admin/autocomplete/?app_label=sessions_app&model_name=session&field_name=parent", {**staff_only("200 +P"), "outsider": "200 -P"})
+    ],
+    "admin:jsi18n": [Probe("GET", "/admin/jsi18n/", staff_only("200"))],
+    "admin:view_on_site": [Probe("GET", "/admin/r/{session_type}/{closed}/", staff_only("404"))],
+    "admin:app_list": [Probe("GET", "/admin/sessions_app/", staff_only("200")), Probe("GET", "/admin/auth/", staff_only("404"))],
+    "admin/(?P<url>.*)$": [Probe("GET", "/admin/nothing/", staff_only("404"))],
+}
+
+
+@dataclass(frozen=True)
+class AdminModel:
+    """What the admin of one model answers staff: kind -> outcome (insiders), and the outsider's where it differs.
+
+    Kinds: the generated views (changelist, add, change, history, delete),
+    `object` (the bare object URL, a redirect to its change page), and the
+    writes `add POST`, `change POST`, `delete POST`. `pk` names the world
+    value of an object of that model; `extra`: its custom URLs.
+    """
+
+    pk: str
+    staff: dict[str, str]
+    outsider: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, list[Probe]] = field(default_factory=dict)
+
+
+NO_PERMISSION = {
+    "changelist": "403", "add": "403", "change": "403", "history": "403", "delete": "403",
+    "add POST": "403", "change POST": "403", "delete POST": "403",
+}
+# Logs of a project: staff read them (read-only), only for projects where they may read.
+PROJECT_LOG = {
+    "changelist": "200 +P", "add": "403", "change": "200", "history": "200", "delete": "403",
+    "add POST": "403", "change POST": "403", "delete POST": "403",
+}
+OUTSIDE_PROJECT_LOG = {"changelist": "200 -P", "change": "302 /admin/", "history": "302 /admin/"}
+# Site-wide, for every staff user to read; editing needs the model permissions (none here).
+SITE_SETTING = {
+    "changelist": "200", "add": "403", "change": "200", "history": "200", "delete": "403",
+    "add POST": "403", "change POST": "403", "delete POST": "403",
+}
+
+ADMIN_MODELS: dict[str, AdminModel] = {
+    "auth.group": AdminModel("group", NO_PERMISSION),
+    "auth.user": AdminModel(
+        "viewer_pk", NO_PERMISSION,
+        extra={"admin:auth_user_password_change": [Probe("GET", "/admin/auth/user/{viewer_pk}/password/", staff_only("403"))]},
+    ),
+    "axes.accessattempt": AdminModel("access_attempt", NO_PERMISSION),
+    "axes.accesslog": AdminModel("access_log", NO_PERMISSION),
+    "axes.accessfailurelog": AdminModel("access_failure", NO_PERMISSION),
+    "sessions_app.session": AdminModel("closed", PROJECT_LOG, OUTSIDE_PROJECT_LOG),
+    "sessions_app.event": AdminModel("closed_event", PROJECT_LOG, OUTSIDE_PROJECT_LOG),
+    "sessions_app.recoveryrecord": AdminModel("alpha_record", PROJECT_LOG, OUTSIDE_PROJECT_LOG),
+    "sessions_app.toolpolicy": AdminModel("policy", SITE_SETTING),
+    # Projects, their tokens and the audit log: superusers only (a project's admins use its project pages).
+    "sessions_app.project": AdminModel("alpha_pk", NO_PERMISSION),
+    "sessions_app.apitoken": AdminModel("viewer_token_pk", NO_PERMISSION),
+    "sessions_app.auditentry": AdminModel("audit_entry", NO_PERMISSION),
+}
+ADMIN_VIEWS = ("changelist", "add", "history", "delete", "change")
+
+
+def admin_model_probes(label: str, rule: AdminModel) -> dict[str, list[Probe]]:
+    app, model = label.split(".")
+    base = f"/admin/{app}/{model}/"
+    obj = base + "{%s}/" % rule.pk
+
+    def expect(kind: str) -> dict[str, str]:
+        outsider = rule.outsider.get(kind, rule.staff[kind])
+        return {**staff_only(rule.staff[kind]), "outsider": outsider}
+
+    return {
+        f"admin:{app}_{model}_changelist": [Probe("GET", base, expect("changelist"))],
+        f"admin:{app}_{model}_add": [Probe("GET", base + "add/", expect("add")), Probe("POST", base + "add/", expect("add POST"), data={})],
+        f"admin:{app}_{model}_change": [
+            Probe("GET", obj + "change/", expect("change")),
+            Probe("POST", obj + "change/", expect("change POST"), data={}),
+        ],
+        f"admin:{app}_{model}_history": [Probe("GET", obj + "history/", expect("history"))],
+        f"admin:{app}_{model}_delete": [
+            Probe("GET", obj + "delete/", expect("delete")),
+            Probe("POST", obj + "delete/", expect("delete POST"), data={"post": "yes"}),
+        ],
+        f"admin/{app}/{model}/<path:object_id>/": [Probe("GET", obj, staff_only("302 " + obj + "change/"))],
+        **rule.extra,
+    }
+
+
+def admin_matrix() -> dict[str, list[Probe]]:
+    matrix = dict(ADMIN_SITE_MATRIX)
+    for label, rule in ADMIN_MODELS.items():
+        matrix.update(admin_model_probes(label, rule))
+    return matrix
+
+
+MATRIX = {**HTTP_MATRIX, **admin_matrix()}
+
+
+def http_route_keys(patterns, prefix: str = "", namespace: str = "") -> set[str]:
+    """Every URL pattern: its namespaced name, or its full route when it has none."""
+    keys = set()
+    for pattern in patterns:
+        if isinstance(pattern, URLResolver):
+            inner = ":".join(filter(None, [namespace, pattern.namespace]))
+            keys |= http_route_keys(pattern.url_patterns, prefix + str(pattern.pattern), inner)
+        elif isinstance(pattern, URLPattern):
+            keys.add(":".join(filter(None, [namespace, pattern.name])) if pattern.name else prefix + str(pattern.pattern))
+    return keys
+
+
+def test_every_route_is_in_the_matrix():
+    routes = http_route_keys(dashboard_urls.urlpatterns)
+    missing, extra = sorted(routes - MATRIX.keys()), sorted(MATRIX.keys() - routes)
+    assert not missing and not extra, f"URL patterns without a matrix entry: {missing}; matrix entries without a URL pattern: {extra}"
+    registered = {model._meta.label_lower for model in admin.site._registry}
+    assert registered == ADMIN_MODELS.keys(), f"admin registrations {sorted(registered ^ ADMIN_MODELS.keys())} need a rule in ADMIN_MODELS"
+
+
+def test_every_websocket_route_is_in_the_matrix():
+    routes = {str(pattern.pattern) for pattern in websocket_urlpatterns}
+    missing, extra = sorted(routes - SOCKET_MATRIX.keys()), sorted(SOCKET_MATRIX.keys() - routes)
+    assert not missing and not extra, f"websocket routes without a matrix entry: {missing}; matrix entries without a route: {extra}"
+
+
+def test_every_actor_is_expected_everywhere():
+    for key, probes in MATRIX.items():
+        for probe in probes:
+            assert set(probe.expect) == set(ACTORS), f"{key} {probe.method} {probe.path}: expectations for {sorted(probe.expect)}"
+
+
+@pytest.mark.parametrize("key", sorted(MATRIX))
+def test_route(key):
+    world = build_world()
+    mismatches = [
+        mismatch
+        for probe in MATRIX[key]
+        for actor in ACTORS
+        for credential in (("login", "token") if probe.api and actor != "anonymous" else ("login",))
+        if (mismatch := world.check(probe, actor, credential))
+    ]
+    assert not mismatches, f"{key}:\n" + "\n".join(mismatches)
+
+
+# Websockets ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SocketProbe:
+    """A socket opened by every actor with its login cookie (from an allowed Origin) and,
+    where `token` is given, with its bearer token.
+
+    Outcomes: a close code, or "open +P" (alpha's events or rows arrive, a
+    live append included) / "open -P" (none of alpha's, but the outsider's own).
+    """
+
+    path: str
+    login: dict[str, str]
+    token: dict[str, str] | None = None
+
+
+SOCKET_MATRIX: dict[str, SocketProbe] = {
+    "ws/v1/sessions/<session_id:session_id>/events": SocketProbe(
+        "/ws/v1/sessions/alpha-closed/events",
+        login=by_role("4401", "4404", "open +P"),
+        token=by_role("4401", "4404", "open +P"),
+    ),
+    # The browsers' sockets take the login cookie only.
+    "ws/sessions/<session_id:session_id>/live": SocketProbe(
+        "/ws/sessions/alpha-closed/live?after=0", login=by_role("4401", "4404", "open +P"), token=everyone("4401")
+    ),
+    "ws/sessions/live": SocketProbe("/ws/sessions/live", login=by_role("4401", "open -P", "open +P"), token=everyone("4401")),
+    # Any other path under /ws/: an unknown session, whoever asks.
+    "^ws/": SocketProbe("/ws/nothing", login=everyone("4404"), token=everyone("4404")),
+}
+ORIGIN = "http://127.0.0.1"
+
+
+@pytest.fixture
+def socket_world():
+    world = build_world()
+    cookies = {}
+    for actor, user in world.users.items():
+        if user is not None:
+            client = Client()
+            client.force_login(user)
+            cookies[actor] = client.cookies[settings.SESSION_COOKIE_NAME].value
+    return world, cookies
+
+
+async def read_until_quiet(communicator: WebsocketCommunicator, received: list[str]) -> str | None:
+    """Collect the socket's frames until it goes quiet; its close code if it closed (then it is disconnected, as a client would)."""
+    # receive_nothing, not a receive_output timeout: that would cancel the application.
+    while not await communicator.receive_nothing(QUIET):
+        message = await communicator.receive_output(timeout=WAIT)
+        if message["type"] == "websocket.close":
+            await communicator.disconnect(code=message.get("code"), timeout=WAIT)
+            return str(message.get("code"))
+        received.append(message.get("text") or "")
+    return None
+
+
+@database_sync_to_async
+def append_live_events() -> None:
+    for session_id in ("alpha-closed", OUTSIDER_SESSION):
+        services.append_events(session_id=session_id, events=validate_batch([f.user(f"{session_id}-live")]))
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("slow_poll", "fresh_layer")
+@pytest.mark.parametrize("route", sorted(SOCKET_MATRIX))
+async def test_socket(route, socket_world):
+    world, cookies = socket_world
+    probe = SOCKET_MATRIX[route]
+    attempts = [(actor, "login", probe.login[actor]) for actor in ACTORS]
+    if probe.token is not None:
+        attempts += [(actor, "token", probe.token[actor]) for actor in ACTORS if actor != "anonymous"]
+    sockets = []
+    for actor, credential, expected in attempts:
+        headers = [(b"origin", ORIGIN.encode())]
+        if credential == "login" and actor in cookies:
+            headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookies[actor]}".encode()))
+        if credential == "token":
+            headers.append((b"authorization", f"Bearer {world.tokens[actor]}".encode()))
+        communicator = WebsocketCommunicator(application, probe.path, headers=headers)
+        opened.append(communicator)
+        connected, _ = await communicator.connect(timeout=WAIT)
+        assert connected, "sockets are accepted, then closed with a code"
+        sockets.append((actor, credential, expected, communicator, []))
+    closes = await asyncio.gather(*(read_until_quiet(communicator, received) for *_, communicator, received in sockets))
+    await append_live_events()  # open sockets must pass it on (or not: the outsider's list)
+    later = await asyncio.gather(
+        *(read_until_quiet(communicator, received) for (*_, communicator, received), code in zip(sockets, closes) if code is None)
+    )
+    outcomes = iter(later)
+    mismatches = []
+    for (actor, credential, expected, _, received), code in zip(sockets, closes):
+        outcome = code or next(outcomes)
+        if outcome is None:
+            text = "".join(received)
+            outcome = "open " + ("+P" if "alpha-" in text else "-P" if OUTSIDER_SESSION in text else "(nothing arrived)")
+        if outcome != expected:
+            mismatches.append(f"  {actor} ({credential}): expected {expected!r}, got {outcome!r}")
+    assert not mismatches, f"{route} {probe.path}:\n" + "\n".join(mismatches)
