@@ -13,7 +13,7 @@ import logging
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from dashboard import stream
+from dashboard import credentials, stream
 from dashboard.middleware import DATABASE_UNAVAILABLE
 from sessions_app import access, services
 
@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 # "service restart", and 4500/4503 named after HTTP statuses like the others.
 # The pages reconnect after 4012, 4500 and 4503 (static/turnlog/turnlog.js).
 CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= 0
-CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session (api.md)
+CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session; or the token was revoked or expired since (api.md)
 CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not in ALLOWED_HOSTS
 CLOSE_NOT_FOUND = 4404  # no such session (api.md)
 CLOSE_SERVER_ERROR = 4500  # the stream failed on the server (a bug); reconnect with ?after=<last seq>
@@ -53,7 +53,9 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
 
     Close codes (each after accepting the socket, checked in this order):
 
-    - 4401: unauthenticated (no valid token, no login session);
+    - 4401: unauthenticated (no valid token, no login session); also on an
+      open stream, within TURNLOG_CREDENTIAL_CHECK_SECONDS of its token
+      being revoked or expiring (dashboard.credentials);
     - 4403: authenticated only by the login cookie, and the Origin header is
       missing or not allowed;
     - 4400: `after` is not exactly one decimal integer >= 0 (e.g. `abc`,
@@ -73,6 +75,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         self._stream: stream.SessionStream | None = None
         self._pump: asyncio.Task | None = None
         self._group: str | None = None
+        self._credential: credentials.Registration | None = None
 
     async def connect(self):
         await self.accept()
@@ -85,7 +88,10 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         if how == stream.LOGIN_SESSION and not stream.origin_allowed(self.scope):
             return await self.close(code=CLOSE_FORBIDDEN_ORIGIN, reason="origin not allowed")
         self.scope["user"] = user
-        await self.connect_stream(access.Actor(user=user, token=self.scope.get("api_token") if how == stream.TOKEN else None))
+        token = self.scope["api_token"] if how == stream.TOKEN else None
+        if token is not None:
+            self._credential = credentials.register(token.pk, self._close_for_lost_credential)
+        await self.connect_stream(access.Actor(user=user, token=token))
 
     async def connect_stream(self, actor: access.Actor):
         """After authentication: check `after` and the session (4404 unless `actor` may read it), then start streaming.
@@ -136,6 +142,13 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         for wire in events if isinstance(events, list) else ():
             self._stream.offer_event(wire)
 
+    async def _close_for_lost_credential(self) -> None:
+        """The token was revoked or expired (or its owner deactivated): no frame after that, then 4401."""
+        if self._credential is None:  # the socket ended while its token was being checked
+            return
+        await self._stop_stream()
+        await self.close(code=CLOSE_UNAUTHENTICATED, reason="token revoked or expired")
+
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         """The stream is one-way: client frames are ignored."""
 
@@ -151,7 +164,10 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             await self._stop_stream()
 
     async def _stop_stream(self) -> None:
-        """Idempotent: stop the pump, stop being polled, leave the group."""
+        """Idempotent: stop the pump, stop being polled and having the token checked, leave the group."""
+        credential, self._credential = self._credential, None
+        if credential is not None:
+            credentials.unregister(credential)
         pump, self._pump = self._pump, None
         watched, self._stream = self._stream, None
         group, self._group = self._group, None

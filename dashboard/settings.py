@@ -243,6 +243,11 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = TURNLOG_MAX_REQUEST_BYTES
 # A page's live socket is closed (4012) and reconnected from its cursor after this long.
 TURNLOG_SOCKET_RENEW_SECONDS = float(os.environ.get("TURNLOG_SOCKET_RENEW_SECONDS", "3600"))
 
+# Seconds between two checks of the tokens of open streams: a revoked or expired token's streams close (4401) within it.
+TURNLOG_CREDENTIAL_CHECK_SECONDS = float(os.environ.get("TURNLOG_CREDENTIAL_CHECK_SECONDS", "2"))
+if not TURNLOG_CREDENTIAL_CHECK_SECONDS > 0:
+    raise ImproperlyConfigured(f"TURNLOG_CREDENTIAL_CHECK_SECONDS must be above 0, not {TURNLOG_CREDENTIAL_CHECK_SECONDS!r}")
+
 # An open turn with no event for this long shows as stalled (likely crashed).
 TURNLOG_STALL_SECONDS = int(os.environ.get("TURNLOG_STALL_SECONDS", "120"))
 

@@ -1,9 +1,14 @@
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from sessions_app import access, services
 from sessions_app.models import Project, Role
+
+# Tool policies belong to no project (they rank every project's recovery previews), so editing
+# them stays a site-wide model permission, which an operator made here gets.
+TOOL_POLICY_PERMISSIONS = ["add_toolpolicy", "change_toolpolicy", "delete_toolpolicy", "view_toolpolicy"]
 
 
 class Command(BaseCommand):
@@ -17,7 +22,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--staff",
             action="store_true",
-            help="make the user a staff operator: may log in to the admin (once given a password) and recover sessions",
+            help="make the user a staff operator: may log in to the admin (once given a password), recover sessions"
+            " and edit tool policies",
         )
 
     @transaction.atomic
@@ -29,12 +35,12 @@ class Command(BaseCommand):
         if staff:
             user.is_staff = True
             user.save(update_fields=["is_staff"])
+            user.user_permissions.add(
+                *Permission.objects.filter(content_type__app_label="sessions_app", codename__in=TOOL_POLICY_PERMISSIONS)
+            )
         project = Project.default()
         wanted = Role.OPERATOR if staff else Role.MEMBER
-        held = access.Actor(user=user).roles().get(project.pk)
-        # Never lowers a role someone already has (an admin stays an admin).
-        if held is None or access.ROLE_CAPABILITIES[held] < access.ROLE_CAPABILITIES[wanted]:
-            services.set_membership(project=project, user=user, role=wanted)
+        at_least(user, wanted, project)
         scopes = access.role_scopes(wanted)
         _, secret = services.issue_token(user=user, project=project, scopes=scopes, name="create_token")
         if staff and not user.has_usable_password():
@@ -44,3 +50,10 @@ class Command(BaseCommand):
             f" {wanted} of project {project.slug!r}; new token with scopes {', '.join(sorted(scopes))}:"
         )
         self.stdout.write(secret)
+
+
+def at_least(user, role: str, project: Project) -> None:
+    """Make `user` a `role` of `project` unless they hold more already (an admin stays an admin)."""
+    held = access.Actor(user=user).roles().get(project.pk)
+    if held is None or not access.ROLE_CAPABILITIES[role] <= access.ROLE_CAPABILITIES[held]:
+        services.set_membership(project=project, user=user, role=role)

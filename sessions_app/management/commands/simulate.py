@@ -20,8 +20,9 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from sessions_app import demo
-from sessions_app.models import ApiToken, hash_token
+from sessions_app import access, demo, services
+from sessions_app.management.commands.create_token import at_least
+from sessions_app.models import ApiToken, Project, Role, hash_token
 
 SIMULATOR_USERNAME = "simulator"
 # Reused across runs, so that simulating does not leave a token per run behind.
@@ -266,16 +267,23 @@ class Command(BaseCommand):
             self.stdout.flush()
 
     def local_token(self) -> str:
-        """The simulator's stored token, or a new one when it was never issued or has been revoked."""
+        """The simulator's stored token, or a new one when it was never issued or no longer authenticates (revoked, expired).
+
+        The simulator is a member of the default project, where its sessions go.
+        """
         user, created = get_user_model().objects.get_or_create(username=SIMULATOR_USERNAME)
         if created:
             user.set_unusable_password()
             user.save()
+        project = Project.default()
+        at_least(user, Role.MEMBER, project)
         if TOKEN_FILE.exists():
             stored = TOKEN_FILE.read_text().strip()
-            if ApiToken.objects.filter(user=user, token_sha256=hash_token(stored)).exists():
+            if ApiToken.objects.usable().filter(user=user, token_sha256=hash_token(stored)).exists():
                 return stored
-        token = ApiToken.issue(user)[1]
+        _, token = services.issue_token(
+            user=user, project=project, scopes=access.role_scopes(Role.MEMBER), name="simulate"
+        )
         TOKEN_FILE.parent.mkdir(parents=True, exist_ok=True)
         TOKEN_FILE.write_text(token)
         TOKEN_FILE.chmod(0o600)

@@ -8,7 +8,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.http import HttpRequest
 
+from sessions_app import services
 from sessions_app.management.commands import local_setup
+from sessions_app.models import ApiToken, AuditEntry, Membership, Project, Role, hash_token
 from tests.conftest import ApiClient
 
 pytestmark = pytest.mark.django_db
@@ -20,21 +22,41 @@ def run(*args) -> str:
     return out.getvalue()
 
 
-def test_create_token_prints_a_working_token_on_the_last_line():
+def token_row(secret: str) -> ApiToken:
+    return ApiToken.objects.get(token_sha256=hash_token(secret))
+
+
+def test_create_token_prints_a_working_member_token_on_the_last_line():
     token = run("create_token", "bot").strip().splitlines()[-1]
     assert ApiClient(token).get("/api/v1/sessions").status_code == 200
     user = get_user_model().objects.get(username="bot")
-    assert not user.is_staff and not user.has_perm("sessions_app.recover_session")
+    assert not user.is_staff and not user.has_usable_password()
+    assert Membership.objects.get(user=user).project == Project.default()
+    assert Membership.objects.get(user=user).role == Role.MEMBER
+    row = token_row(token)
+    assert (row.project, row.scopes, row.name) == (Project.default(), ["append", "fork", "read"], "create_token")
+    created = AuditEntry.objects.get(action=AuditEntry.TOKEN_CREATED)
+    assert (created.actor, created.actor_name, created.target) == (None, "cli", row.prefix)
 
 
-def test_create_token_staff_grants_recovery_and_reuses_the_user():
+def test_create_token_staff_makes_an_operator_who_recovers_and_edits_tool_policies():
     first = run("create_token", "ops").strip().splitlines()[-1]
     second = run("create_token", "ops", "--staff").strip().splitlines()[-1]
     assert first != second
     user = get_user_model().objects.get(username="ops")
-    assert user.is_staff and user.has_perm("sessions_app.recover_session")
+    assert user.is_staff and Membership.objects.get(user=user).role == Role.OPERATOR
+    assert token_row(second).scopes == ["append", "fork", "read", "recover"]
+    assert token_row(first).scopes == ["append", "fork", "read"]  # the older token keeps its scopes
     assert user.has_perm("sessions_app.change_toolpolicy") and user.has_perm("sessions_app.add_toolpolicy")
     assert ApiClient(first).get("/api/v1/sessions").status_code == 200
+
+
+def test_create_token_never_lowers_a_role():
+    admin = get_user_model().objects.create_user("boss")
+    services.set_membership(project=Project.default(), user=admin, role=Role.ADMIN)
+    token = run("create_token", "boss").strip().splitlines()[-1]
+    assert Membership.objects.get(user=admin).role == Role.ADMIN
+    assert token_row(token).scopes == ["append", "fork", "read"]  # as documented: a member's scopes
 
 
 def test_create_token_staff_says_how_to_give_the_user_a_password():

@@ -11,6 +11,8 @@ from sessions_app import demo, services
 from sessions_app.management.commands import simulate
 from sessions_app.management.commands.simulate import ApiClient
 from sessions_app.models import ApiToken, Event, Session, hash_token
+from tests.access import token_for
+from tests.conftest import ApiClient as DjangoApiClient
 from tests.servers import PROJECT_DIR, DaphneServer, free_port
 
 
@@ -64,7 +66,7 @@ def test_seed_demo_leaves_a_database_with_sessions_alone():
 
 @pytest.mark.django_db(transaction=True)
 def test_simulate_writes_live_sessions_through_the_real_api(daphne_url, agent_user):
-    _, token = ApiToken.issue(agent_user)
+    token = token_for(agent_user)
     output = run(
         "simulate", "--sessions", "2", "--duration", "3", "--rate", "50", "--crash-rate", "0.5", "--fork-rate", "1",
         "--url", daphne_url, "--token", token, "--seed", "11",
@@ -117,7 +119,17 @@ def test_simulate_reuses_its_local_token_until_it_is_revoked(tmp_path, monkeypat
     assert ApiToken.objects.filter(user__username=simulate.SIMULATOR_USERNAME).count() == 1
     assert (tmp_path / "var" / "simulator-token").stat().st_mode & 0o777 == 0o600
 
-    ApiToken.objects.all().delete()  # revoked in the admin
+    services.revoke_token(token=ApiToken.objects.get())
     second = simulate.Command().local_token()
     assert second != first
-    assert ApiToken.objects.get().token_sha256 == hash_token(second)
+    assert ApiToken.objects.usable().get().token_sha256 == hash_token(second)
+    assert DjangoApiClient(second).get("/api/v1/sessions").status_code == 200
+
+
+@pytest.mark.django_db
+def test_simulate_replaces_its_local_token_once_it_expires(tmp_path, monkeypatch):
+    monkeypatch.setattr(simulate, "TOKEN_FILE", tmp_path / "var" / "simulator-token")
+    first = simulate.Command().local_token()
+    ApiToken.objects.filter(token_sha256=hash_token(first)).update(expires_at=timezone.now())
+    second = simulate.Command().local_token()
+    assert second != first and ApiToken.objects.usable().get().token_sha256 == hash_token(second)

@@ -1,0 +1,248 @@
+"""A token that stops authenticating closes its open streams (dashboard.credentials).
+
+Real JSON streams (channels' WebsocketCommunicator through the ASGI
+application), real tokens revoked through services.revoke_token, and the
+real per-process check task at a short interval (one test keeps the default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import pytest
+from channels.db import database_sync_to_async
+from django.conf import settings as django_settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from dashboard import credentials
+from dashboard.consumers import CLOSE_UNAUTHENTICATED
+from sessions_app import services
+from sessions_app.models import ApiToken, hash_token
+from tests.access import token_for
+from tests.conftest import ApiClient
+from tests.dashboard.conftest import QUIET, WAIT, down_for
+from tests.dashboard.test_consumers import append, close, closed_with, create, frames, open_socket, socket
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
+
+QUICK_CHECK = 0.2  # seconds between checks in most tests
+
+
+@pytest.fixture(autouse=True)
+def fresh_watcher(monkeypatch):
+    monkeypatch.setattr(credentials, "_watcher", None)  # never one a failed test left behind
+
+
+@pytest.fixture
+def quick_checks(settings):
+    settings.TURNLOG_CREDENTIAL_CHECK_SECONDS = QUICK_CHECK
+
+
+@database_sync_to_async
+def row_of(secret: str) -> ApiToken:
+    return ApiToken.objects.select_related("user").get(token_sha256=hash_token(secret))
+
+
+@database_sync_to_async
+def revoke(secret: str) -> None:
+    token = ApiToken.objects.select_related("user").get(token_sha256=hash_token(secret))
+    assert services.revoke_token(token=token)
+
+
+@database_sync_to_async
+def expire(secret: str) -> None:
+    """Move the expiry into the past (issue_token refuses to issue an expired token)."""
+    ApiToken.objects.filter(token_sha256=hash_token(secret)).update(expires_at=timezone.now() - timedelta(seconds=1))
+
+
+async def close_code(ws, timeout: float) -> int:
+    """The code of the next message, which must be the socket's close; then the server's disconnect, as Daphne sends it."""
+    message = await ws.receive_output(timeout=timeout)
+    assert message["type"] == "websocket.close", message
+    await ws.disconnect(code=message["code"], timeout=WAIT)
+    return message["code"]
+
+
+async def quiet_while(ws, condition, limit: float = WAIT) -> None:
+    """Nothing arrives on `ws` while `condition()` holds, which must stop holding within `limit` seconds."""
+    deadline = asyncio.get_running_loop().time() + limit
+    while condition():
+        assert asyncio.get_running_loop().time() < deadline, "the condition still holds"
+        assert await ws.receive_nothing(QUICK_CHECK / 2)
+
+
+# Revocation -------------------------------------------------------------
+
+
+async def test_revoking_a_token_closes_its_open_stream_with_4401(sid, token, quick_checks):
+    await create(sid, 2)
+    ws = await open_socket(sid, token=token)
+    assert len(await frames(ws, 2)) == 2
+    assert await ws.receive_nothing(3 * QUICK_CHECK), "a usable token's stream stays open across checks"
+
+    loop = asyncio.get_running_loop()
+    await revoke(token)
+    revoked_at = loop.time()
+    assert await close_code(ws, timeout=3) == CLOSE_UNAUTHENTICATED
+    assert loop.time() - revoked_at < 3 * QUICK_CHECK + 1
+    assert credentials.watched_tokens() == set()
+    assert (await database_sync_to_async(ApiClient(token).get)("/api/v1/sessions")).status_code == 401
+
+
+async def test_at_the_default_interval_a_revoked_tokens_stream_closes_within_three_seconds(sid, token):
+    assert django_settings.TURNLOG_CREDENTIAL_CHECK_SECONDS == 2, "this test is about the default"
+    await create(sid)
+    ws = await open_socket(sid, token=token)
+    loop = asyncio.get_running_loop()
+    await revoke(token)
+    revoked_at = loop.time()
+    assert await close_code(ws, timeout=3.5) == CLOSE_UNAUTHENTICATED
+    assert loop.time() - revoked_at <= 3
+
+
+async def test_every_stream_of_the_revoked_token_closes_and_only_those(sid, user, token, quick_checks):
+    other = await database_sync_to_async(token_for)(user)
+    await create(sid)
+    first, second = await open_socket(sid, token=token), await open_socket(sid, token=token)
+    kept = await open_socket(sid, token=other)
+    await revoke(token)
+    assert await close_code(first, timeout=3) == CLOSE_UNAUTHENTICATED
+    assert await close_code(second, timeout=3) == CLOSE_UNAUTHENTICATED
+    assert credentials.watched_tokens() == {(await row_of(other)).pk}
+    await append(sid, 1)
+    assert [e["seq"] for e in await frames(kept, 1)] == [0], "the other token's stream still streams"
+    await close(kept)
+
+
+async def test_a_login_cookie_stream_of_the_same_user_is_not_affected(sid, token, session_cookie, quick_checks):
+    await create(sid)
+    by_token = await open_socket(sid, token=token)
+    by_cookie = await open_socket(sid, cookie=session_cookie, origin="http://testserver")
+    await revoke(token)
+    assert await close_code(by_token, timeout=3) == CLOSE_UNAUTHENTICATED
+    assert await by_cookie.receive_nothing(3 * QUICK_CHECK)
+    await append(sid, 1)
+    assert [e["seq"] for e in await frames(by_cookie, 1)] == [0]
+    await close(by_cookie)
+
+
+async def test_deactivating_the_tokens_owner_closes_its_streams(sid, user, token, quick_checks):
+    await create(sid)
+    ws = await open_socket(sid, token=token)
+    user.is_active = False
+    await database_sync_to_async(user.save)(update_fields=["is_active"])
+    assert await close_code(ws, timeout=3) == CLOSE_UNAUTHENTICATED
+
+
+# Expiry -----------------------------------------------------------------
+
+
+async def test_a_token_that_expires_while_its_stream_is_open_closes_it_at_the_next_check(sid, user, quick_checks):
+    lifetime = 1.5
+    secret = await database_sync_to_async(token_for)(user, expires_at=timezone.now() + timedelta(seconds=lifetime))
+    await create(sid)
+    loop = asyncio.get_running_loop()
+    opened_at = loop.time()
+    ws = await open_socket(sid, token=secret)
+    assert await ws.receive_nothing(lifetime / 2), "open until it expires"
+    assert await close_code(ws, timeout=lifetime + 2) == CLOSE_UNAUTHENTICATED
+    assert lifetime - 0.1 <= loop.time() - opened_at <= lifetime + 3 * QUICK_CHECK + 1
+
+
+async def test_an_expired_token_is_refused_at_connect_and_by_the_api(sid, token):
+    await create(sid)
+    await expire(token)
+    assert await closed_with(socket(sid, token=token)) == CLOSE_UNAUTHENTICATED
+    answer = await database_sync_to_async(ApiClient(token).get)("/api/v1/sessions")
+    assert answer.status_code == 401
+    assert answer.json()["error"] == "unauthenticated"
+    assert credentials.watched_tokens() == set() and not credentials.watcher_running()
+
+
+async def test_a_revoked_token_is_refused_at_connect_and_by_the_api(sid, token):
+    await create(sid)
+    await revoke(token)
+    assert await closed_with(socket(sid, token=token)) == CLOSE_UNAUTHENTICATED
+    assert (await database_sync_to_async(ApiClient(token).get)("/api/v1/sessions")).status_code == 401
+
+
+# The check task ---------------------------------------------------------
+
+
+async def test_the_check_runs_only_while_token_sockets_are_open(sid, token, quick_checks):
+    await create(sid)
+    assert not credentials.watcher_running()
+    token_id = (await row_of(token)).pk
+    first, second = await open_socket(sid, token=token), await open_socket(sid, token=token)
+    assert credentials.watched_tokens() == {token_id} and credentials.watcher_running()
+    task = credentials._watcher.task
+    await close(first)
+    assert credentials.watched_tokens() == {token_id} and credentials.watcher_running()
+    await close(second)
+    assert credentials.watched_tokens() == set() and not credentials.watcher_running()
+    await asyncio.sleep(0)
+    assert task.done(), "the task ends with the last socket"
+
+
+async def test_a_token_socket_refused_for_its_session_is_forgotten_on_disconnect(token):
+    assert await closed_with(socket("no-such-session", token=token)) == 4404
+    assert credentials.watched_tokens() == set() and not credentials.watcher_running()
+
+
+async def test_each_check_asks_once_for_every_registered_token(sid, user, token, quick_checks, monkeypatch):
+    other = await database_sync_to_async(token_for)(user)
+    asked: list[list[int]] = []
+    usable_token_ids = credentials.usable_token_ids
+
+    def spy(token_ids):
+        asked.append(sorted(token_ids))
+        return usable_token_ids(token_ids)
+
+    monkeypatch.setattr(credentials, "usable_token_ids", spy)
+    await create(sid)
+    sockets = [await open_socket(sid, token=token), await open_socket(sid, token=token), await open_socket(sid, token=other)]
+    await asyncio.sleep(3.5 * QUICK_CHECK)
+    assert len(asked) >= 2 and all(call == asked[0] for call in asked), asked
+    assert asked[0] == sorted([(await row_of(token)).pk, (await row_of(other)).pk])
+    for ws in sockets:
+        await close(ws)
+
+
+@database_sync_to_async
+def check_queries(token_ids: list[int]) -> tuple[set[int], int]:
+    with CaptureQueriesContext(connection) as queries:
+        usable = credentials.usable_token_ids(token_ids)
+    return usable, len(queries)
+
+
+async def test_the_usable_tokens_are_read_in_one_query(user):
+    secrets = [await database_sync_to_async(token_for)(user, name=name) for name in ("kept", "revoked", "expired")]
+    kept, revoked, expired = [await row_of(secret) for secret in secrets]
+    await revoke(secrets[1])
+    await expire(secrets[2])
+    assert await check_queries([kept.pk, revoked.pk, expired.pk]) == ({kept.pk}, 1)
+
+
+async def test_a_database_outage_skips_rounds_and_closes_no_socket_for_it(sid, token, quick_checks, monkeypatch, fresh_outage, caplog):
+    await create(sid)
+    ws = await open_socket(sid, token=token)
+    monkeypatch.setattr(credentials, "usable_token_ids", flaky := down_for(3, credentials.usable_token_ids))
+    await revoke(token)
+    # The rounds that cannot read the tokens close nothing (the revoked token included: it is not known yet).
+    await quiet_while(ws, lambda: len(flaky.failures) < 3)
+    assert await close_code(ws, timeout=3) == CLOSE_UNAUTHENTICATED
+    assert sum("unreachable" in r.getMessage() for r in caplog.records) == 1, "one warning per outage, not one per round"
+
+
+async def test_a_database_outage_does_not_close_a_usable_tokens_stream(sid, token, quick_checks, monkeypatch, fresh_outage):
+    await create(sid)
+    ws = await open_socket(sid, token=token)
+    monkeypatch.setattr(credentials, "usable_token_ids", flaky := down_for(4, credentials.usable_token_ids))
+    await quiet_while(ws, lambda: len(flaky.failures) < 4)
+    assert await ws.receive_nothing(3 * QUICK_CHECK), "open after the outage too"
+    await append(sid, 1)
+    assert [e["seq"] for e in await frames(ws, 1)] == [0]
+    await close(ws)
