@@ -402,7 +402,7 @@ async def test_a_socket_opened_without_the_database_is_closed_4503(sid, token, m
     def down(*args, **kwargs):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(stream, "find_session", down)
+    monkeypatch.setattr(stream, "readable_session", down)
     assert await closed_with(socket(sid, token=token)) == 4503
 
 

@@ -13,6 +13,7 @@ from sessions_app.log.events import event_to_wire, validate_batch
 from sessions_app.log.recovery import open_turns
 from sessions_app.log.structure import place_all
 from sessions_app.models import Event, Session
+from tests.access import member
 from tests.sessions_app.log.strategies import logs, message
 from tests.sessions_app.test_fork import CRASHED
 from tests.sessions_app.test_recovery import store
@@ -24,7 +25,10 @@ CLEAN = CRASHED[:6]  # turn 1 closed at seq 4; nothing open
 
 @pytest.fixture
 def viewer(client, django_user_model):
-    client.force_login(django_user_model.objects.create_user("viewer"))
+    """A member of the default project: members may fork."""
+    user = django_user_model.objects.create_user("viewer")
+    member(user)
+    client.force_login(user)
     return client
 
 
@@ -86,9 +90,12 @@ def test_a_live_frame_renders_the_same_fork_controls(viewer):
         {"type": "turn_end", "data": {"turn": 2, "steps": 0, "reason": "complete"}},
     ]))  # fmt: skip
     wires = [event_to_wire(e) for e in selectors.events_since(session, since=8, limit=2)]
-    frame = live.render_page_frame("p", wires, shown_through=7)
+    frame = live.render_page_frame("p", wires, shown_through=7, can_fork=True)
     assert offered(frame) == {"9"}
     assert any("closes at seq 9" in reason for reason in unavailable(frame))
+    # Frames for those who may not fork carry no fork control at all.
+    without = live.render_page_frame("p", wires, shown_through=7, can_fork=False)
+    assert offered(without) == set() and unavailable(without) == [] and "fork" not in without.lower()
 
 
 def test_validity_costs_the_same_few_queries_however_many_turns_the_page_shows(viewer):

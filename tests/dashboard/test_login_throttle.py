@@ -16,7 +16,7 @@ from django.core.management import call_command
 from django.db import connection
 from django.test import Client
 
-from sessions_app.models import ApiToken
+from tests.access import token_for
 from tests.conftest import ApiClient
 from tests.servers import DaphneServer
 
@@ -126,7 +126,7 @@ def test_another_user_and_another_address_are_not_locked(ops, client, django_use
 
 
 def test_a_locked_user_keeps_its_api_token_and_its_open_login_session(ops, client):
-    _, token = ApiToken.issue(ops)
+    token = token_for(ops)
     already_in = Client()
     already_in.force_login(ops)
     fail_until_locked(client)

@@ -8,12 +8,20 @@ from django.conf import settings
 
 from dashboard.asgi import application
 from dashboard.params import decimal_int
+from tests.access import member
 from tests.dashboard.conftest import WAIT, opened
 from sessions_app import services
 from tests.dashboard.test_consumers import append, append_sync, create
 from tests.dashboard.test_live import ORIGIN, browser_socket, closed_with
 
 SUPERSCRIPT_TWO = "²"
+
+
+def member_named(django_user_model, username: str):
+    """A member of the default project, where `stored` puts its sessions."""
+    user = django_user_model.objects.create_user(username)
+    member(user)
+    return user
 
 
 def stored(session_id: str, count: int) -> None:
@@ -44,7 +52,7 @@ def test_ascii_decimal_digits_are_their_number():
 )
 def test_a_page_given_a_unicode_digit_answers_without_a_server_error(client, django_user_model, path, params):
     stored("digits", 3)
-    client.force_login(django_user_model.objects.create_user("viewer"))
+    client.force_login(member_named(django_user_model, "viewer"))
     response = client.get(path.format(sid="digits"), params)
     assert response.status_code in (200, 400)
 
@@ -52,7 +60,7 @@ def test_a_page_given_a_unicode_digit_answers_without_a_server_error(client, dja
 @pytest.mark.django_db
 def test_a_page_given_a_huge_seq_answers_like_one_past_the_end(client, django_user_model):
     stored("digits", 3)
-    client.force_login(django_user_model.objects.create_user("viewer"))
+    client.force_login(member_named(django_user_model, "viewer"))
     huge = "9" * 40  # beyond any 64-bit column
     assert client.get("/sessions/digits/", {"view": "raw", "before": huge}).status_code == 200
     assert client.get("/sessions/digits/blocks", {"before": huge}).status_code == 200
@@ -62,7 +70,7 @@ def test_a_page_given_a_huge_seq_answers_like_one_past_the_end(client, django_us
 @pytest.mark.django_db
 def test_the_fork_form_refuses_a_unicode_digit_as_a_boundary(client, django_user_model):
     stored("digits", 3)
-    client.force_login(django_user_model.objects.create_user("viewer"))
+    client.force_login(member_named(django_user_model, "viewer"))
     response = client.post("/sessions/digits/fork", {"boundary": SUPERSCRIPT_TWO, "id": "child"})
     assert response.status_code == 422
 

@@ -18,7 +18,7 @@ from django.db import connection
 
 from sessions_app import services
 from dashboard.secret_key import development_secret_key
-from sessions_app.models import ApiToken
+from tests.access import token_for
 from tests.servers import PROJECT_DIR, DaphneServer
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
 from tests.sessions_app.test_recovery import store
@@ -53,7 +53,7 @@ def limited_server(transactional_db, tmp_path):
 
 def test_turnlog_max_request_bytes_is_the_real_limit_of_a_request_body(limited_server, django_user_model):
     services.create_session(session_id="limited")
-    _, token = ApiToken.issue(django_user_model.objects.create_user("agent"))
+    token = token_for(django_user_model.objects.create_user("agent"))
     path = "/api/v1/sessions/limited/events"
 
     status, body = post(limited_server, token, path, append_body(LIMIT + 1))

@@ -3,7 +3,6 @@
 import re
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils.html import escape
@@ -12,7 +11,8 @@ from dashboard import transcript
 from sessions_app import selectors, services
 from sessions_app.log import recovery
 from sessions_app.log.events import validate_batch
-from sessions_app.models import Event, RecoveryRecord, Session, ToolPolicy
+from sessions_app.models import Event, RecoveryRecord, Role, Session, ToolPolicy
+from tests.access import member
 from tests.sessions_app.log.strategies import message
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE, assistant, result
 from tests.sessions_app.test_recovery import store
@@ -22,14 +22,18 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def viewer(client, django_user_model):
-    client.force_login(django_user_model.objects.create_user("viewer"))
+    """A member of the default project: reads and forks, but may not recover."""
+    user = django_user_model.objects.create_user("viewer")
+    member(user)
+    client.force_login(user)
     return client
 
 
 @pytest.fixture
 def staff(client, django_user_model):
+    """An operator of the default project: may also apply recoveries."""
     user = django_user_model.objects.create_user("ops", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="recover_session"))
+    member(user, Role.OPERATOR)
     client.force_login(user)
     return client
 
