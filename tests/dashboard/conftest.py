@@ -17,6 +17,7 @@ from django.db import OperationalError, connections
 from django.test import Client
 
 from dashboard import stream
+from sessions_app.models import Project
 from tests.access import member, token_for
 
 QUIET = 0.3  # how long "nothing more arrives" is watched for
@@ -79,6 +80,12 @@ def user(django_user_model):
     user = django_user_model.objects.create_user("viewer")
     member(user)
     return user
+
+
+@pytest.fixture
+def team():
+    """A project the `user` fixture is no member of."""
+    return Project.objects.create(slug="team", name="The Team")
 
 
 @pytest.fixture

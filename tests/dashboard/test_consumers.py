@@ -25,7 +25,8 @@ from dashboard import stream
 from dashboard.asgi import application
 from sessions_app import selectors, services
 from sessions_app.log.events import validate_batch
-from sessions_app.models import Event
+from sessions_app.models import AuditEntry, Event, Role
+from tests.access import member, token_for
 from tests.dashboard.conftest import QUIET, WAIT, down_for, opened
 from tests.sessions_app import factories as f
 
@@ -320,6 +321,45 @@ async def test_a_token_of_an_inactive_user_is_closed_4401(sid, token, user):
 
 async def test_an_unknown_session_is_closed_4404(token):
     assert await closed_with(socket("no-such-session", token=token)) == 4404
+
+
+@database_sync_to_async
+def create_in(project, session_id: str, count: int = 0) -> None:
+    services.create_session(session_id=session_id, project=project)
+    if count:
+        append_sync(session_id, count)
+
+
+@database_sync_to_async
+def refusals(project) -> list[tuple[str, str]]:
+    return list(AuditEntry.objects.filter(project=project, action=AuditEntry.ACCESS_DENIED).values_list("actor_name", "target"))
+
+
+async def test_a_session_of_a_project_one_is_no_member_of_is_closed_4404_like_an_unknown_one(sid, token, session_cookie, team):
+    await create_in(team, sid, 1)
+    assert await closed_with(socket(sid, token=token)) == 4404
+    assert await closed_with(socket(sid, cookie=session_cookie, origin="http://testserver")) == 4404
+    assert await refusals(team) == [("viewer", sid)] * 2
+
+
+async def test_a_token_streams_only_its_own_projects_sessions(sid, user, token, session_cookie, team):
+    """The user reads both projects, and so does their login; a token of the default project reads only that one."""
+    await database_sync_to_async(member)(user, Role.VIEWER, team)
+    await create_in(team, sid, 1)
+    assert await closed_with(socket(sid, token=token)) == 4404
+    by_login = await open_socket(sid, cookie=session_cookie, origin="http://testserver")
+    assert await seqs(by_login, 1) == [0]
+    await close(by_login)
+    team_token = await database_sync_to_async(token_for)(user, Role.VIEWER, team)
+    by_team_token = await open_socket(sid, token=team_token)
+    assert await seqs(by_team_token, 1) == [0]
+    await close(by_team_token)
+
+
+async def test_a_token_without_the_read_scope_is_closed_4404(sid, user):
+    await create(sid, 1)
+    appender = await database_sync_to_async(token_for)(user, scopes=["append"])
+    assert await closed_with(socket(sid, token=appender)) == 4404
 
 
 async def test_an_unknown_session_without_credentials_is_closed_4401():

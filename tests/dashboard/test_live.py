@@ -10,6 +10,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.db import OperationalError, connection
+from django.test import Client
 from websockets.asyncio.client import connect as websockets_connect
 from websockets.exceptions import ConnectionClosed
 
@@ -17,9 +18,12 @@ from dashboard import live, stream, transcript
 from dashboard.asgi import application
 from dashboard.consumers import CLOSE_RENEW
 from sessions_app import services
+from sessions_app.models import Role
 from sessions_app.log.events import validate_batch
 from tests.dashboard.conftest import QUIET, WAIT, down_for, opened
-from tests.dashboard.test_consumers import append, create
+from tests.access import member
+from tests.dashboard.test_consumers import append, append_sync, create
+from tests.dashboard.test_fork_views import offered
 from tests.servers import DaphneServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
@@ -319,3 +323,79 @@ async def test_the_list_without_the_database_closes_4503_and_skips_a_change_it_c
 
     monkeypatch.setattr(live.SessionListConsumer, "first_page_ids", down)
     assert await closed_with(await browser_socket("/ws/sessions/live", session_cookie)) == 4503
+
+
+# Access: projects and roles ------------------------------------------------
+
+
+def cookie_of(user) -> str:
+    client = Client()
+    client.force_login(user)
+    return client.cookies[settings.SESSION_COOKIE_NAME].value
+
+
+@pytest.fixture
+def viewer_cookie(django_user_model):
+    """The login of a viewer of the default project: reads, may not fork."""
+    user = django_user_model.objects.create_user("reader")
+    member(user, Role.VIEWER)
+    return cookie_of(user)
+
+
+@pytest.fixture
+def teammate_cookie(django_user_model, team):
+    """The login of a viewer of the team's project only."""
+    user = django_user_model.objects.create_user("teammate")
+    member(user, Role.VIEWER, team)
+    return cookie_of(user)
+
+
+@database_sync_to_async
+def create_in(project, session_id: str, count: int = 0) -> None:
+    services.create_session(session_id=session_id, project=project)
+    if count:
+        append_sync(session_id, count)
+
+
+async def test_a_page_socket_of_another_projects_session_is_closed_4404(sid, session_cookie, teammate_cookie, team):
+    await create_in(team, sid, 1)
+    assert await closed_with(await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)) == 4404
+    assert await closed_with(await browser_socket(f"/ws/sessions/{sid}/live?view=raw&first=0&after=0", session_cookie)) == 4404
+    theirs = await browser_socket(f"/ws/sessions/{sid}/live?after=0", teammate_cookie)  # the team's own viewer follows it
+    await append(sid, 1)
+    assert 'data-last-seq="1"' in await theirs.receive_from(timeout=WAIT)
+    await theirs.disconnect()
+
+
+async def test_frames_carry_fork_controls_only_to_those_who_may_fork(sid, session_cookie, viewer_cookie, monkeypatch):
+    renders, render = [], live.render_page_frame
+
+    def counted(*args):
+        renders.append(args[3])  # can_fork
+        return render(*args)
+
+    monkeypatch.setattr(live, "render_page_frame", counted)
+    monkeypatch.setattr(live, "shared_frames", live.SharedRenders())
+    await create(sid, 1)
+    members = [await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie) for _ in range(2)]
+    viewer = await browser_socket(f"/ws/sessions/{sid}/live?after=0", viewer_cookie)
+    await append(sid, 1)  # a new block: a boundary to fork at
+    first, second = [await page.receive_from(timeout=WAIT) for page in members]
+    seen_by_viewer = await viewer.receive_from(timeout=WAIT)
+    assert first == second and offered(first) == {"1"}
+    assert 'data-last-seq="1"' in seen_by_viewer and offered(seen_by_viewer) == set() and "fork" not in seen_by_viewer
+    assert sorted(renders) == [False, True]  # one render per right, shared by those who have it
+
+
+async def test_the_list_socket_never_sends_rows_of_another_projects_sessions(sid, session_cookie, teammate_cookie, team):
+    listing = await browser_socket("/ws/sessions/live", session_cookie)
+    teams_listing = await browser_socket("/ws/sessions/live", teammate_cookie)
+    await create_in(team, f"{sid}-theirs")
+    assert f"{sid}-theirs" in await teams_listing.receive_from(timeout=WAIT)  # the change was announced
+    await append(f"{sid}-theirs", 1)
+    assert f"{sid}-theirs" in await teams_listing.receive_from(timeout=WAIT)
+    await create(f"{sid}-ours")
+    frame = await listing.receive_from(timeout=WAIT)
+    assert f"{sid}-ours" in frame and f"{sid}-theirs" not in frame
+    assert await listing.receive_nothing(QUIET)
+    assert await teams_listing.receive_nothing(QUIET)  # and the team's list shows none of ours

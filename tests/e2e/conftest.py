@@ -8,7 +8,8 @@ import urllib.request
 import pytest
 from django.db import connection
 
-from sessions_app.models import ApiToken
+from sessions_app.models import Membership, Project, Role
+from tests.access import member, token_for
 from tests.servers import DaphneServer
 
 # Playwright's sync API runs an event loop in this thread; the test code's ORM
@@ -47,16 +48,18 @@ def server(transactional_db, tmp_path):
 
 @pytest.fixture
 def staff_user(django_user_model):
-    from django.contrib.auth.models import Permission
-
+    """An operator of the default project: applies recoveries."""
     user = django_user_model.objects.create_user("ops", password=PASSWORD, is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="recover_session"))
+    member(user, Role.OPERATOR)
     return user
 
 
 @pytest.fixture
 def plain_user(django_user_model):
-    return django_user_model.objects.create_user("viewer", password=PASSWORD)
+    """A member of the default project: reads, appends and forks, but may not recover."""
+    user = django_user_model.objects.create_user("viewer", password=PASSWORD)
+    member(user)
+    return user
 
 
 def open_page(browser, server, user, path="/"):
@@ -84,8 +87,8 @@ def wait_until(page, expression, timeout):
 
 
 def api_post(server, user, path, body):
-    """POST JSON to the running server's API with a token of user."""
-    _, token = ApiToken.issue(user)
+    """POST JSON to the running server's API with a token of user (their role's scopes in the default project)."""
+    token = token_for(user, Membership.objects.get(user=user, project=Project.default()).role)
     request = urllib.request.Request(
         f"{server.url}{path}", data=json.dumps(body).encode(), method="POST",
         headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
