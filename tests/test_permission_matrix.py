@@ -32,7 +32,7 @@ from channels.db import database_sync_to_async
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.contrib import admin
-from django.test import Client
+from django.db import transaction
 from django.urls import URLPattern, URLResolver
 
 from dashboard import urls as dashboard_urls
@@ -312,17 +312,27 @@ def test_every_actor_is_expected_everywhere():
             assert set(probe.expect) == set(ACTORS), f"{key} {probe.method} {probe.path}: expectations for {sorted(probe.expect)}"
 
 
-@pytest.mark.parametrize("key", sorted(MATRIX))
-def test_route(key):
-    world = build_world()
-    mismatches = [
-        mismatch
-        for probe in MATRIX[key]
-        for actor in ACTORS
-        for credential in (("login", "token") if probe.api and actor != "anonymous" else ("login",))
-        if (mismatch := world.check(probe, actor, credential))
-    ]
-    assert not mismatches, f"{key}:\n" + "\n".join(mismatches)
+@pytest.fixture(scope="class")
+def world(django_db_setup, django_db_blocker):
+    """One world for every HTTP route, built once in a transaction rolled back after their class
+    (each test, and each attempt in it, rolls its own changes back too). The socket tests,
+    which need committed rows, run outside that transaction."""
+    with django_db_blocker.unblock(), transaction.atomic():
+        yield build_world()
+        transaction.set_rollback(True)
+
+
+class TestHttpRoutes:
+    @pytest.mark.parametrize("key", sorted(MATRIX))
+    def test_route(self, key, world):
+        mismatches = [
+            mismatch
+            for probe in MATRIX[key]
+            for actor in ACTORS
+            for credential in (("login", "token") if probe.api and actor != "anonymous" else ("login",))
+            if (mismatch := world.check(probe, actor, credential))
+        ]
+        assert not mismatches, f"{key}:\n" + "\n".join(mismatches)
 
 
 # Websockets ----------------------------------------------------------------
@@ -361,14 +371,7 @@ ORIGIN = "http://127.0.0.1"
 
 @pytest.fixture
 def socket_world():
-    world = build_world()
-    cookies = {}
-    for actor, user in world.users.items():
-        if user is not None:
-            client = Client()
-            client.force_login(user)
-            cookies[actor] = client.cookies[settings.SESSION_COOKIE_NAME].value
-    return world, cookies
+    return build_world()
 
 
 async def read_until_quiet(communicator: WebsocketCommunicator, received: list[str]) -> str | None:
@@ -394,7 +397,7 @@ def append_live_events() -> None:
 @pytest.mark.usefixtures("slow_poll", "fresh_layer")
 @pytest.mark.parametrize("route", sorted(SOCKET_MATRIX))
 async def test_socket(route, socket_world):
-    world, cookies = socket_world
+    world = socket_world
     probe = SOCKET_MATRIX[route]
     attempts = [(actor, "login", probe.login[actor]) for actor in ACTORS]
     if probe.token is not None:
@@ -402,8 +405,8 @@ async def test_socket(route, socket_world):
     sockets = []
     for actor, credential, expected in attempts:
         headers = [(b"origin", ORIGIN.encode())]
-        if credential == "login" and actor in cookies:
-            headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookies[actor]}".encode()))
+        if credential == "login" and actor in world.cookies:
+            headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={world.cookies[actor]}".encode()))
         if credential == "token":
             headers.append((b"authorization", f"Bearer {world.tokens[actor]}".encode()))
         communicator = WebsocketCommunicator(application, probe.path, headers=headers)
