@@ -70,16 +70,19 @@ class _CredentialWatcher:
             await asyncio.sleep(settings.TURNLOG_CREDENTIAL_CHECK_SECONDS)
             if not self.sockets:
                 return
+            asked = list(self.sockets)
             try:
-                usable = await database_sync_to_async(usable_token_ids)(list(self.sockets))
+                usable = await database_sync_to_async(usable_token_ids)(asked)
             except DATABASE_UNAVAILABLE as error:
                 stream.database_outage.failed(error)
                 continue
             except Exception:
-                logger.exception("checking the %d tokens of open streams failed", len(self.sockets))
+                logger.exception("checking the %d tokens of open streams failed", len(asked))
                 continue
             stream.database_outage.reached()
-            closing = [r for token_id in set(self.sockets) - usable for r in self.sockets.pop(token_id)]
+            # Only tokens that were asked about: one registered during the query is checked next round.
+            lost = [token_id for token_id in asked if token_id not in usable and token_id in self.sockets]
+            closing = [registration for token_id in lost for registration in self.sockets.pop(token_id)]
             if closing:
                 # Shielded: the last socket going away cancels this task, which must not cut a close short.
                 await asyncio.shield(self._close(closing))
