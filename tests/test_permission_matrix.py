@@ -195,10 +195,11 @@ ADMIN_SITE_MATRIX: dict[str, list[Probe]] = {
 class AdminModel:
     """What the admin of one model answers staff: kind -> outcome (insiders), and the outsider's where it differs.
 
-    Kinds: the generated views (changelist, add, change, history, delete),
-    `object` (the bare object URL, a redirect to its change page), and the
-    writes `add POST`, `change POST`, `delete POST`. `pk` names the world
-    value of an object of that model; `extra`: its custom URLs.
+    Kinds: the generated views (changelist, add, change, history, delete)
+    and the writes `add POST`, `change POST`, `delete POST`; the bare object
+    URL redirects staff to its change page. `pk` names the world value of
+    an object of that model; `extra`: more probes, of its custom URLs or of
+    generated ones (its actions).
     """
 
     pk: str
@@ -232,7 +233,15 @@ ADMIN_MODELS: dict[str, AdminModel] = {
     "axes.accessattempt": AdminModel("access_attempt", NO_PERMISSION),
     "axes.accesslog": AdminModel("access_log", NO_PERMISSION),
     "axes.accessfailurelog": AdminModel("access_failure", NO_PERMISSION),
-    "sessions_app.session": AdminModel("closed", PROJECT_LOG, OUTSIDE_PROJECT_LOG),
+    "sessions_app.session": AdminModel(
+        "closed", PROJECT_LOG, OUTSIDE_PROJECT_LOG,
+        # The recovery preview action: another project's session cannot even be selected.
+        extra={"admin:sessions_app_session_changelist": [Probe(
+            "POST", "/admin/sessions_app/session/",
+            {**staff_only("302 /sessions/alpha-open/recovery"), "outsider": "302 /admin/sessions_app/session/"},
+            data={"action": "preview_recovery", "_selected_action": "alpha-open"},
+        )]},
+    ),
     "sessions_app.event": AdminModel("closed_event", PROJECT_LOG, OUTSIDE_PROJECT_LOG),
     "sessions_app.recoveryrecord": AdminModel("alpha_record", PROJECT_LOG, OUTSIDE_PROJECT_LOG),
     "sessions_app.toolpolicy": AdminModel("policy", SITE_SETTING),
@@ -241,7 +250,6 @@ ADMIN_MODELS: dict[str, AdminModel] = {
     "sessions_app.apitoken": AdminModel("viewer_token_pk", NO_PERMISSION),
     "sessions_app.auditentry": AdminModel("audit_entry", NO_PERMISSION),
 }
-ADMIN_VIEWS = ("changelist", "add", "history", "delete", "change")
 
 
 def admin_model_probes(label: str, rule: AdminModel) -> dict[str, list[Probe]]:
@@ -253,7 +261,7 @@ def admin_model_probes(label: str, rule: AdminModel) -> dict[str, list[Probe]]:
         outsider = rule.outsider.get(kind, rule.staff[kind])
         return {**staff_only(rule.staff[kind]), "outsider": outsider}
 
-    return {
+    probes = {
         f"admin:{app}_{model}_changelist": [Probe("GET", base, expect("changelist"))],
         f"admin:{app}_{model}_add": [Probe("GET", base + "add/", expect("add")), Probe("POST", base + "add/", expect("add POST"), data={})],
         f"admin:{app}_{model}_change": [
@@ -266,8 +274,10 @@ def admin_model_probes(label: str, rule: AdminModel) -> dict[str, list[Probe]]:
             Probe("POST", obj + "delete/", expect("delete POST"), data={"post": "yes"}),
         ],
         f"admin/{app}/{model}/<path:object_id>/": [Probe("GET", obj, staff_only("302 " + obj + "change/"))],
-        **rule.extra,
     }
+    for key, extra in rule.extra.items():
+        probes[key] = probes.get(key, []) + extra
+    return probes
 
 
 def admin_matrix() -> dict[str, list[Probe]]:
