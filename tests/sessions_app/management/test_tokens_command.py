@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import io
+import time
 from datetime import timedelta
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
 from django.utils import timezone
+from websockets.exceptions import ConnectionClosed
+from websockets.sync.client import connect
 
 from sessions_app import services
 from sessions_app.models import ApiToken, AuditEntry, Project, Role, hash_token
 from tests.access import member, token_for
 from tests.conftest import ApiClient
+from tests.servers import DaphneServer
 
 pytestmark = pytest.mark.django_db
 
@@ -230,3 +235,24 @@ def test_revoking_an_unknown_token_says_so(alice):
     assert "no token" in refused("revoke", "tl_" + "x" * 40)
     assert not ApiToken.objects.filter(revoked_at__isnull=False).exists()
 
+
+@pytest.mark.django_db(transaction=True)
+def test_revoking_closes_the_tokens_stream_on_a_real_server_within_seconds(alice, tmp_path):
+    """Across processes: the command writes the database, a Daphne at the default check interval closes the stream."""
+    services.create_session(session_id="streamed")
+    secret = token_for(alice)
+    server = DaphneServer(connection.settings_dict, tmp_path / "daphne.log").start()
+    try:
+        url = f"ws://127.0.0.1:{server.port}/ws/v1/sessions/streamed/events"
+        with connect(url, additional_headers={"Authorization": f"Bearer {secret}"}, open_timeout=5) as ws:
+            with pytest.raises(TimeoutError):
+                ws.recv(timeout=1)  # open, and nothing to send
+            run("revoke", row(secret).prefix)
+            revoked_at = time.monotonic()
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=5)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == 4401
+            assert time.monotonic() - revoked_at < 3.5
+    finally:
+        server.stop()
+    assert "Traceback" not in (tmp_path / "daphne.log").read_text()
