@@ -14,7 +14,7 @@ from django.test import Client
 from websockets.asyncio.client import connect as websockets_connect
 from websockets.exceptions import ConnectionClosed
 
-from dashboard import live, stream, transcript
+from dashboard import live, transcript
 from dashboard.asgi import application
 from dashboard.consumers import CLOSE_RENEW
 from sessions_app import services
