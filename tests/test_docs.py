@@ -1,10 +1,12 @@
 """The user documentation stays in step with the code: every endpoint, error code,
 status and websocket close code the code has is documented, and the README's links resolve."""
 
+import argparse
 import re
 from pathlib import Path
 
 from django.conf import settings
+from django.core.management import load_command_class
 
 from dashboard import consumers
 from sessions_app import access, selectors
@@ -13,6 +15,10 @@ from sessions_app.models import AuditEntry, Role, Scope
 
 ROOT = Path(settings.BASE_DIR)
 API_DOC = (ROOT / "docs" / "api.md").read_text()
+# Django's own options of every command (--verbosity, --settings ...), documented by Django.
+COMMON_OPTIONS = {
+    "--help", "--version", "--verbosity", "--settings", "--pythonpath", "--traceback", "--no-color", "--force-color", "--skip-checks"
+}
 LOG_DOC = (ROOT / "docs" / "session-log.md").read_text()
 
 
@@ -123,3 +129,26 @@ def test_every_link_into_the_docs_names_an_anchor_that_exists():
                 assert anchor in heading_anchors(docs[linked]), f"{name}: {target}#{anchor}"
                 checked += 1
     assert checked > 10
+
+
+def test_every_command_option_is_in_a_documented_usage_line():
+    """Each subcommand of the operators' commands has a usage line (README or api.md) naming all its options."""
+    lines = [line for name in ["README.md", "docs/api.md"] for line in (ROOT / name).read_text().split("\n")]
+    usages = {}
+    for command in ["sessions", "projects", "tokens", "create_token"]:
+        parser = load_command_class("sessions_app", command).create_parser("manage.py", command)
+        subcommands = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+        if subcommands:
+            usages |= {f"manage.py {command} {name}": sub for name, sub in subcommands[0].choices.items()}
+        else:
+            usages[f"manage.py {command} "] = parser
+    assert "manage.py tokens revoke" in usages and "manage.py projects add-member" in usages
+    for usage, parser in usages.items():
+        options = {
+            option
+            for action in parser._actions
+            for option in action.option_strings
+            if option.startswith("--") and option not in COMMON_OPTIONS
+        }
+        documented = [line for line in lines if usage in line and all(option in line for option in options)]
+        assert documented, (usage, sorted(options))
