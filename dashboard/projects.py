@@ -14,7 +14,6 @@ from datetime import timedelta
 
 from django import forms
 from django.contrib import messages
-from django.contrib.auth import get_user_model
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
@@ -85,10 +84,10 @@ class AddMemberForm(forms.Form):
 
     def clean_username(self):
         username = self.cleaned_data["username"]
-        user = get_user_model().objects.filter(username=username).first()
+        user = selectors.user_named(username)
         if user is None:
             raise forms.ValidationError(f"There is no user named {username!r}: they need an account first.")
-        held = next((m for m in selectors.project_members(self.project) if m.user_id == user.pk), None)
+        held = selectors.project_member(self.project, user.pk)
         if held is not None:
             raise forms.ValidationError(f"{username} already is a member of this project (role: {held.role}): change their role in the list.")
         self.user = user
@@ -126,7 +125,7 @@ def members_page(request, project, form, *, status: int = 200, refusal: str = ""
 @require_POST
 def project_member(request, project, user_id: int):
     """One member's row: `action` change (to `role`) or remove."""
-    membership = next((m for m in selectors.project_members(project) if m.user_id == user_id), None)
+    membership = selectors.project_member(project, user_id)
     if membership is None:
         raise Http404(f"user {user_id} is not a member of {project.slug}")
     action, role = request.POST.get("action"), request.POST.get("role")
@@ -243,7 +242,7 @@ def tokens_page(request, project, form, *, owner: str | None = None, status: int
 @require_http_methods(["GET", "POST"])
 def revoke_token(request, project, token_id: int):
     """GET: what revoking this token means, and the button; POST: revoke it."""
-    token = next((t for t in selectors.project_tokens(project) if t.pk == token_id), None)
+    token = selectors.project_token(project, token_id)
     if token is None:
         raise Http404(f"no token {token_id} in {project.slug}")
     if request.method != "POST":

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
@@ -305,6 +306,20 @@ def session_counts(project_ids: list[int]) -> dict[int, int]:
 
 def project_members(project: Project) -> list[Membership]:
     return list(Membership.objects.filter(project=project).select_related("user").order_by("user__username"))
+
+
+def project_member(project: Project, user_id: int) -> Membership | None:
+    return Membership.objects.filter(project=project, user_id=user_id).select_related("user").first()
+
+
+def user_named(username: str):
+    """The account with this username, or None."""
+    return get_user_model().objects.filter(username=username).first()
+
+
+def project_token(project: Project, token_id: int) -> ApiToken | None:
+    """One of the project's tokens (None for another project's: its admins manage only their own)."""
+    return ApiToken.objects.filter(project=project, pk=token_id).select_related("user").first()
 
 
 def project_tokens(project: Project) -> list[ApiToken]:
