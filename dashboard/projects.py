@@ -64,7 +64,7 @@ def project_admin_page(view):
 def admins_only(request, slug: str):
     """The 403 page of a member who is not an admin: what they are, and whom to ask."""
     project = access.projects(access.actor_of(request)).filter(slug=slug).first()
-    if project is None:  # removed from it since the check
+    if project is None:  # the project was deleted since the check
         raise Http404(f"project {slug!r} does not exist or you are not a member")
     admins = [m for m in selectors.project_members(project) if m.role == Role.ADMIN]
     context = {"project": project, "role": access.actor_of(request).roles().get(project.pk), "admins": admins}
