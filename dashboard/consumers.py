@@ -55,12 +55,14 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
 
     - 4401: unauthenticated (no valid token, no login session); also on an
       open stream, within TURNLOG_CREDENTIAL_CHECK_SECONDS of its token
-      being revoked or expiring (dashboard.credentials);
+      being revoked or expiring or its user deactivated (dashboard.credentials);
     - 4403: authenticated only by the login cookie, and the Origin header is
       missing or not allowed;
     - 4400: `after` is not exactly one decimal integer >= 0 (e.g. `abc`,
       `-1`, `1.5`, empty, or given twice);
-    - 4404: no session with this id that the user (or token) may read;
+    - 4404: no session with this id that the user (or token) may read; also on
+      an open stream, within TURNLOG_CREDENTIAL_CHECK_SECONDS of the user
+      leaving the session's project;
     - 4503: the database is unreachable as the socket opens; the client
       reconnects a little later with `?after=<last seq it has>`;
     - 4500: the stream failed on the server (a bug); the client reconnects
@@ -88,10 +90,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         if how == stream.LOGIN_SESSION and not stream.origin_allowed(self.scope):
             return await self.close(code=CLOSE_FORBIDDEN_ORIGIN, reason="origin not allowed")
         self.scope["user"] = user
-        token = self.scope["api_token"] if how == stream.TOKEN else None
-        if token is not None:
-            self._credential = credentials.register(token.pk, self._close_for_lost_credential)
-        await self.connect_stream(access.Actor(user=user, token=token))
+        await self.connect_stream(access.Actor(user=user, token=self.scope["api_token"] if how == stream.TOKEN else None))
 
     async def connect_stream(self, actor: access.Actor):
         """After authentication: check `after` and the session (4404 unless `actor` may read it), then start streaming.
@@ -111,6 +110,11 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             return await close_without_database(self, error)
         if session is None:
             return await self.close(code=CLOSE_NOT_FOUND, reason="no such session")
+        self._credential = credentials.register(
+            credentials.Registration(
+                user_id=actor.user.pk, token=actor.token, project_id=session.project_id, close=self._close_for_lost_access
+            )
+        )
 
         self._stream = stream.SessionStream(session, after=after, send=self._send_events)
         # Join the group before reading the backlog: an event committed in
@@ -142,12 +146,16 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         for wire in events if isinstance(events, list) else ():
             self._stream.offer_event(wire)
 
-    async def _close_for_lost_credential(self) -> None:
-        """The token was revoked or expired (or its owner deactivated): no frame after that, then 4401."""
-        if self._credential is None:  # the socket ended while its token was being checked
+    async def _close_for_lost_access(self, why: str) -> None:
+        """No frame after the token was revoked or expired or the user deactivated (then 4401),
+        or after the user left the session's project (then 4404, as for a session they cannot read)."""
+        if self._credential is None:  # the socket ended while it was being checked
             return
         await self._stop_stream()
-        await self.close(code=CLOSE_UNAUTHENTICATED, reason="token revoked or expired")
+        if why == credentials.LOST_CREDENTIAL:
+            await self.close(code=CLOSE_UNAUTHENTICATED, reason="token revoked or expired, or user deactivated")
+        else:
+            await self.close(code=CLOSE_NOT_FOUND, reason="no longer a member of the session's project")
 
     async def receive(self, text_data=None, bytes_data=None, **kwargs):
         """The stream is one-way: client frames are ignored."""

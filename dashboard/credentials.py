@@ -1,16 +1,17 @@
-"""Closing the streams of API tokens that stop authenticating.
+"""Closing open streams whose credentials or access end.
 
-A token is checked when its socket opens; a stream may then stay open for
-days. Revoking a token, its expiry, or its owner's deactivation must also
-end the streams it opened, within a few seconds (api.md, close code 4401).
+A socket is checked when it opens; a stream may then stay open for days.
+Revoking a token, its expiry, its owner's deactivation, or removing the
+owner from the session's project must also end the streams it opened,
+within a few seconds (api.md: 4401 for the credential, 4404 for the access).
 
-Token-authenticated sockets `register` (their token's id and a callback
-that closes them with 4401) and `unregister` when they end. One task per
+Sockets `register` (who they act for, what they show, and a callback that
+closes them for a reason) and `unregister` when they end. One task per
 process (per event loop), running only while something is registered,
-asks the database every TURNLOG_CREDENTIAL_CHECK_SECONDS which of the
-registered tokens are still usable, in one query for all of them, and
-closes the sockets of the others. A database outage skips a round: a
-socket is never closed because its token could not be checked.
+reads every TURNLOG_CREDENTIAL_CHECK_SECONDS which registered tokens are
+still usable and what the registered users may read now (a few queries for
+all sockets at once), and closes the sockets that lost it. A database
+outage skips a round: a socket is never closed because it could not be checked.
 """
 
 from __future__ import annotations
@@ -25,40 +26,59 @@ from django.conf import settings
 
 from dashboard import stream
 from dashboard.middleware import DATABASE_UNAVAILABLE
+from sessions_app import access
 from sessions_app.models import ApiToken
 
 logger = logging.getLogger(__name__)
 
-CloseSocket = Callable[[], Awaitable[None]]
+# Why a socket is closed: its token or user no longer authenticates (4401);
+# it may no longer read its session's project (4404); a list socket's set of
+# readable projects changed (it is renewed, and reconnects with the new set).
+LOST_CREDENTIAL, LOST_ACCESS, ACCESS_CHANGED = "lost_credential", "lost_access", "access_changed"
+CloseSocket = Callable[[str], Awaitable[None]]
 
 
 @dataclass(eq=False)  # compared by identity: two sockets of one token are two registrations
 class Registration:
-    token_id: int
+    user_id: int
+    token: ApiToken | None
     close: CloseSocket = field(repr=False)
+    project_id: int | None = None  # a session socket: its session's project
+    projects: frozenset[int] | None = None  # a list socket: every project it may show rows of
 
 
-def usable_token_ids(token_ids: list[int]) -> set[int]:
-    return set(ApiToken.objects.usable().filter(pk__in=token_ids).values_list("pk", flat=True))
+def lost(registrations: list[Registration]) -> list[tuple[Registration, str]]:
+    """Each registration that lost its credential or access now, with why (a few queries for all)."""
+    tokens = {r.token.pk for r in registrations if r.token is not None}
+    usable = set(ApiToken.objects.usable().filter(pk__in=tokens).values_list("pk", flat=True)) if tokens else set()
+    roles = access.roles_of({r.user_id for r in registrations})
+    verdicts = []
+    for registration in registrations:
+        token = registration.token
+        if registration.user_id not in roles or (token is not None and token.pk not in usable):
+            verdicts.append((registration, LOST_CREDENTIAL))
+            continue
+        readable = set(access.Actor(user=None, token=token, _roles=roles[registration.user_id]).project_ids(access.READ))
+        if registration.project_id is not None and registration.project_id not in readable:
+            verdicts.append((registration, LOST_ACCESS))
+        elif registration.projects is not None and registration.projects != readable:
+            verdicts.append((registration, ACCESS_CHANGED))
+    return verdicts
 
 
-class _CredentialWatcher:
+class _AccessWatcher:
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
-        self.sockets: dict[int, set[Registration]] = {}  # token id -> its open sockets
+        self.sockets: set[Registration] = set()
         self.task: asyncio.Task | None = None
 
     def add(self, registration: Registration) -> None:
-        self.sockets.setdefault(registration.token_id, set()).add(registration)
+        self.sockets.add(registration)
         if self.task is None:
-            self.task = self.loop.create_task(self._run(), name="turnlog-credential-watcher")
+            self.task = self.loop.create_task(self._run(), name="turnlog-access-watcher")
 
     def discard(self, registration: Registration) -> None:
-        registered = self.sockets.get(registration.token_id)
-        if registered is not None:
-            registered.discard(registration)
-            if not registered:
-                del self.sockets[registration.token_id]
+        self.sockets.discard(registration)
 
     @property
     def alive(self) -> bool:
@@ -72,39 +92,38 @@ class _CredentialWatcher:
                 return
             asked = list(self.sockets)
             try:
-                usable = await database_sync_to_async(usable_token_ids)(asked)
+                verdicts = await database_sync_to_async(lost)(asked)
             except DATABASE_UNAVAILABLE as error:
                 stream.database_outage.failed(error)
                 continue
             except Exception:
-                logger.exception("checking the %d tokens of open streams failed", len(asked))
+                logger.exception("checking the access of %d open streams failed", len(asked))
                 continue
             stream.database_outage.reached()
-            # Only tokens that were asked about: one registered during the query is checked next round.
-            lost = [token_id for token_id in asked if token_id not in usable and token_id in self.sockets]
-            closing = [registration for token_id in lost for registration in self.sockets.pop(token_id)]
+            # Only sockets that were asked about and are still open: one registered during the query waits for the next round.
+            closing = [(registration, why) for registration, why in verdicts if registration in self.sockets]
+            self.sockets.difference_update(registration for registration, _ in closing)
             if closing:
                 # Shielded: the last socket going away cancels this task, which must not cut a close short.
                 await asyncio.shield(self._close(closing))
 
     @staticmethod
-    async def _close(closing: list[Registration]) -> None:
-        results = await asyncio.gather(*(r.close() for r in closing), return_exceptions=True)
-        for registration, result in zip(closing, results, strict=True):
+    async def _close(closing: list[tuple[Registration, str]]) -> None:
+        results = await asyncio.gather(*(r.close(why) for r, why in closing), return_exceptions=True)
+        for (registration, why), result in zip(closing, results, strict=True):
             if isinstance(result, Exception):
-                logger.error("closing a stream of token %s failed", registration.token_id, exc_info=result)
+                logger.error("closing a stream of user %s (%s) failed", registration.user_id, why, exc_info=result)
 
 
-_watcher: _CredentialWatcher | None = None
+_watcher: _AccessWatcher | None = None
 
 
-def register(token_id: int, close: CloseSocket) -> Registration:
-    """Have `close` called (once) when the token stops being usable; call from the socket's event loop."""
+def register(registration: Registration) -> Registration:
+    """Have its `close` called (once, with why) when it loses its credential or access; call from the socket's event loop."""
     global _watcher
     loop = asyncio.get_running_loop()
     if _watcher is None or _watcher.loop is not loop or (_watcher.task is not None and not _watcher.alive):
-        _watcher = _CredentialWatcher(loop)
-    registration = Registration(token_id, close)
+        _watcher = _AccessWatcher(loop)
     _watcher.add(registration)
     return registration
 
@@ -123,8 +142,13 @@ def unregister(registration: Registration) -> None:
 
 
 def watched_tokens() -> set[int]:
-    """The token ids the current watcher checks (for tests and diagnostics)."""
-    return set(_watcher.sockets) if _watcher is not None else set()
+    """The ids of the tokens whose sockets the current watcher checks (for tests and diagnostics)."""
+    return {r.token.pk for r in _watcher.sockets if r.token is not None} if _watcher is not None else set()
+
+
+def watched_sockets() -> int:
+    """How many sockets the current watcher checks (for tests: none once every socket is gone)."""
+    return len(_watcher.sockets) if _watcher is not None else 0
 
 
 def watcher_running() -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 from collections.abc import Callable
 from urllib.parse import parse_qs
 
@@ -22,7 +23,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.template.loader import render_to_string
 
-from dashboard import stream, transcript
+from dashboard import credentials, stream, transcript
 from dashboard.consumers import (
     CLOSE_FORBIDDEN_ORIGIN,
     CLOSE_RENEW,
@@ -35,6 +36,8 @@ from dashboard.params import decimal_int
 from sessions_app import access, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.models import Session
+
+logger = logging.getLogger(__name__)
 
 # How often pages re-check statuses that change with time alone (running -> stalled).
 STATUS_REFRESH_SECONDS = 15
@@ -236,7 +239,10 @@ async def stop_task(task: asyncio.Task | None) -> None:
 class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
     """Row updates for the session list: changed rows replaced, new matching sessions prepended."""
 
-    groups = [services.SESSIONS_GROUP]
+    _refresh: asyncio.Task | None = None
+    _access: credentials.Registration | None = None
+    _joined = False
+    shown: set[str] | None = None
 
     async def connect(self):
         await self.accept()
@@ -247,6 +253,10 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         self.status = status if status in selectors.STATUSES else None
         self.q = query.get("q", "").strip()
         self.projects = None
+        # Joined before the first read (a change during it is handled after connect() returns, as
+        # messages are), and only once authenticated: a refused socket gets no updates.
+        await self.channel_layer.group_add(services.SESSIONS_GROUP, self.channel_name)
+        self._joined = True
         try:
             await database_sync_to_async(self.choose_projects)(query.get("project", ""))
             self.shown = await database_sync_to_async(self.first_page_ids)()
@@ -254,11 +264,23 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
             return await close_without_database(self, error)
         self.statuses: dict[str, str] = {}
         self._refresh = asyncio.create_task(self.refresh_statuses())
+        self._access = credentials.register(
+            credentials.Registration(
+                user_id=self.scope["user"].pk, token=None, projects=frozenset(self.readable), close=self.close_for_access
+            )
+        )
         self.renew_later()
+
+    async def close_for_access(self, why: str) -> None:
+        """The user was deactivated (4401), or the projects they may read changed: renewed (4012), so
+        the page reconnects and this list is rebuilt for the projects they may read now."""
+        self._forget_access()
+        await self.close(code=CLOSE_UNAUTHENTICATED if why == credentials.LOST_CREDENTIAL else CLOSE_RENEW)
 
     def choose_projects(self, slug: str) -> None:
         """The projects whose rows this list shows: the user's, or only the one named if it is theirs (as the page does)."""
         visible = list(access.projects(access.Actor(user=self.scope["user"])).values_list("pk", "slug"))
+        self.readable = [pk for pk, _ in visible]
         chosen = [pk for pk, project_slug in visible if project_slug == slug]
         self.projects = chosen or [pk for pk, _ in visible]
         # The row partial shows a Project column while the list spans several projects, as on the page.
@@ -268,6 +290,8 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         return {s.id for s in selectors.list_sessions(status=self.status, q=self.q, projects=self.projects, limit=50).items}
 
     async def session_changed(self, message):
+        if self.shown is None:  # closed before its first read (4503): nothing to update
+            return
         try:
             frame = await database_sync_to_async(self.render_row)(message["session_id"])
         except DATABASE_UNAVAILABLE as error:  # the row catches up with the session's next change
@@ -306,6 +330,24 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         ageing = [sid for sid, status in self.statuses.items() if status in (selectors.RUNNING, selectors.ACTIVE)]
         return [frame for sid in ageing if (frame := self.render_row(sid))]  # None: it no longer matches
 
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:  # also when the server cancels the application without a disconnect
+            self._forget_access()
+
+    def _forget_access(self) -> None:
+        registration, self._access = self._access, None
+        if registration is not None:
+            credentials.unregister(registration)
+
     async def disconnect(self, code):
         self.cancel_renewal()
-        await stop_task(getattr(self, "_refresh", None))
+        self._forget_access()
+        await stop_task(self._refresh)
+        if self._joined:
+            self._joined = False
+            try:
+                await self.channel_layer.group_discard(services.SESSIONS_GROUP, self.channel_name)
+            except Exception:  # the layer is down: the group entry expires on its own
+                logger.warning("leaving group %s failed", services.SESSIONS_GROUP, exc_info=True)

@@ -172,6 +172,7 @@ def fork_form(request, context: dict, *, status: int = 200):
 
 
 @login_required
+@require_http_methods(["GET", "POST"])
 def recovery_preview(request, session_id: str):
     session = session_or_404(request, session_id, access.RECOVER if request.method == "POST" else access.READ)
     if request.method == "POST":

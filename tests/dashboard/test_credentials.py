@@ -1,4 +1,4 @@
-"""A token that stops authenticating closes its open streams (dashboard.credentials).
+"""A token that stops authenticating, or a user who leaves a project, closes the open streams they opened (dashboard.credentials).
 
 Real JSON streams (channels' WebsocketCommunicator through the ASGI
 application), real tokens revoked through services.revoke_token, and the
@@ -19,10 +19,13 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from dashboard import credentials
-from dashboard.consumers import CLOSE_UNAUTHENTICATED
+from channels.testing import WebsocketCommunicator
+
+from dashboard.asgi import application
+from dashboard.consumers import CLOSE_NOT_FOUND, CLOSE_RENEW, CLOSE_UNAUTHENTICATED
 from sessions_app import services
-from sessions_app.models import ApiToken, hash_token
-from tests.access import token_for
+from sessions_app.models import ApiToken, Project, Role, hash_token
+from tests.access import member, token_for
 from tests.conftest import ApiClient
 from tests.dashboard.conftest import QUIET, WAIT, down_for
 from tests.dashboard.test_consumers import append, close, closed_with, create, frames, open_socket, socket
@@ -73,6 +76,14 @@ async def quiet_while(ws, condition, limit: float = WAIT) -> None:
     while condition():
         assert asyncio.get_running_loop().time() < deadline, "the condition still holds"
         assert await ws.receive_nothing(QUICK_CHECK / 2)
+
+
+async def registered(sockets: int) -> None:
+    """Wait until that many sockets are watched (a socket registers once it has read its session, after accepting)."""
+    deadline = asyncio.get_running_loop().time() + WAIT
+    while credentials.watched_sockets() != sockets:
+        assert asyncio.get_running_loop().time() < deadline, f"{credentials.watched_sockets()} sockets watched, not {sockets}"
+        await asyncio.sleep(0.01)
 
 
 # Revocation -------------------------------------------------------------
@@ -160,7 +171,7 @@ async def test_an_expired_token_is_refused_at_connect_and_by_the_api(sid, token)
     answer = await database_sync_to_async(ApiClient(token).get)("/api/v1/sessions")
     assert answer.status_code == 401
     assert answer.json()["error"] == "unauthenticated"
-    assert credentials.watched_tokens() == set() and not credentials.watcher_running()
+    assert credentials.watched_sockets() == 0 and not credentials.watcher_running()
 
 
 async def test_a_revoked_token_is_refused_at_connect_and_by_the_api(sid, token):
@@ -173,11 +184,12 @@ async def test_a_revoked_token_is_refused_at_connect_and_by_the_api(sid, token):
 # The check task ---------------------------------------------------------
 
 
-async def test_the_check_runs_only_while_token_sockets_are_open(sid, token, quick_checks):
+async def test_the_check_runs_only_while_sockets_are_open(sid, token, quick_checks):
     await create(sid)
     assert not credentials.watcher_running()
     token_id = (await row_of(token)).pk
     first, second = await open_socket(sid, token=token), await open_socket(sid, token=token)
+    await registered(2)
     assert credentials.watched_tokens() == {token_id} and credentials.watcher_running()
     task = credentials._watcher.task
     await close(first)
@@ -188,79 +200,86 @@ async def test_the_check_runs_only_while_token_sockets_are_open(sid, token, quic
     assert task.done(), "the task ends with the last socket"
 
 
-async def test_a_token_socket_refused_for_its_session_is_forgotten_on_disconnect(token):
+async def test_a_token_socket_refused_for_its_session_is_never_watched(token):
     assert await closed_with(socket("no-such-session", token=token)) == 4404
-    assert credentials.watched_tokens() == set() and not credentials.watcher_running()
+    assert credentials.watched_sockets() == 0 and not credentials.watcher_running()
 
 
-async def test_each_check_asks_once_for_every_registered_token(sid, user, token, quick_checks, monkeypatch):
+async def test_each_check_asks_once_about_every_open_socket(sid, user, token, quick_checks, monkeypatch):
     other = await database_sync_to_async(token_for)(user)
-    asked: list[list[int]] = []
-    usable_token_ids = credentials.usable_token_ids
+    asked: list[list[int | None]] = []
+    lost = credentials.lost
 
-    def spy(token_ids):
-        asked.append(sorted(token_ids))
-        return usable_token_ids(token_ids)
+    def spy(registrations):
+        asked.append(sorted(r.token.pk for r in registrations))
+        return lost(registrations)
 
-    monkeypatch.setattr(credentials, "usable_token_ids", spy)
+    monkeypatch.setattr(credentials, "lost", spy)
     await create(sid)
     sockets = [await open_socket(sid, token=token), await open_socket(sid, token=token), await open_socket(sid, token=other)]
     await asyncio.sleep(3.5 * QUICK_CHECK)
     assert len(asked) >= 2 and all(call == asked[0] for call in asked), asked
-    assert asked[0] == sorted([(await row_of(token)).pk, (await row_of(other)).pk])
+    token_id, other_id = (await row_of(token)).pk, (await row_of(other)).pk
+    assert asked[0] == sorted([token_id, token_id, other_id])
     for ws in sockets:
         await close(ws)
 
 
 async def test_a_token_registered_during_a_check_is_left_to_the_next_one(user, quick_checks, monkeypatch):
-    first, second = [(await row_of(await database_sync_to_async(token_for)(user))).pk for _ in range(2)]
+    first, second = [await row_of(await database_sync_to_async(token_for)(user)) for _ in range(2)]
     in_query, release = threading.Event(), threading.Event()
-    usable_token_ids = credentials.usable_token_ids
+    lost = credentials.lost
 
-    def slow(token_ids):
+    def slow(registrations):
         in_query.set()
         release.wait(WAIT)
-        return usable_token_ids(token_ids)
+        return lost(registrations)
 
-    monkeypatch.setattr(credentials, "usable_token_ids", slow)
+    monkeypatch.setattr(credentials, "lost", slow)
     closed: list[int] = []
 
-    def closer(token_id: int):
-        async def close_socket():
-            closed.append(token_id)
+    def registration(token: ApiToken) -> credentials.Registration:
+        async def close_socket(why):
+            closed.append(token.pk)
 
-        return close_socket
+        return credentials.Registration(user_id=user.pk, token=token, project_id=token.project_id, close=close_socket)
 
-    registrations = [credentials.register(first, closer(first))]
+    registrations = [credentials.register(registration(first))]
     assert await asyncio.to_thread(in_query.wait, WAIT)
-    registrations.append(credentials.register(second, closer(second)))  # not among the ids being checked
+    registrations.append(credentials.register(registration(second)))  # not among the sockets being checked
     release.set()
     await asyncio.sleep(3 * QUICK_CHECK)
-    assert closed == [] and credentials.watched_tokens() == {first, second}
+    assert closed == [] and credentials.watched_tokens() == {first.pk, second.pk}
     for registration in registrations:
         credentials.unregister(registration)
     assert not credentials.watcher_running()
 
 
 @database_sync_to_async
-def check_queries(token_ids: list[int]) -> tuple[set[int], int]:
+def check_queries(tokens: list[ApiToken]) -> tuple[list[tuple[int, str]], int]:
+    async def never(why):
+        raise AssertionError("not closed by a check of its verdict")
+
+    registrations = [credentials.Registration(user_id=t.user_id, token=t, project_id=t.project_id, close=never) for t in tokens]
     with CaptureQueriesContext(connection) as queries:
-        usable = credentials.usable_token_ids(token_ids)
-    return usable, len(queries)
+        verdicts = credentials.lost(registrations)
+    return [(registration.token.pk, why) for registration, why in verdicts], len(queries)
 
 
-async def test_the_usable_tokens_are_read_in_one_query(user):
+async def test_the_verdicts_of_every_socket_take_three_queries(user):
     secrets = [await database_sync_to_async(token_for)(user, name=name) for name in ("kept", "revoked", "expired")]
     kept, revoked, expired = [await row_of(secret) for secret in secrets]
     await revoke(secrets[1])
     await expire(secrets[2])
-    assert await check_queries([kept.pk, revoked.pk, expired.pk]) == ({kept.pk}, 1)
+    verdicts, queries = await check_queries([kept, revoked, expired] * 20)
+    assert sorted(set(verdicts)) == [(revoked.pk, credentials.LOST_CREDENTIAL), (expired.pk, credentials.LOST_CREDENTIAL)]
+    assert queries == 3, "tokens, users, memberships: whatever the number of sockets"
 
 
 async def test_a_database_outage_skips_rounds_and_closes_no_socket_for_it(sid, token, quick_checks, monkeypatch, fresh_outage, caplog):
     await create(sid)
     ws = await open_socket(sid, token=token)
-    monkeypatch.setattr(credentials, "usable_token_ids", flaky := down_for(3, credentials.usable_token_ids))
+    monkeypatch.setattr(credentials, "lost", flaky := down_for(3, credentials.lost))
     await revoke(token)
     # The rounds that cannot read the tokens close nothing (the revoked token included: it is not known yet).
     await quiet_while(ws, lambda: len(flaky.failures) < 3)
@@ -271,9 +290,49 @@ async def test_a_database_outage_skips_rounds_and_closes_no_socket_for_it(sid, t
 async def test_a_database_outage_does_not_close_a_usable_tokens_stream(sid, token, quick_checks, monkeypatch, fresh_outage):
     await create(sid)
     ws = await open_socket(sid, token=token)
-    monkeypatch.setattr(credentials, "usable_token_ids", flaky := down_for(4, credentials.usable_token_ids))
+    monkeypatch.setattr(credentials, "lost", flaky := down_for(4, credentials.lost))
     await quiet_while(ws, lambda: len(flaky.failures) < 4)
     assert await ws.receive_nothing(3 * QUICK_CHECK), "open after the outage too"
     await append(sid, 1)
     assert [e["seq"] for e in await frames(ws, 1)] == [0]
     await close(ws)
+
+
+# Membership -------------------------------------------------------------
+
+
+@database_sync_to_async
+def leave_project(user) -> None:
+    services.set_membership(project=Project.default(), user=user, role=None)
+
+
+async def test_leaving_the_project_closes_token_and_login_streams_with_4404(sid, user, token, session_cookie, quick_checks):
+    await create(sid)
+    by_token = await open_socket(sid, token=token)
+    by_cookie = await open_socket(sid, cookie=session_cookie, origin="http://testserver")
+    assert await by_token.receive_nothing(3 * QUICK_CHECK), "a member's streams stay open across checks"
+    await leave_project(user)
+    assert await close_code(by_token, timeout=3) == CLOSE_NOT_FOUND
+    assert await close_code(by_cookie, timeout=3) == CLOSE_NOT_FOUND
+    assert credentials.watched_sockets() == 0
+
+
+async def test_a_lowered_role_keeps_the_stream_while_it_may_still_read(sid, user, token, quick_checks):
+    await create(sid)
+    ws = await open_socket(sid, token=token)
+    await database_sync_to_async(member)(user, Role.VIEWER)
+    assert await ws.receive_nothing(4 * QUICK_CHECK), "a viewer still reads"
+    await append(sid, 1)
+    assert [e["seq"] for e in await frames(ws, 1)] == [0]
+    await close(ws)
+
+
+async def test_the_list_socket_is_renewed_when_the_projects_its_user_reads_change(user, session_cookie, quick_checks):
+    team = await database_sync_to_async(Project.objects.create)(slug="team", name="Team")
+    ws = WebsocketCommunicator(
+        application, "/ws/sessions/live", headers=[(b"cookie", f"{django_settings.SESSION_COOKIE_NAME}={session_cookie}".encode()), (b"origin", b"http://testserver")]
+    )
+    connected, _ = await ws.connect(timeout=WAIT)
+    assert connected and await ws.receive_nothing(3 * QUICK_CHECK), "unchanged access: the list stays open"
+    await database_sync_to_async(member)(user, Role.VIEWER, team)
+    assert await close_code(ws, timeout=3) == CLOSE_RENEW, "reconnects and lists the new project's sessions too"

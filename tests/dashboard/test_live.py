@@ -132,6 +132,16 @@ async def test_the_list_prepends_new_sessions_and_replaces_changed_rows(sid, ses
     assert frame.startswith(f'<tr id="session-{sid}"') and 'hx-swap-oob="true"' in frame and "active" in frame
 
 
+async def test_a_refused_list_socket_is_sent_no_row_and_does_not_fail(sid):
+    listing = WebsocketCommunicator(application, "/ws/sessions/live", headers=[(b"origin", ORIGIN.encode())])
+    assert (await listing.connect(timeout=WAIT))[0]
+    assert (await listing.receive_output(timeout=WAIT)) == {"type": "websocket.close", "code": 4401}
+    # Closed but not yet acknowledged by the client: a session changing now must neither reach it nor crash it.
+    await create(sid, 1)
+    with pytest.raises(asyncio.TimeoutError):  # receive_output would raise the consumer's own error instead
+        await listing.receive_output(timeout=QUIET * 2)
+
+
 async def test_a_filtered_list_ignores_sessions_outside_its_filter(sid, session_cookie):
     listing = await browser_socket("/ws/sessions/live?status=running", session_cookie)
     await create(sid, 1)  # clean: not shown

@@ -275,6 +275,14 @@ def test_a_viewer_sees_no_confirm_button_and_is_refused(viewer):
     assert Event.objects.count() == 10
 
 
+def test_the_recovery_page_serves_only_get_and_post(staff):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    for method in ("put", "patch", "delete"):
+        response = getattr(staff, method)("/sessions/crashed/recovery")
+        assert response.status_code == 405 and response["Allow"] == "GET, POST", method
+    assert Event.objects.count() == 10
+
+
 def test_confirming_appends_and_lands_on_the_highlighted_events(staff):
     store(WORKED_EXAMPLE, session_id="crashed")
     digest = selectors.recovery_plan(Session.objects.get()).digest(10)
