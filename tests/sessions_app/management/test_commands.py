@@ -74,6 +74,10 @@ def test_local_setup_prints_the_same_working_login_each_time(tmp_path, monkeypat
     # A request: django-axes counts logins per client address.
     assert client.login(request=HttpRequest(), username=stored["username"], password=stored["password"])
     assert ApiClient(stored["token"]).get("/api/v1/sessions").status_code == 200
+    # `make run`'s admin administers the default project (not only as a superuser), with a token that may recover.
+    assert Membership.objects.get(user__username=stored["username"]).role == Role.ADMIN
+    token = ApiToken.objects.get(token_sha256=hash_token(stored["token"]))
+    assert token.project == Project.default() and "recover" in token.scopes
 
 
 def test_local_setup_prints_the_address_actually_served(tmp_path, monkeypatch):
