@@ -15,7 +15,7 @@ from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from sessions_app.log import events as log_events
-from sessions_app.log import fold, fork, recovery
+from sessions_app.log import fold, fork, recovery, strategy
 from sessions_app.models import (
     ApiToken,
     AuditEntry,
@@ -209,6 +209,12 @@ def side_effect_classes(tool_names) -> dict[str | None, str]:
     """Each tool's side-effect class by ToolPolicy, keyed by log_events.tool_name of each name given."""
     policies = list(ToolPolicy.objects.values_list("pattern", "side_effect"))
     return {name: recovery.side_effect_class(name, policies) for name in {log_events.tool_name(n) for n in tool_names}}
+
+
+def recovery_strategies(plan: recovery.Plan) -> list[strategy.TurnStrategy]:
+    """The plan's strategies (section 8.1) under the tool policies as they are now."""
+    classes = side_effect_classes(call.name for calls in plan.turn_calls.values() for call in calls)
+    return strategy.strategies(plan, lambda name: classes[log_events.tool_name(name)])
 
 
 def recovery_history(session: Session) -> list[RecoveryRecord]:

@@ -11,17 +11,19 @@ import logging
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from sessions_app import access
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery as log_recovery
+from sessions_app.log import strategy as log_strategy
 from sessions_app.log import structure
 from sessions_app.log import values as log_values
 from sessions_app.errors import (
@@ -34,8 +36,10 @@ from sessions_app.errors import (
 )
 from sessions_app.models import (
     REPLACE_BOUND_MAX,
+    AgentHour,
     ApiToken,
     AuditEntry,
+    AutoRecoveryPolicy,
     CallSighting,
     Event,
     IdempotentRequest,
@@ -45,7 +49,7 @@ from sessions_app.models import (
     Role,
     Session,
 )
-from sessions_app.selectors import dangling_patch, fork_point, recovery_plan
+from sessions_app.selectors import dangling_patch, fork_point, recovery_plan, recovery_strategies
 
 logger = logging.getLogger(__name__)
 
@@ -116,10 +120,26 @@ def create_session(
     try:
         with transaction.atomic():
             session.save(force_insert=True)
+            _count_for_agent(session, at=now, sessions=1)
     except IntegrityError as exc:
         raise SessionExists(session.id) from exc
     transaction.on_commit(lambda: publish_session_changed(session.id))
     return session
+
+
+def _count_for_agent(session: Session, *, at: datetime, **counts: int) -> None:
+    """Add to the agent's counts for the hour of `at` (AgentHour), in the caller's transaction."""
+    updates = {name: F(name) + n for name, n in counts.items() if n}
+    if not updates:
+        return
+    key = {"project_id": session.project_id, "agent_name": session.agent_name, "hour": at.replace(minute=0, second=0, microsecond=0)}
+    if AgentHour.objects.filter(**key).update(**updates):
+        return
+    try:
+        with transaction.atomic():
+            AgentHour.objects.create(**key, **counts)
+    except IntegrityError:  # another transaction created the hour first
+        AgentHour.objects.filter(**key).update(**updates)
 
 
 def append_events(
@@ -156,18 +176,98 @@ def append_events(
     return result
 
 
-def recover(*, session_id: str, user, digest: str | None = None, note: str = "") -> RepairResult:
+def recover(
+    *,
+    session_id: str,
+    user,
+    digest: str | None = None,
+    note: str = "",
+    context: bool = False,
+    abandon: bool = False,
+) -> RepairResult:
     """Apply the session's recovery plan, if `digest` (when given) still matches it.
 
     Plan, check and append happen under the session's lock, so of two people
     confirming one plan exactly one appends; the other gets StalePlan with
-    the fresh (empty) plan. A clean session appends nothing.
+    the fresh (empty) plan. A clean session appends nothing. The strategies
+    are recomputed under the lock and recorded (section 8.1); `abandon`
+    records that the person chose to abandon the turns instead, `context`
+    appends the recovery-context system_message right after the plan.
     """
     log_values.check(note, prefix="note")
     with transaction.atomic():
         session = _locked_session(session_id)
         plan = recovery_plan(session)
-        return _apply_repairs(session, plan.repairs, plan, RecoveryRecord.RECOVERY, user, digest, note)
+        return _apply_recovery(session, plan, user=user, digest=digest, note=note, context=context, abandon=abandon)
+
+
+def recover_automatically(*, session_id: str, policy: AutoRecoveryPolicy, now: datetime | None = None) -> RepairResult | None:
+    """The worker's recovery: only a session quiet for the policy's time whose every open turn is restart_turn.
+
+    Everything is decided again under the session's lock (two workers, or a
+    person, may have got there first; the agent may have come back). None
+    when it is not (or no longer) safe, or the agent is past its hourly
+    limit: then the session is flagged "repeated failures" for a person.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        # The policy row serialises its agents' automatic recoveries, so the hourly count cannot race.
+        policy = AutoRecoveryPolicy.objects.select_for_update().get(pk=policy.pk)
+        session = _locked_session(session_id)
+        quiet = (now - session.last_activity_at).total_seconds()
+        if not policy.enabled or not session.turn_stack or quiet < policy.quiet_seconds:
+            return None
+        plan = recovery_plan(session)
+        if any(t.strategy != log_strategy.RESTART_TURN for t in recovery_strategies(plan)):
+            return None
+        recent = RecoveryRecord.objects.filter(
+            automatic=True, agent_name=session.agent_name, created_at__gt=now - timedelta(hours=1)
+        ).count()
+        if recent >= policy.max_per_hour:
+            if session.repeated_failures_at is None:
+                session.repeated_failures_at = now
+                session.save(update_fields=["repeated_failures_at"])
+                audit(
+                    project=session.project_id,
+                    actor=None,
+                    action=AuditEntry.AUTO_RECOVERY_HELD,
+                    target=session.id,
+                    detail={"agent_name": session.agent_name, "policy": policy.agent_pattern, "limit": policy.max_per_hour},
+                    actor_name=WORKER,
+                )
+                transaction.on_commit(lambda: publish_session_changed(session.id))
+            return None
+        return _apply_recovery(session, plan, user=None, digest=None, note="", policy=policy, now=now)
+
+
+def _apply_recovery(
+    session: Session,
+    plan: log_recovery.Plan,
+    *,
+    user,
+    digest: str | None,
+    note: str,
+    context: bool = False,
+    abandon: bool = False,
+    policy: AutoRecoveryPolicy | None = None,
+    now: datetime | None = None,
+) -> RepairResult:
+    turns = recovery_strategies(plan)
+    extra = []
+    if context and plan.repairs:
+        extra = [log_recovery.Repair("system_message", log_strategy.context_message(turns, abandoned=abandon), None)]
+    recorded = {
+        "strategies": [t.as_wire() for t in turns],
+        "abandoned": abandon,
+        "automatic": policy is not None,
+        "policy": policy,
+        "turns_closed": len(plan.open_turns),
+        "quiet_seconds": ((now or timezone.now()) - session.last_activity_at).total_seconds(),
+    }
+    result = _apply_repairs(session, plan.repairs, plan, RecoveryRecord.RECOVERY, user, digest, note, extra=extra, recorded=recorded)
+    if result.record is not None:
+        _count_for_agent(session, at=result.record.created_at, crashed_turns=len(plan.open_turns))
+    return result
 
 
 def patch_dangling_calls(*, session_id: str, user, digest: str | None = None, note: str = "") -> RepairResult:
@@ -181,33 +281,48 @@ def patch_dangling_calls(*, session_id: str, user, digest: str | None = None, no
         return _apply_repairs(session, repairs, None, RecoveryRecord.DANGLING_PATCH, user, digest, note)
 
 
-def _apply_repairs(session, repairs, plan, kind, user, digest, note) -> RepairResult:
-    """Append the repairs if the digest still matches; record who did it (recovery record and audit log)."""
+def _apply_repairs(session, repairs, plan, kind, user, digest, note, *, extra=(), recorded=None) -> RepairResult:
+    """Append the repairs (then `extra`, outside the digest) if the digest still matches; record who did it.
+
+    `user` None is the automatic worker (recorded under its policy).
+    """
     current = log_recovery.repairs_digest(session.event_count, repairs)
     if digest is not None and digest != current:
         raise StalePlan(plan or log_recovery.Plan([], list(repairs), []), session.event_count)
     if not repairs:
         return RepairResult(appended=[], next_seq=session.event_count, record=None)
-    rows = _store(session, [log_events.NewEvent(r.type, r.data, None) for r in repairs])
+    rows = _store(session, [log_events.NewEvent(r.type, r.data, None) for r in [*repairs, *extra]])
+    recorded = recorded or {}
     if kind == RecoveryRecord.RECOVERY:
         session.recovered_at = timezone.now()
-        session.save(update_fields=["recovered_at"])
+        session.repeated_failures_at = None  # a person (or the worker) has dealt with it
+        session.save(update_fields=["recovered_at", "repeated_failures_at"])
+    policy = recorded.get("policy")
     record = RecoveryRecord.objects.create(
         session=session,
         kind=kind,
         user=user,
-        username=user.get_username(),
+        username=user.get_username() if user is not None else f"automatic ({policy.agent_pattern})",
         note=note,
         digest=current,
         first_seq=rows[0].seq,
         last_seq=rows[-1].seq,
+        agent_name=session.agent_name,
+        context_seq=rows[-1].seq if extra else None,
+        **recorded,
     )
+    detail = {"first_seq": record.first_seq, "last_seq": record.last_seq, "digest": current, "note": note}
+    if kind == RecoveryRecord.RECOVERY:
+        detail |= {"strategies": record.strategy_names, "abandoned": record.abandoned, "automatic": record.automatic}
+        if policy is not None:
+            detail["policy"] = policy.agent_pattern
     audit(
         project=session.project_id,
         actor=user,
         action=AuditEntry.RECOVERY if kind == RecoveryRecord.RECOVERY else AuditEntry.DANGLING_PATCH,
         target=session.id,
-        detail={"first_seq": record.first_seq, "last_seq": record.last_seq, "digest": current, "note": note},
+        detail=detail,
+        actor_name=WORKER if policy is not None else "cli",
     )
     return RepairResult(appended=rows, next_seq=session.event_count, record=record)
 
@@ -355,6 +470,7 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Even
             "event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_activity_at",
         ]
     )  # fmt: skip
+    _count_for_agent(session, at=now, turns=sum(row.type == "turn_start" for row in rows))
     transaction.on_commit(lambda: publish_events(session.id, rows))
     return rows
 
@@ -414,12 +530,17 @@ async def _send_all(layer, messages: list[tuple[str, dict]]) -> None:
 # Access: tokens, memberships and the audit log ------------------------------
 
 
-def audit(*, project: Project | int | None, actor, action: str, target: str = "", detail: dict | None = None) -> AuditEntry:
-    """One audit entry; `actor` None means a management command ("cli")."""
+WORKER = "worker"  # the actor name of the automatic recovery worker
+
+
+def audit(
+    *, project: Project | int | None, actor, action: str, target: str = "", detail: dict | None = None, actor_name: str = "cli"
+) -> AuditEntry:
+    """One audit entry; `actor` None means a management command ("cli") or, named so, the worker."""
     return AuditEntry.objects.create(
         project_id=project.pk if isinstance(project, Project) else project,
         actor=actor if actor is not None and actor.is_authenticated else None,
-        actor_name=actor.get_username() if actor is not None and actor.is_authenticated else "cli",
+        actor_name=actor.get_username() if actor is not None and actor.is_authenticated else actor_name,
         action=action,
         target=target,
         detail=detail or {},

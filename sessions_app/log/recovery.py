@@ -76,11 +76,35 @@ class Repair:
     call: OwedCall | None
 
 
+COMPLETED = "completed"
+
+
+@dataclass(frozen=True)
+class TurnCall:
+    """A call first sighted inside an open turn, as recovery strategies read it (section 8.1).
+
+    `state` is COMPLETED (a non-synthetic result exists: the tool ran, even if it failed),
+    or the risk it is owed under (no result at all). Calls answered only by synthetic
+    results are not listed.
+    """
+
+    id: str
+    name: object  # as sighted
+    sighted_seq: int
+    state: str
+    result_seq: int | None = None  # COMPLETED: the first real result
+    result: object = None  # COMPLETED: that result's content
+
+
 @dataclass(frozen=True)
 class Plan:
     open_turns: list[int]  # turn_start seqs, innermost first
     repairs: list[Repair]  # in append order
     warnings: list[str]
+    # Outside the digest: per open turn, the calls sighted after its turn_start (its own and
+    # those of turns nested in it), in sighting order; and each open turn's data.turn.
+    turn_calls: dict[int, tuple[TurnCall, ...]] = field(default_factory=dict)
+    turn_numbers: dict[int, object] = field(default_factory=dict)
 
     @property
     def interrupted(self) -> bool:
@@ -118,6 +142,7 @@ class _Scan:
     # turn_start seq (None outside turns) -> its tool_call seqs
     turn_dispatches: dict[int | None, list[int]] = field(default_factory=dict)
     resulted: set[str] = field(default_factory=set)
+    real_results: dict[str, Event] = field(default_factory=dict)  # call id -> its first non-synthetic result
     turn_numbers: dict[int, object] = field(default_factory=dict)  # turn_start seq -> data.turn
     steps_per_turn: Counter = field(default_factory=Counter)
     sightings: dict[str, _Sighting] = field(default_factory=dict)  # first sighting wins
@@ -143,12 +168,32 @@ class _Scan:
                     self._sight(cid, call, where, event.seq)
         elif event.type == "tool_result" and (cid := call_id(event.data)) is not None:
             self.resulted.add(cid)
+            if not is_synthetic(event.data):
+                self.real_results.setdefault(cid, event)
 
     def _sight(self, cid: str, call: dict, where: Placement, seq: int) -> None:
         if cid not in self.sightings:
             self.sightings[cid] = _Sighting(
                 cid, call.get("name"), call.get("arguments"), where.turn_seq, where.step_seq, seq
             )
+
+
+def is_synthetic(data: dict) -> bool:
+    """A result recovery or a patch wrote, not the tool (metadata.synthetic is exactly true)."""
+    metadata = data.get("metadata")
+    return isinstance(metadata, dict) and metadata.get("synthetic") is True
+
+
+def _turn_calls(scan: _Scan, turn_seq: int) -> tuple[TurnCall, ...]:
+    calls = []
+    for call in scan.sightings.values():
+        if call.sighted_seq <= turn_seq:  # everything after an open turn_start is inside it
+            continue
+        if (result := scan.real_results.get(call.id)) is not None:
+            calls.append(TurnCall(call.id, call.name, call.sighted_seq, COMPLETED, result.seq, result.data.get("content")))
+        elif call.id not in scan.resulted:
+            calls.append(TurnCall(call.id, call.name, call.sighted_seq, _classify(scan, call)[1]))
+    return tuple(calls)
 
 
 def _scan(events: Sequence[Event], step_stack: Sequence[int] = ()) -> _Scan:
@@ -220,7 +265,13 @@ def plan(events: Sequence[Event], *, step_stack: Sequence[int] = ()) -> Plan:
             if call.turn_seq == turn_seq and call.id not in scan.resulted:
                 repairs.append(_owed_result(scan, call))
         repairs.append(_turn_end(scan, turn_seq))
-    return Plan(turns, repairs, scan.warnings)
+    return Plan(
+        turns,
+        repairs,
+        scan.warnings,
+        turn_calls={turn_seq: _turn_calls(scan, turn_seq) for turn_seq in turns},
+        turn_numbers={turn_seq: scan.turn_numbers[turn_seq] for turn_seq in turns},
+    )
 
 
 def patch_dangling_tool_calls(events: Sequence[Event]) -> list[Repair]:
