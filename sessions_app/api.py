@@ -15,6 +15,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import URLPattern
 from django.views.decorators.csrf import csrf_exempt
 from ninja import Field, NinjaAPI, Query, Router, Schema, Status
+from pydantic import StrictBool
 from ninja.errors import AuthenticationError, HttpError
 from ninja.errors import ValidationError as NinjaValidationError
 from ninja.parser import Parser
@@ -354,6 +355,22 @@ class OwedCallOut(Schema):
     side_effect: str
 
 
+class StrategyCallOut(Schema):
+    id: str
+    name: Any = Field(None, description="the call's name as sighted, whatever its type")
+    seq: int = Field(..., description="where the call was first sighted")
+    class_: Literal["external_effect", "unknown"] = Field(..., alias="class")
+    state: Literal["completed", "tool_not_started", "tool_outcome_unknown"]
+
+
+class StrategyOut(Schema):
+    turn_seq: int
+    strategy: Literal["manual_check", "resume_after_effects", "restart_turn"]
+    calls: list[StrategyCallOut] = Field(
+        ..., description="every call of the turn whose tool's class is external_effect or unknown"
+    )
+
+
 class PlanOut(Schema):
     interrupted: bool
     open_turns: list[int]
@@ -364,11 +381,22 @@ class PlanOut(Schema):
     owed_calls: list[OwedCallOut] = Field(
         ..., description="Why each tool_result repair has its risk: the rule, its evidence seqs, the tool's side-effect class"
     )
+    strategies: list[StrategyOut] = Field(
+        ...,
+        description="What to do next, per open turn, innermost first (session-log.md section 8.1); outside the digest",
+    )
 
 
 class RepairIn(Schema):
     digest: str | None = None
     note: str = ""
+
+
+class RecoverIn(RepairIn):
+    context: StrictBool = Field(
+        False, description="also append one recovery-context system_message after the plan (listed in `appended`)"
+    )
+    abandon: StrictBool = Field(False, description="record that the turns were abandoned instead of the recommended strategy")
 
 
 class RepairAppliedOut(Schema):
@@ -390,6 +418,7 @@ def plan_to_wire(plan, next_seq: int) -> dict:
             {**dataclasses.asdict(call), "evidence": list(call.evidence), "side_effect": side_effects[log_events.tool_name(call.name)]}
             for call in owed
         ],
+        "strategies": [turn.as_wire() for turn in selectors.recovery_strategies(plan)],
     }
 
 
@@ -549,7 +578,9 @@ def export_session(request, session_id: str):
     return log_blob.write_blob(selectors.session_log(session), agent_name=session.agent_name or None, extra=extra)
 
 
-@router.get("/sessions/{session_id:session_id}/recovery-plan", response={200: PlanOut, 403: ErrorOut, 404: ErrorOut}, tags=["recovery"])
+@router.get(
+    "/sessions/{session_id:session_id}/recovery-plan", response={200: PlanOut, 403: ErrorOut, 404: ErrorOut}, tags=["recovery"], by_alias=True
+)
 def get_recovery_plan(request, session_id: str):
     """What recovery would append now, and why; confirm it with its digest."""
     session = readable(request, session_id)
@@ -581,10 +612,22 @@ def get_dangling_calls(request, session_id: str):
     response={200: RepairAppliedOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut, **BODY_ERRORS},
     tags=["recovery"],
 )
-def recover_session(request, session_id: str, payload: RepairIn):
-    """Append the recovery plan; with `digest`, only if it is still the plan previewed. Needs the operator role (and a token's `recover` scope)."""
+def recover_session(request, session_id: str, payload: RecoverIn):
+    """Append the recovery plan; with `digest`, only if it is still the plan previewed. Needs the operator role (and a token's `recover` scope).
+
+    Without `context` it appends exactly the plan; with it, one recovery-context system_message follows.
+    """
     access.session_for(access.actor_of(request), session_id, access.RECOVER)
-    return applied(services.recover(session_id=session_id, user=request.user, digest=payload.digest, note=payload.note))
+    return applied(
+        services.recover(
+            session_id=session_id,
+            user=request.user,
+            digest=payload.digest,
+            note=payload.note,
+            context=payload.context,
+            abandon=payload.abandon,
+        )
+    )
 
 
 @router.post(

@@ -2,9 +2,9 @@
 
 import pytest
 
-from sessions_app.log import recovery
+from sessions_app.log import recovery, strategy
 from sessions_app.log.events import event_to_wire
-from sessions_app.models import Event, RecoveryRecord, Role, ToolPolicy
+from sessions_app.models import AuditEntry, Event, RecoveryRecord, Role, ToolPolicy
 from tests.access import token_for
 from tests.conftest import ApiClient
 from tests.sessions_app.log.strategies import events_of, message
@@ -72,6 +72,8 @@ def test_the_api_plan_equals_the_spec_plan(api, items):
     body = api.get("/api/v1/sessions/s/recovery-plan").json()
     assert body["repairs"] == [{"type": r.type, "data": r.data} for r in expected.repairs]
     assert (body["open_turns"], body["warnings"], body["digest"]) == (expected.open_turns, expected.warnings, expected.digest(len(items)))
+    # Strategies read off the stored tail equal those of the whole log (no policies: every tool unknown).
+    assert body["strategies"] == [t.as_wire() for t in strategy.strategies(expected, lambda name: "unknown")]
 
 
 def test_recover_with_the_previewed_digest_appends_the_plan_and_records_it(staff):
@@ -151,3 +153,96 @@ def test_the_dangling_patch_is_refused_while_a_turn_is_open(staff):
     response = staff.post("/api/v1/sessions/crashed/patch-dangling-calls", {})
     assert response.status_code == 409 and response.json()["error"] == "recovery_first"
     assert Event.objects.count() == 10
+
+
+CARD_CRASH = [
+    ("user_message", message("pay and tell ada")),
+    ("turn_start", {"turn": 1}),
+    ("step_start", {"turn": 1, "step": 1}),
+    ("assistant_message", message("", tool_calls=[{"id": "e1", "name": "send_email"}, {"id": "p1", "name": "charge_card"}])),
+    ("tool_call", {"id": "e1", "name": "send_email"}),
+    ("tool_result", message("sent", tool_call_id="e1", name="send_email")),
+    ("tool_call", {"id": "p1", "name": "charge_card"}),
+]
+
+
+@pytest.fixture
+def effect_policies(db):
+    ToolPolicy.objects.create(pattern="send_email", side_effect="external_effect")
+    ToolPolicy.objects.create(pattern="charge_card", side_effect="external_effect")
+
+
+def test_the_plan_carries_a_strategy_per_open_turn(api, effect_policies):
+    store(api, "card", CARD_CRASH)
+    body = api.get("/api/v1/sessions/card/recovery-plan").json()
+    assert body["strategies"] == [
+        {
+            "turn_seq": 1,
+            "strategy": "manual_check",
+            "calls": [
+                {"id": "e1", "name": "send_email", "seq": 3, "class": "external_effect", "state": "completed"},
+                {"id": "p1", "name": "charge_card", "seq": 3, "class": "external_effect", "state": "tool_outcome_unknown"},
+            ],
+        }
+    ]
+
+
+def test_strategies_are_outside_the_digest(api):
+    store(api, "card", CARD_CRASH)
+    before = api.get("/api/v1/sessions/card/recovery-plan").json()
+    ToolPolicy.objects.create(pattern="*", side_effect="read_only")
+    after = api.get("/api/v1/sessions/card/recovery-plan").json()
+    assert (before["strategies"][0]["strategy"], after["strategies"][0]["strategy"]) == ("manual_check", "restart_turn")
+    assert after["digest"] == before["digest"] and after["repairs"] == before["repairs"]
+
+
+def test_recover_with_context_appends_the_plan_then_one_context_message(staff, effect_policies):
+    store(staff, "card", CARD_CRASH)
+    plan = staff.get("/api/v1/sessions/card/recovery-plan").json()
+    response = staff.post("/api/v1/sessions/card/recover", {"digest": plan["digest"], "context": True})
+    assert response.status_code == 200, response.json()
+    appended = response.json()["appended"]
+    assert [{"type": e["type"], "data": e["data"]} for e in appended[:-1]] == plan["repairs"]
+    context = appended[-1]
+    assert context["type"] == "system_message" and context["seq"] == len(CARD_CRASH) + len(plan["repairs"])
+    assert context["data"]["metadata"] == {"synthetic": True, "recovery_context": True}
+    assert "manual_check" in context["data"]["content"] and "charge_card (call p1, seq 3)" in context["data"]["content"]
+    record = RecoveryRecord.objects.get(session_id="card")
+    assert (record.context_seq, record.last_seq, record.abandoned, record.automatic) == (context["seq"], context["seq"], False, False)
+    assert record.strategies == plan["strategies"]
+    # The context message is a surface event: the agent resumed from the fold reads it.
+    assert staff.get("/api/v1/sessions/card/messages").json()["messages"][-1]["role"] == "system"
+
+
+def test_recover_without_options_appends_exactly_the_plan_and_records_the_strategy(staff, effect_policies):
+    store(staff, "card", CARD_CRASH)
+    plan = staff.get("/api/v1/sessions/card/recovery-plan").json()
+    appended = staff.post("/api/v1/sessions/card/recover", {"digest": plan["digest"]}).json()["appended"]
+    assert [{"type": e["type"], "data": e["data"]} for e in appended] == plan["repairs"]
+    record = RecoveryRecord.objects.get(session_id="card")
+    assert record.context_seq is None and record.strategy_names == ["manual_check"] and record.turns_closed == 1
+
+
+def test_an_abandoned_recovery_applies_the_plan_and_says_so(staff, effect_policies):
+    store(staff, "card", CARD_CRASH)
+    plan = staff.get("/api/v1/sessions/card/recovery-plan").json()
+    appended = staff.post("/api/v1/sessions/card/recover", {"digest": plan["digest"], "abandon": True, "context": True}).json()["appended"]
+    assert [{"type": e["type"], "data": e["data"]} for e in appended[:-1]] == plan["repairs"]
+    assert "abandoned by a person" in appended[-1]["data"]["content"]
+    record = RecoveryRecord.objects.get(session_id="card")
+    assert record.abandoned and record.strategy_names == ["manual_check"]
+    entry = AuditEntry.objects.get(action=AuditEntry.RECOVERY, target="card")
+    assert entry.detail["abandoned"] is True and entry.detail["strategies"] == ["manual_check"]
+
+
+def test_context_on_a_clean_session_appends_nothing(staff):
+    store(staff, "clean", [("user_message", message("hi"))])
+    assert staff.post("/api/v1/sessions/clean/recover", {"context": True}).json() == {"appended": [], "next_seq": 1}
+
+
+@pytest.mark.parametrize("field", ["context", "abandon"])
+def test_recover_options_must_be_booleans_and_store_nothing(staff, field):
+    store(staff, "card", CARD_CRASH)
+    response = staff.post("/api/v1/sessions/card/recover", {field: "yes"})
+    assert response.status_code == 422 and field in str(response.json())
+    assert Event.objects.filter(session_id="card").count() == len(CARD_CRASH)

@@ -11,12 +11,18 @@ from django.core.management.base import BaseCommand, CommandError
 from sessions_app import access, errors, selectors, services
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
+from sessions_app.log import strategy as log_strategy
 from sessions_app.log.events import format_time, tool_name
 from sessions_app.models import SESSION_ID_PATTERN, Project, Role, session_id_validator
 
 
+def printable(text: str) -> str:
+    """Text for one table cell: control characters (a newline in an agent name) shown escaped."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 class Command(BaseCommand):
-    help = "Inspect and repair sessions: list, status, recover, fork."
+    help = "Inspect and repair sessions: list, status, recover, fork; agents: failure history per agent."
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
@@ -30,6 +36,8 @@ class Command(BaseCommand):
         recover.add_argument("session_id")
         recover.add_argument("--yes", action="store_true", help="apply without asking")
         recover.add_argument("--note", default="", help="why, for the audit trail")
+        recover.add_argument("--context", action="store_true", help="also append a recovery-context system message for the agent")
+        recover.add_argument("--abandon", action="store_true", help="record the turns as abandoned instead of the recommended strategy")
         recover.add_argument("--user", default="", help="who confirms: an operator of the session's project or a superuser (default: the first superuser)")
 
         fork = sub.add_parser("fork", help="copy a session up to a boundary into a new session")
@@ -37,6 +45,8 @@ class Command(BaseCommand):
         fork.add_argument("--at", required=True, help='the seq of the last event to inherit, or "last"')
         fork.add_argument("--id", dest="new_id", default=None, help="the new session's id (generated when absent)")
         listing.add_argument("--project", metavar="SLUG", help="only sessions of this project")
+        agents = sub.add_parser("agents", help="failure history per agent: the Agents page's table")
+        agents.add_argument("--project", metavar="SLUG", help="only this project's sessions (default: every project)")
         for command in (status, recover, fork):
             command.add_argument("--project", metavar="SLUG", help="refuse the session unless it is in this project")
 
@@ -82,12 +92,44 @@ class Command(BaseCommand):
                 f"{format_time(session.last_activity_at):<20}  {turns}"
             )
 
+    def agents(self, *, project: Project | None, **_):
+        """The Agents page's columns as a text table (selectors.agent_summaries, as the page reads them)."""
+        from dashboard.templatetags.agents import agent_label, duration, percent, strategy_counts
+
+        ids = list(Project.objects.values_list("pk", flat=True)) if project is None else [project.pk]
+        summaries = selectors.agent_summaries(ids)
+        if not summaries:
+            self.stdout.write(f"No agent active in the last 7 days{f' in project {project.slug!r}' if project else ''}, and none stalled.")
+            return
+        header = (
+            "AGENT", "SESS 24H", "SESS 7D", "TURNS 24H", "TURNS 7D", "CRASHED 24H", "CRASHED 7D", "RATE 24H", "RATE 7D",
+            "STALLED MEDIAN", "STALLED MAX", "AUTO", "MANUAL", "STALLED NOW", "LAST FAILURE", "STRATEGIES",
+        )
+        rows = []
+        for a in summaries:
+            failure = a.last_failure
+            last = "-" if failure is None else f"stalled {failure.session_id}" if failure.stalled else f"{format_time(failure.at)} {failure.session_id}"
+            rows.append((
+                printable(agent_label(a.agent_name)), a.day.sessions, a.week.sessions, a.day.turns, a.week.turns,
+                a.day.crashed_turns, a.week.crashed_turns, percent(a.day.crash_rate), percent(a.week.crash_rate),
+                duration(a.stalled_median), duration(a.stalled_max), a.automatic, a.manual, a.stalled_now, last,
+                strategy_counts(a.strategies),
+            ))  # fmt: skip
+        widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+        for row in [header, *rows]:
+            cells = [str(v).ljust(w) if i in (0, 14, 15) else str(v).rjust(w) for i, (v, w) in enumerate(zip(row, widths))]
+            self.stdout.write("  ".join(cells).rstrip())
+
     def status(self, *, project: Project | None, session_id: str, **_):
         session = self.session(session_id, project)
         plan = selectors.recovery_plan(session)
         self.stdout.write(f"Session {session.id} ({session.agent_name or 'no agent name'}): {session.event_count} events, {session.status}")
         if session.parent_id:
             self.stdout.write(f"Forked from {session.parent_id} at seq {session.seed_length - 1}")
+        if session.repeated_failures_at:
+            self.stdout.write(self.style.ERROR(
+                f"Repeated failures: automatic recovery stopped for this agent at {format_time(session.repeated_failures_at)}; a person must decide."
+            ))  # fmt: skip
         self.describe_plan(session, plan)
 
     def describe_plan(self, session, plan) -> None:
@@ -112,19 +154,30 @@ class Command(BaseCommand):
         self.stdout.write(f"Recovery would append {len(plan.repairs)} events:")
         for repair in plan.repairs:
             self.stdout.write(f"  {repair.type} {json.dumps(repair.data)[:110]}")
+        for turn in selectors.recovery_strategies(plan):
+            # Worded as on the recovery page (sessions_app.log.strategy).
+            self.stdout.write(self.style.WARNING(f"Strategy for {turn.label}: {turn.strategy}: {log_strategy.HEADLINES[turn.strategy]}"))
+            self.stdout.write(f"  {log_strategy.ADVICE[turn.strategy]}")
+            for c in turn.unverified:
+                self.stdout.write(f"  verify in the outside system: {c.call.name or '?'} (call {c.call.id}, seq {c.call.sighted_seq}, {c.side_effect})")
+            for c in turn.effects:
+                self.stdout.write(f"  done, never repeat: {c.call.name or '?'} (call {c.call.id}, seq {c.call.sighted_seq}, result at seq {c.call.result_seq})")
 
-    def recover(self, *, project: Project | None, session_id: str, yes: bool, note: str, user: str, **_):
+    def recover(
+        self, *, project: Project | None, session_id: str, yes: bool, note: str, user: str, context: bool, abandon: bool, **_
+    ):
         session = self.session(session_id, project)
         plan = selectors.recovery_plan(session)
         self.describe_plan(session, plan)
         if not plan.repairs:
             return
         person = self.operator(user, session)
-        if not yes and not self.confirmed(f"Append these {len(plan.repairs)} events as {person.get_username()}? [y/N] "):
+        what = f"these {len(plan.repairs)} events" + (" and a recovery-context message" if context else "")
+        if not yes and not self.confirmed(f"{'Abandon the turns: append' if abandon else 'Append'} {what} as {person.get_username()}? [y/N] "):
             raise CommandError("Not confirmed: nothing was appended.")
         try:
             result = services.recover(
-                session_id=session.id, user=person, digest=plan.digest(session.event_count), note=note
+                session_id=session.id, user=person, digest=plan.digest(session.event_count), note=note, context=context, abandon=abandon
             )
         except errors.StalePlan:
             raise CommandError("The session changed while you were reading the plan: nothing was appended. Run again.") from None

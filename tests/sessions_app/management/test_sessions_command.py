@@ -220,3 +220,48 @@ def test_recover_as_an_operator_of_the_project_records_them(billing, django_user
     assert RecoveryRecord.objects.get().username == "pat"
     entry = AuditEntry.objects.get(action=AuditEntry.RECOVERY)
     assert (entry.actor_name, entry.project_id, entry.target) == ("pat", billing.pk, "theirs")
+
+
+CARD_CRASH = [
+    ("turn_start", {"turn": 1}),
+    ("assistant_message", {"content": "", "tool_calls": [{"id": "e1", "name": "send_email"}, {"id": "p1", "name": "charge_card"}]}),
+    ("tool_call", {"id": "e1", "name": "send_email"}),
+    ("tool_result", {"content": "sent", "tool_call_id": "e1", "name": "send_email"}),
+    ("tool_call", {"id": "p1", "name": "charge_card"}),
+]
+
+
+@pytest.fixture
+def effect_policies():
+    ToolPolicy.objects.create(pattern="send_email", side_effect="external_effect")
+    ToolPolicy.objects.create(pattern="charge_card", side_effect="external_effect")
+
+
+def test_status_names_the_strategy_and_the_calls_that_decided_it(effect_policies):
+    store(CARD_CRASH, session_id="card")
+    status = run("status", "card")
+    assert "Strategy for turn 1 (opened at seq 0): manual_check: Check by hand before anything is retried" in status
+    assert "verify in the outside system: charge_card (call p1, seq 1, external_effect)" in status
+    assert "done, never repeat: send_email (call e1, seq 1, result at seq 3)" in status
+
+
+def test_status_of_a_session_held_for_repeated_failures_says_so():
+    store(CARD_CRASH, session_id="card")
+    Session.objects.filter(pk="card").update(repeated_failures_at="2026-12-01T10:00:00Z")
+    assert "Repeated failures: automatic recovery stopped for this agent" in run("status", "card")
+
+
+def test_recover_with_context_and_abandon_appends_the_plan_and_the_message_and_records_both(admin_user, effect_policies):
+    store(CARD_CRASH, session_id="card")
+    output = run("recover", "card", "--yes", "--context", "--abandon")
+    assert "appended seqs 5-7" in output
+    record = RecoveryRecord.objects.get()
+    assert (record.abandoned, record.context_seq, record.strategy_names) == (True, 7, ["manual_check"])
+    context = Event.objects.get(session_id="card", seq=7)
+    assert context.type == "system_message" and context.data["metadata"] == {"synthetic": True, "recovery_context": True}
+
+
+def test_recover_without_options_appends_only_the_plan(admin_user, effect_policies):
+    store(CARD_CRASH, session_id="card")
+    assert "appended seqs 5-6" in run("recover", "card", "--yes")
+    assert not Event.objects.filter(session_id="card", type="system_message").exists()
