@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -127,12 +128,16 @@ def create_session(
     return session
 
 
+def hour_of(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
 def _count_for_agent(session: Session, *, at: datetime, **counts: int) -> None:
     """Add to the agent's counts for the hour of `at` (AgentHour), in the caller's transaction."""
     updates = {name: F(name) + n for name, n in counts.items() if n}
     if not updates:
         return
-    key = {"project_id": session.project_id, "agent_name": session.agent_name, "hour": at.replace(minute=0, second=0, microsecond=0)}
+    key = {"project_id": session.project_id, "agent_name": session.agent_name, "hour": hour_of(at)}
     if AgentHour.objects.filter(**key).update(**updates):
         return
     try:
@@ -470,7 +475,9 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Even
             "event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_activity_at",
         ]
     )  # fmt: skip
-    _count_for_agent(session, at=now, turns=sum(row.type == "turn_start" for row in rows))
+    # Turns count in the hour they started (an import's old turns land in their own hours).
+    for hour, turns in Counter(hour_of(row.time) for row in rows if row.type == "turn_start").items():
+        _count_for_agent(session, at=hour, turns=turns)
     transaction.on_commit(lambda: publish_events(session.id, rows))
     return rows
 

@@ -148,3 +148,39 @@ def test_unstorable_text_is_refused_by_every_write_whoever_calls_it(django_user_
         with pytest.raises(UnacceptableValue, match=r"^note: contains U\+0000"):
             apply(session_id="s1", user=user, note="why\x00")
     assert list(Session.objects.values_list("id", "event_count")) == [("s1", 1)]
+
+
+def agent_hours(agent: str) -> list[tuple]:
+    from sessions_app.models import AgentHour
+
+    return list(AgentHour.objects.filter(agent_name=agent).order_by("hour").values_list("hour", "sessions", "turns", "crashed_turns"))
+
+
+@pytest.mark.django_db
+def test_agent_counts_are_kept_at_append_and_recovery_time():
+    from datetime import UTC, datetime
+
+    from django.contrib.auth import get_user_model
+
+    services.create_session(session_id="a", agent_name="indexer", created_at=datetime(2026, 3, 1, 9, 30, tzinfo=UTC))
+    early = [{"type": "turn_start", "data": {"turn": 1}, "time": "2026-03-01T09:40:00Z"},
+             {"type": "turn_end", "data": {"turn": 1, "reason": "complete"}, "time": "2026-03-01T09:41:00Z"},
+             {"type": "turn_start", "data": {"turn": 2}, "time": "2026-03-01T10:05:00Z"}]  # fmt: skip
+    services.append_events(session_id="a", events=validate_batch(early))
+    assert agent_hours("indexer") == [
+        (datetime(2026, 3, 1, 9, tzinfo=UTC), 1, 1, 0),
+        (datetime(2026, 3, 1, 10, tzinfo=UTC), 0, 1, 0),
+    ]
+    services.recover(session_id="a", user=get_user_model().objects.create_user("ops"))
+    (recovered_hour,) = [row for row in agent_hours("indexer") if row[3]]
+    assert recovered_hour[1:] == (0, 0, 1)  # the crash counts in the hour it was recovered
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_sessions_of_one_agent_count_in_the_same_hour_at_once():
+    outcomes = run_at_once(
+        lambda sid: services.create_session(session_id=sid, agent_name="busy-agent"), [(f"s{i}",) for i in range(6)]
+    )
+    assert not [o for o in outcomes if isinstance(o, Exception)]
+    ((_, sessions, _, _),) = agent_hours("busy-agent")
+    assert sessions == 6
