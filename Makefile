@@ -1,4 +1,5 @@
 # `make run`: set everything up and serve the dashboard on http://127.0.0.1:8000 (or HOST=... PORT=...)
+#   with the automatic recovery worker (manage.py recovery_worker) beside it, stopped when the server exits
 # `make test`: set everything up and run the whole test suite
 PYTHON ?= python3
 VENV := .venv
@@ -26,6 +27,8 @@ migrate: $(VENV)/.installed-run
 run: migrate
 	$(BIN)/python manage.py seed_demo
 	$(BIN)/python manage.py local_setup --host $(HOST) --port $(PORT)
+	$(BIN)/python manage.py recovery_worker & worker=$$!; \
+	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT; trap 'exit 130' INT TERM; \
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 
 simulate: migrate

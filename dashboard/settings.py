@@ -250,6 +250,10 @@ if not TURNLOG_CREDENTIAL_CHECK_SECONDS > 0:
 
 # An open turn with no event for this long shows as stalled (likely crashed).
 TURNLOG_STALL_SECONDS = int(os.environ.get("TURNLOG_STALL_SECONDS", "120"))
+# Seconds between two rounds of `manage.py recovery_worker` (automatic recovery, auto-recovery policies).
+TURNLOG_WORKER_INTERVAL_SECONDS = float(os.environ.get("TURNLOG_WORKER_INTERVAL_SECONDS", "30"))
+if not TURNLOG_WORKER_INTERVAL_SECONDS > 0:
+    raise ImproperlyConfigured(f"TURNLOG_WORKER_INTERVAL_SECONDS must be above 0, not {TURNLOG_WORKER_INTERVAL_SECONDS!r}")
 
 LOGGING = {
     "version": 1,

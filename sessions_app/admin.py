@@ -18,6 +18,7 @@ from django.utils.html import format_html
 from sessions_app import access, selectors, services
 from sessions_app.models import (
     ApiToken,
+    AutoRecoveryPolicy,
     AuditEntry,
     Event,
     Membership,
@@ -167,6 +168,27 @@ class ToolPolicyAdmin(StaffMayView, admin.ModelAdmin):
     list_editable = ["side_effect"]
     list_filter = ["side_effect"]
     search_fields = ["pattern", "note"]
+
+    def has_add_permission(self, request):
+        return is_active_superuser(request)
+
+    def has_change_permission(self, request, obj=None):
+        return is_active_superuser(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return is_active_superuser(request)
+
+
+@admin.register(AutoRecoveryPolicy)
+class AutoRecoveryPolicyAdmin(StaffMayView, admin.ModelAdmin):
+    """Which agents the recovery worker recovers without a person (section 8.1): staff read, superusers edit.
+
+    The model's clean() refuses a quiet time below the stall window, in the form.
+    """
+
+    list_display = ["agent_pattern", "enabled", "min_quiet_seconds", "max_per_hour", "note"]
+    list_filter = ["enabled"]
+    search_fields = ["agent_pattern", "note"]
 
     def has_add_permission(self, request):
         return is_active_superuser(request)

@@ -300,8 +300,7 @@ def _apply_repairs(session, repairs, plan, kind, user, digest, note, *, extra=()
     recorded = recorded or {}
     if kind == RecoveryRecord.RECOVERY:
         session.recovered_at = timezone.now()
-        session.repeated_failures_at = None  # a person (or the worker) has dealt with it
-        session.save(update_fields=["recovered_at", "repeated_failures_at"])
+        session.save(update_fields=["recovered_at"])
     policy = recorded.get("policy")
     record = RecoveryRecord.objects.create(
         session=session,
@@ -470,11 +469,11 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Even
     session.stray_turn_ends = strays
     session.last_event_at = rows[-1].time
     session.last_activity_at = rows[-1].time
-    session.save(
-        update_fields=[
-            "event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_activity_at",
-        ]
-    )  # fmt: skip
+    fields = ["event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_activity_at"]
+    if not turn_stack and session.repeated_failures_at is not None:
+        session.repeated_failures_at = None  # the crash it flagged is closed (recovered, or by the agent itself)
+        fields.append("repeated_failures_at")
+    session.save(update_fields=fields)
     # Turns count in the hour they started (an import's old turns land in their own hours).
     for hour, turns in Counter(hour_of(row.time) for row in rows if row.type == "turn_start").items():
         _count_for_agent(session, at=hour, turns=turns)

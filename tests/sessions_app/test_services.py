@@ -184,3 +184,16 @@ def test_two_sessions_of_one_agent_count_in_the_same_hour_at_once():
     assert not [o for o in outcomes if isinstance(o, Exception)]
     ((_, sessions, _, _),) = agent_hours("busy-agent")
     assert sessions == 6
+
+
+@pytest.mark.django_db
+def test_the_repeated_failures_flag_clears_once_the_crash_it_marks_is_closed():
+    from django.utils import timezone
+
+    services.create_session(session_id="s")
+    services.append_events(session_id="s", events=validate_batch([f.event("turn_start", turn=1), f.event("turn_start", turn=2)]))
+    Session.objects.filter(pk="s").update(repeated_failures_at=timezone.now())
+    services.append_events(session_id="s", events=validate_batch([f.event("turn_end", reason="complete")]))
+    assert Session.objects.get().repeated_failures_at is not None  # turn 1 is still open
+    services.append_events(session_id="s", events=validate_batch([f.event("turn_end", reason="complete")]))
+    assert Session.objects.get().repeated_failures_at is None

@@ -1,0 +1,64 @@
+"""`manage.py recovery_worker [--once] [--interval SECONDS]`: the clock-driven automatic recovery (sessions_app.worker)."""
+
+import signal
+import threading
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+from django.db import Error as DatabaseError
+from django.db import connections
+
+from sessions_app import worker
+
+
+class Command(BaseCommand):
+    help = (
+        "Recover stalled sessions automatically where an auto-recovery policy allows it and every open turn is"
+        " restart_turn; one line per session recovered or held. Runs a round every --interval seconds until"
+        " SIGTERM or Ctrl-C; a database outage is logged and retried next round."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--once", action="store_true", help="run one round and exit (non-zero if the database failed)")
+        parser.add_argument(
+            "--interval",
+            type=float,
+            default=None,
+            help="seconds between rounds (default TURNLOG_WORKER_INTERVAL_SECONDS, %s)" % settings.TURNLOG_WORKER_INTERVAL_SECONDS,
+        )
+
+    def handle(self, *args, once: bool, interval: float | None, **options):
+        interval = settings.TURNLOG_WORKER_INTERVAL_SECONDS if interval is None else interval
+        if interval <= 0:
+            raise CommandError("--interval must be above 0")
+        verbose = options["verbosity"] >= 2
+        if once:
+            if not self.round(verbose):
+                raise CommandError("the round failed: database unavailable")
+            return
+        stop = threading.Event()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        self.stdout.write(f"recovery worker: a round every {interval:g} s")
+        try:
+            while not stop.is_set():
+                started = time.monotonic()
+                self.round(verbose)
+                stop.wait(max(0.0, interval - (time.monotonic() - started)))
+        except KeyboardInterrupt:
+            pass
+        self.stdout.write("recovery worker: stopped")
+
+    def round(self, verbose: bool) -> bool:
+        """One round, its actions logged; False when the database failed (the next round retries)."""
+        try:
+            actions = worker.run_round()
+        except DatabaseError as exc:
+            self.stderr.write(f"database unavailable, retrying next round: {type(exc).__name__}: {exc}".strip())
+            connections.close_all()  # a fresh connection next round
+            return False
+        for action in actions:
+            if action.outcome != worker.SKIPPED or verbose:
+                self.stdout.write(action.line())
+        return True

@@ -1,0 +1,107 @@
+"""The automatic recovery worker's rounds (session-log.md section 8.1): thin orchestration over services.
+
+One round: the candidates in one indexed query (stalled, quiet for at least
+the smallest enabled policy's time, not left for a person), the policy of each
+one's agent, then services.recover_automatically, which decides everything
+again under the locks. `manage.py recovery_worker` runs rounds on a clock.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.utils import timezone
+
+from sessions_app import services
+from sessions_app.errors import SessionNotFound
+from sessions_app.models import AutoRecoveryPolicy, Session
+
+RECOVERED, HELD, SKIPPED = "recovered", "held", "skipped"
+# Candidates per round, oldest first; the rest wait for the next round.
+ROUND_LIMIT = 200
+
+
+@dataclass(frozen=True)
+class Action:
+    """What one round did with one candidate session."""
+
+    outcome: str  # recovered | held (the agent passed its hourly limit) | skipped
+    session_id: str
+    agent_name: str
+    policy: str | None
+    why: str = ""
+    record_id: int | None = None
+    strategies: tuple[str, ...] = ()
+
+    def line(self) -> str:
+        agent = self.agent_name or "(no agent name)"
+        text = f"{self.outcome} {self.session_id} agent={agent} policy={self.policy or '-'}"
+        if self.strategies:
+            text += f" strategies={','.join(self.strategies)}"
+        if self.record_id is not None:
+            text += f" record={self.record_id}"
+        return f"{text} ({self.why})" if self.why else text
+
+
+def policy_for(agent_name: str, policies: Iterable[AutoRecoveryPolicy]) -> AutoRecoveryPolicy | None:
+    """The policy of an agent: its exact name wins, then the longest matching pattern.
+
+    Disabled policies match too, so a disabled `indexer-*` stops a broader `*`
+    (as recovery.side_effect_class picks a tool's policy).
+    """
+    matches = [
+        (p.agent_pattern != agent_name, -len(p.agent_pattern), p.agent_pattern, p)
+        for p in policies
+        if p.agent_pattern == agent_name or fnmatch.fnmatchcase(agent_name, p.agent_pattern)
+    ]
+    return min(matches, key=lambda m: m[:3])[3] if matches else None
+
+
+def run_round(*, now: datetime | None = None, limit: int = ROUND_LIMIT) -> list[Action]:
+    """One round of automatic recovery; what it did with each candidate whose policy is enabled."""
+    now = now or timezone.now()
+    policies = list(AutoRecoveryPolicy.objects.all())
+    enabled = [p for p in policies if p.enabled]
+    if not enabled:
+        return []
+    quietest = min(p.quiet_seconds for p in enabled)
+    # One indexed query (session_interrupted_idx): no log is read here.
+    candidates = (
+        Session.objects.filter(
+            interrupted=True,
+            repeated_failures_at__isnull=True,
+            last_activity_at__lte=now - timedelta(seconds=quietest),
+        )
+        .order_by("last_activity_at", "id")
+        .values_list("id", "agent_name", "last_activity_at")[:limit]
+    )
+    actions = []
+    for session_id, agent_name, last_activity_at in candidates:
+        policy = policy_for(agent_name, policies)
+        if policy is None or not policy.enabled:
+            continue  # no automatic recovery for this agent: the session waits for a person
+        if (now - last_activity_at).total_seconds() < policy.quiet_seconds:
+            continue  # not quiet for its own policy's time yet: a later round
+        actions.append(_recover(session_id, agent_name, policy, now))
+    return actions
+
+
+def _recover(session_id: str, agent_name: str, policy: AutoRecoveryPolicy, now: datetime) -> Action:
+    def action(outcome, why="", **more):
+        return Action(outcome, session_id, agent_name, policy.agent_pattern, why, **more)
+
+    try:
+        result = services.recover_automatically(session_id=session_id, policy=policy, now=now)
+    except SessionNotFound:
+        return action(SKIPPED, "deleted")
+    except AutoRecoveryPolicy.DoesNotExist:
+        return action(SKIPPED, "policy deleted")
+    if result is not None and result.record is not None:
+        record = result.record
+        return action(RECOVERED, record_id=record.pk, strategies=tuple(record.strategy_names))
+    if Session.objects.filter(pk=session_id, repeated_failures_at__isnull=False).exists():
+        return action(HELD, f"repeated failures: more than {policy.max_per_hour} automatic recoveries in an hour")
+    return action(SKIPPED, "not safe to restart, no longer stalled, or already recovered")

@@ -1,0 +1,128 @@
+"""`manage.py recovery_worker`: one round with --once, the loop, a database outage, SIGTERM, two workers at once."""
+
+from __future__ import annotations
+
+import io
+import signal
+import subprocess
+import sys
+import time
+from unittest import mock
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import OperationalError, connection
+
+from sessions_app import worker
+from sessions_app.models import AutoRecoveryPolicy, RecoveryRecord, Session, ToolPolicy
+from tests.servers import PROJECT_DIR, database_url
+from tests.sessions_app.test_worker import crash
+
+
+@pytest.fixture
+def policies(db):
+    ToolPolicy.objects.create(pattern="lookup_*", side_effect=ToolPolicy.READ_ONLY)
+    ToolPolicy.objects.create(pattern="send_*", side_effect=ToolPolicy.EXTERNAL_EFFECT)
+    return AutoRecoveryPolicy.objects.create(agent_pattern="indexer-*")
+
+
+def run(*args) -> tuple[str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    call_command("recovery_worker", *args, stdout=out, stderr=err)
+    return out.getvalue(), err.getvalue()
+
+
+@pytest.mark.django_db
+def test_once_recovers_and_prints_what_it_did(policies):
+    crash("safe", "indexer-1", "lookup_customer")
+    crash("emailed", "indexer-1", "send_email")
+    out, err = run("--once")
+    record = RecoveryRecord.objects.get()
+    assert out.splitlines() == [f"recovered safe agent=indexer-1 policy=indexer-* strategies=restart_turn record={record.pk}"]
+    assert err == "" and record.session_id == "safe" and record.automatic
+    assert Session.objects.get(pk="emailed").interrupted
+    assert run("--once") == ("", "")  # nothing more to do
+    out, _ = run("--once", "--verbosity", "2")  # the sessions it leaves, when asked
+    assert out.startswith("skipped emailed agent=indexer-1 policy=indexer-* (not safe to restart")
+
+
+@pytest.mark.django_db
+def test_once_prints_a_held_session(policies):
+    AutoRecoveryPolicy.objects.filter(pk=policies.pk).update(max_per_hour=1)
+    crash("a", "indexer-1", "lookup_customer")
+    crash("b", "indexer-1", "lookup_customer")
+    lines = run("--once")[0].splitlines()
+    assert lines[0].startswith("recovered a ") and lines[1].startswith("held b agent=indexer-1 policy=indexer-* (repeated failures")
+
+
+@pytest.mark.django_db
+def test_once_fails_when_the_database_is_down(policies):
+    err = io.StringIO()
+    with mock.patch.object(worker, "run_round", side_effect=OperationalError("connection refused")):
+        with pytest.raises(CommandError, match="database unavailable"):
+            call_command("recovery_worker", "--once", stdout=io.StringIO(), stderr=err)
+    assert "database unavailable, retrying next round: OperationalError: connection refused" in err.getvalue()
+
+
+@pytest.mark.django_db(transaction=True)  # the worker closes its broken connection: committed rows only
+def test_the_loop_survives_a_database_outage_and_stops_on_ctrl_c(policies):
+    crash("safe", "indexer-1", "lookup_customer")
+    real_round = worker.run_round
+    rounds = iter([OperationalError("server closed the connection"), None, KeyboardInterrupt()])
+
+    def flaky_round(**kwargs):
+        outcome = next(rounds)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return real_round(**kwargs)
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with mock.patch.object(worker, "run_round", flaky_round):
+            out, err = run("--interval", "0.01")
+    finally:
+        signal.signal(signal.SIGTERM, previous)  # the command installs its own
+    assert "database unavailable, retrying next round" in err, (out, err)
+    lines = out.splitlines()
+    assert lines[0] == "recovery worker: a round every 0.01 s" and lines[-1] == "recovery worker: stopped"
+    assert lines[1].startswith("recovered safe "), (out, err)
+    assert RecoveryRecord.objects.get().session_id == "safe"
+
+
+def test_the_interval_must_be_positive():
+    with pytest.raises(CommandError, match="above 0"):
+        call_command("recovery_worker", "--interval", "0")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_worker_processes_recover_once_and_stop_on_sigterm(policies, tmp_path):
+    ids = [f"ro-{n}" for n in range(3)]
+    for session_id in ids:
+        crash(session_id, "indexer-1", "lookup_customer")
+    crash("emailed", "indexer-1", "send_email")
+    env = {"DATABASE_URL": database_url(connection.settings_dict), "PATH": "/usr/bin:/bin"}
+    logs = [tmp_path / f"worker{n}.log" for n in range(2)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", "recovery_worker", "--interval", "0.2"],
+            cwd=PROJECT_DIR, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        for log in logs
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while RecoveryRecord.objects.count() < 3 and time.monotonic() < deadline:
+            assert all(w.poll() is None for w in workers), [log.read_text() for log in logs]
+            time.sleep(0.2)
+        time.sleep(1)  # a few more rounds of both
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        codes = [w.wait(timeout=20) for w in workers]
+    output = [log.read_text() for log in logs]
+    assert codes == [0, 0], output
+    assert all(text.rstrip().endswith("recovery worker: stopped") for text in output), output
+    assert sorted(RecoveryRecord.objects.values_list("session_id", flat=True)) == ids
+    recovered = sorted(line.split()[1] for text in output for line in text.splitlines() if line.startswith("recovered "))
+    assert recovered == ids, output
+    assert Session.objects.get(pk="emailed").interrupted
