@@ -22,6 +22,7 @@ from sessions_app import selectors
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery
+from sessions_app.log import strategy as log_strategy
 from sessions_app.log.events import Event
 from sessions_app.models import CallSighting
 from sessions_app.models import Event as EventRow
@@ -673,11 +674,58 @@ class OpenTurnView:
         return recovery.open_turn_label(self.number, self.turn_start.seq)
 
 
+@dataclass(frozen=True)
+class StrategyView:
+    """One open turn's recommended strategy (spec section 8.1), in sessions_app.log.strategy's words."""
+
+    turn: log_strategy.TurnStrategy
+    unverified_words = log_strategy.UNVERIFIED_WORDS
+    effect_words = log_strategy.EFFECT_WORDS
+
+    @property
+    def strategy(self) -> str:
+        return self.turn.strategy
+
+    @property
+    def label(self) -> str:
+        return self.turn.label
+
+    @property
+    def headline(self) -> str:
+        return log_strategy.HEADLINES[self.turn.strategy]
+
+    @property
+    def advice(self) -> str:
+        return log_strategy.ADVICE[self.turn.strategy]
+
+    @property
+    def unverified(self) -> list[log_strategy.ClassedCall]:
+        return self.turn.unverified
+
+    @property
+    def effects(self) -> list[log_strategy.ClassedCall]:
+        return self.turn.effects
+
+
+def strategy_views(plan: recovery.Plan) -> list[StrategyView]:
+    """The plan's strategies, innermost open turn first, under the tool policies as they are now."""
+    return [StrategyView(turn) for turn in selectors.recovery_strategies(plan)]
+
+
+def innermost_strategy(session: Session) -> StrategyView | None:
+    """The session header's recommendation: the innermost open turn's strategy (stalled sessions only)."""
+    if not session.turn_stack:
+        return None
+    views = strategy_views(selectors.recovery_plan(session))
+    return views[0] if views else None
+
+
 @dataclass
 class RecoveryPreview:
     open_turns: list[OpenTurnView]
     owed: list[OwedCallView]  # what a person must check first comes first
     appended: list[Row]  # the exact events confirming appends, as transcript rows
+    strategies: list[StrategyView] = field(default_factory=list)  # innermost open turn first
 
 
 def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
@@ -711,7 +759,7 @@ def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
         )
         for i, repair in enumerate(plan.repairs)
     ]
-    return RecoveryPreview(open_turns=open_turns, owed=owed, appended=appended)
+    return RecoveryPreview(open_turns=open_turns, owed=owed, appended=appended, strategies=strategy_views(plan))
 
 
 def evidence_of(call: recovery.OwedCall) -> list[tuple[int, str]]:

@@ -18,6 +18,7 @@ from sessions_app import access, errors, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
+from sessions_app.log import strategy as log_strategy
 from sessions_app.log import values as log_values
 from sessions_app.models import SESSION_ID_PATTERN, session_id_validator
 
@@ -195,14 +196,20 @@ def recovery_context(session, rights: dict, *, stale: bool = False) -> dict:
         "recoveries": selectors.recovery_history(session),
         "dangling": dangling,
         "dangling_digest": log_recovery.repairs_digest(session.event_count, dangling),
+        "abandon_advice": log_strategy.ADVICE[log_strategy.ABANDON],
     }
 
 
 def confirm_recovery(request, session):
     action = request.POST.get("action", "recover")
-    apply = services.patch_dangling_calls if action == "patch" else services.recover
+    options = {"session_id": session.id, "user": request.user, "digest": request.POST.get("digest", ""), "note": request.POST.get("note", "").strip()}
+    if action == "patch":
+        apply = services.patch_dangling_calls
+    else:  # section 8.1: the recovery-context message and abandoning are the person's choice
+        apply = services.recover
+        options |= {"context": bool(request.POST.get("context")), "abandon": bool(request.POST.get("abandon"))}
     try:
-        result = apply(session_id=session.id, user=request.user, digest=request.POST.get("digest", ""), note=request.POST.get("note", "").strip())
+        result = apply(**options)
     except errors.StalePlan:
         session.refresh_from_db()
         return render(request, "sessions/recovery.html", recovery_context(session, session_rights(request, session), stale=True), status=409)
@@ -213,7 +220,10 @@ def confirm_recovery(request, session):
         messages.info(request, "Nothing to append: the session needs no repair.")
         return redirect("session_detail", session.id)
     first, last = result.appended[0].seq, result.appended[-1].seq
-    messages.success(request, f"Appended seqs {first}–{last}. Recorded as {result.record}.")
+    record = result.record
+    told = f" The recovery note for the agent is seq {record.context_seq}." if record.context_seq is not None else ""
+    told += " Recorded as abandoned." if record.abandoned else ""
+    messages.success(request, f"Appended seqs {first}–{last}. Recorded as {record}.{told}")
     return redirect(f"{reverse('session_detail', args=[session.id])}?highlight={first}-{last}#seq-{first}")
 
 

@@ -124,6 +124,9 @@ class Session(models.Model):
     # Set when the automatic worker left this session for a person because its
     # agent passed its policy's hourly limit ("repeated failures").
     repeated_failures_at = models.DateTimeField(null=True, blank=True)
+    # The event_count at which the worker last found this crash unsafe to restart: it looks
+    # again only once the log grows, so stuck sessions do not crowd out new crashes.
+    auto_checked_count = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ["-last_activity_at", "-id"]

@@ -224,6 +224,8 @@ def recover_automatically(*, session_id: str, policy: AutoRecoveryPolicy, now: d
             return None
         plan = recovery_plan(session)
         if any(t.strategy != log_strategy.RESTART_TURN for t in recovery_strategies(plan)):
+            session.auto_checked_count = session.event_count
+            session.save(update_fields=["auto_checked_count"])
             return None
         recent = RecoveryRecord.objects.filter(
             automatic=True, agent_name=session.agent_name, created_at__gt=now - timedelta(hours=1)

@@ -44,3 +44,11 @@ def pretty_json(value: object) -> str:
 def at(mapping: dict | None, key: object) -> object:
     """mapping[key], or None: templates cannot index by a variable."""
     return (mapping or {}).get(key)
+
+
+@register.simple_tag
+def innermost_strategy(session):
+    """The recommended strategy of a session's innermost open turn (dashboard.transcript.StrategyView), or None."""
+    from dashboard import transcript  # the pages' module imports the models; templates load tags early
+
+    return transcript.innermost_strategy(session)

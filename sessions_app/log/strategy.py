@@ -32,6 +32,9 @@ ADVICE = {
     RESTART_TURN: "Only read-only and idempotent tools ran or may have run: the turn can run again from its start.",
     ABANDON: "The turn is closed and will not be resumed.",
 }
+# What a page says beside each call that decided a strategy (section 8.1's last column).
+UNVERIFIED_WORDS = "outcome unknown: verify in the outside system before retrying"
+EFFECT_WORDS = "already happened: done, never repeat"
 CONTEXT_RESULT_CHARS = 200  # a completed effect's result, as the context message quotes it
 
 

@@ -108,6 +108,11 @@ class Migration(migrations.Migration):
             name='repeated_failures_at',
             field=models.DateTimeField(blank=True, null=True),
         ),
+        migrations.AddField(
+            model_name='session',
+            name='auto_checked_count',
+            field=models.PositiveIntegerField(blank=True, null=True),
+        ),
         migrations.AddIndex(
             model_name='session',
             index=models.Index(fields=['project', 'agent_name', '-created_at'], name='session_agent_idx'),

@@ -5,11 +5,12 @@ import re
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
 from django.utils.html import escape
 
 from dashboard import transcript
 from sessions_app import selectors, services
-from sessions_app.log import recovery
+from sessions_app.log import recovery, strategy
 from sessions_app.log.events import validate_batch
 from sessions_app.models import Event, RecoveryRecord, Role, Session, ToolPolicy
 from tests.access import member
@@ -370,3 +371,141 @@ def test_a_result_outside_its_calls_window_points_at_the_card_whatever_the_id_le
     window = transcript.latest_window(session, blocks=1)
     rows = [part for block in window.blocks for part in block.parts if getattr(part, "answers", None) == cid]
     assert [row.card_seq for row in rows] == [1]
+
+
+# Recovery strategies (session-log.md section 8.1) on the pages.
+
+
+def call(cid: str, name: str) -> dict:
+    return {"id": cid, "name": name, "arguments": {"for": cid}}
+
+
+def crash_with(*names_done_and_owed: tuple[str, str, bool]) -> list:
+    """A turn whose one step asked for these calls (id, tool, completed?), dispatched each, answered the completed ones."""
+    items = [("turn_start", {"turn": 1}), ("step_start", {"turn": 1, "step": 1})]
+    items.append(("assistant_message", message("", tool_calls=[call(cid, name) for cid, name, _ in names_done_and_owed])))
+    for cid, name, completed in names_done_and_owed:
+        items.append(("tool_call", {"id": cid, "name": name}))
+        if completed:
+            items.append(("tool_result", message(f"{name} done", tool_call_id=cid, name=name)))
+    return items
+
+
+EMAIL_THEN_CHARGE = crash_with(("e1", "send_email", True), ("p1", "charge_card", False))
+
+
+def external_effects(*patterns: str) -> None:
+    for pattern in patterns:
+        ToolPolicy.objects.create(pattern=pattern, side_effect="external_effect")
+
+
+def strategy_block(page: str) -> str:
+    return page[page.index('<section aria-labelledby="strategies"') :].split("</section>")[0]
+
+
+@pytest.mark.parametrize(
+    ("log", "expected", "verify", "done"),
+    [
+        (EMAIL_THEN_CHARGE, strategy.MANUAL_CHECK, ["charge_card"], ["send_email"]),
+        (crash_with(("e1", "send_email", True), ("l1", "lookup", False)), strategy.RESUME_AFTER_EFFECTS, [], ["send_email"]),
+        (crash_with(("l1", "lookup", True), ("l2", "lookup", False)), strategy.RESTART_TURN, [], []),
+    ],
+)
+def test_the_recovery_page_recommends_a_strategy_in_words(staff, log, expected, verify, done):
+    external_effects("send_email", "charge_card")
+    ToolPolicy.objects.create(pattern="lookup", side_effect="read_only")
+    store(log, session_id="crashed")
+    page = text_of(staff.get("/sessions/crashed/recovery"))
+    block = strategy_block(page)
+    assert escape(strategy.HEADLINES[expected]) in block and escape(strategy.ADVICE[expected]) in block
+    assert f'<code class="badge strategy-name">{expected}</code>' in block
+    items = re.findall(r'<li class="(unverified|effect)"><span class="tool-name">([^<]+)</span>(.*?)</li>', block, re.S)
+    assert [name for kind, name, _ in items if kind == "unverified"] == verify
+    assert [name for kind, name, _ in items if kind == "effect"] == done
+    for kind, _name, words in items:
+        assert (strategy.UNVERIFIED_WORDS if kind == "unverified" else strategy.EFFECT_WORDS) in words
+        assert re.search(r'#seq-\d+">seq \d+</a>', words)  # the call's first sighting, linked
+    assert f"Apply the recommended strategy ({expected})" in page and "Abandon the turn" in page
+    assert "Add a recovery note for the agent (system message)" in page
+    # The header's alert names the same recommendation, and the calls that decided it.
+    alert = text_of(staff.get("/sessions/crashed/")).split('id="session-state"')[1].split("</div>")[0]
+    assert f"Recommended: <strong>{escape(strategy.HEADLINES[expected])}</strong>" in alert
+    assert ("decided by" in alert) == (expected != strategy.RESTART_TURN)
+    for name in verify or done:
+        assert f'<span class="tool-name">{name}</span>' in alert
+
+
+def test_a_viewer_reads_the_strategy_but_gets_no_choice(viewer):
+    external_effects("send_email", "charge_card")
+    store(EMAIL_THEN_CHARGE, session_id="crashed")
+    page = text_of(viewer.get("/sessions/crashed/recovery"))
+    assert escape(strategy.HEADLINES[strategy.MANUAL_CHECK]) in strategy_block(page)
+    assert 'name="abandon"' not in page and 'name="context"' not in page and "Confirm recovery" not in page
+
+
+def confirm(client, **options) -> tuple[recovery.Plan, list[Event], object]:
+    """POST the recovery form for the plan as it stands: (that plan, the events appended, the response)."""
+    session = Session.objects.get(pk="crashed")
+    plan = selectors.recovery_plan(session)
+    response = client.post("/sessions/crashed/recovery", {"digest": plan.digest(session.event_count), **options})
+    assert response.status_code == 302, text_of(response)
+    appended = list(Event.objects.filter(session_id="crashed", seq__gte=session.event_count).order_by("seq"))
+    return plan, appended, response
+
+
+def test_confirming_with_context_appends_the_plan_then_one_system_message(staff):
+    external_effects("send_email", "charge_card")
+    store(EMAIL_THEN_CHARGE, session_id="crashed")
+    plan, appended, response = confirm(staff, context="1", note="checked")
+    assert [(e.type, e.data) for e in appended[:-1]] == [(r.type, r.data) for r in plan.repairs]
+    note = appended[-1]
+    assert note.type == "system_message" and note.data["metadata"] == {"synthetic": True, "recovery_context": True}
+    assert "charge_card" in note.data["content"] and "send_email" in note.data["content"]
+    record = RecoveryRecord.objects.get()
+    assert record.context_seq == note.seq and not record.abandoned and record.strategy_names == [strategy.MANUAL_CHECK]
+    assert response.url == f"/sessions/crashed/?highlight={appended[0].seq}-{note.seq}#seq-{appended[0].seq}"
+    history = text_of(staff.get("/sessions/crashed/recovery")).split('id="history"')[1]
+    assert f"with context, seq {note.seq}" in history and "manual_check" in history and "abandoned" not in history
+
+
+def test_abandoning_is_recorded_and_appends_exactly_the_plan(staff):
+    external_effects("send_email", "charge_card")
+    store(EMAIL_THEN_CHARGE, session_id="crashed")
+    plan, appended, _ = confirm(staff, abandon="1")
+    assert [(e.type, e.data) for e in appended] == [(r.type, r.data) for r in plan.repairs]
+    record = RecoveryRecord.objects.get()
+    assert record.abandoned and record.context_seq is None
+    history = text_of(staff.get("/sessions/crashed/recovery")).split('id="history"')[1]
+    assert '<span class="badge danger">abandoned</span>' in history
+    assert '<span class="badge danger">abandoned</span>' in text_of(staff.get("/sessions/crashed/"))  # the header's list
+
+
+def test_abandoning_with_context_tells_the_agent_the_turn_was_abandoned(staff):
+    external_effects("send_email", "charge_card")
+    store(EMAIL_THEN_CHARGE, session_id="crashed")
+    plan, appended, _ = confirm(staff, abandon="1", context="1")
+    assert len(appended) == len(plan.repairs) + 1 and "abandoned by a person" in appended[-1].data["content"]
+    assert RecoveryRecord.objects.get().abandoned
+
+
+def test_confirming_without_options_appends_exactly_the_plan(staff):
+    external_effects("send_email", "charge_card")
+    store(EMAIL_THEN_CHARGE, session_id="crashed")
+    plan, appended, _ = confirm(staff, abandon="")  # the form's default choice: the recommended strategy
+    assert [(e.type, e.data) for e in appended] == [(r.type, r.data) for r in plan.repairs]
+    record = RecoveryRecord.objects.get()
+    assert not record.abandoned and record.context_seq is None and not record.automatic
+    assert not Event.objects.filter(session_id="crashed", type="system_message").exists()
+
+
+def test_repeated_failures_show_in_the_header_and_the_list(viewer):
+    store(EMAIL_THEN_CHARGE, session_id="crashed")
+    store([("user_message", message("hi"))], session_id="fine")
+    assert "repeated failures" not in text_of(viewer.get("/"))
+    Session.objects.filter(pk="crashed").update(repeated_failures_at=timezone.now())
+    rows = text_of(viewer.get("/")).split('<tbody id="session-rows">')[1]
+    crashed_row = rows[rows.index('id="session-crashed"') :].split("</tr>")[0]
+    fine_row = rows[rows.index('id="session-fine"') :].split("</tr>")[0]
+    assert "repeated failures" in crashed_row and "repeated failures" not in fine_row
+    state = text_of(viewer.get("/sessions/crashed/")).split('id="session-state"')[1]
+    assert '<span class="badge danger">repeated failures</span>' in state

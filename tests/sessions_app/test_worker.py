@@ -80,10 +80,16 @@ def test_external_effects_are_never_recovered_automatically(tools):
     crash("unknown-tool", "mailer", "mystery")  # no tool policy: unknown, manual_check
     crash("lookup", "mailer", "lookup_order")  # the control: the same agent, a read-only crash
 
-    for _ in range(2):  # later rounds leave them too
-        actions = worker.run_round()
-    assert outcomes(actions) == {"owed-email": "skipped", "sent-email": "skipped", "unknown-tool": "skipped"}
+    assert outcomes(worker.run_round()) == {
+        "owed-email": "skipped", "sent-email": "skipped", "unknown-tool": "skipped", "lookup": "recovered",
+    }  # fmt: skip
     assert list(RecoveryRecord.objects.values_list("session_id", flat=True)) == ["lookup"]
+    # Found unsafe, they are not planned again each round (so they cannot crowd out new crashes) ...
+    assert worker.run_round() == []
+    # ... until their log grows: then the worker decides again (and still leaves it).
+    services.append_events(session_id="owed-email", events=validate_batch([f.event("step_start", turn=1, step=2)]))
+    Session.objects.filter(pk="owed-email").update(last_activity_at=timezone.now() - QUIET)
+    assert outcomes(worker.run_round()) == {"owed-email": "skipped"}
     for session_id in ["owed-email", "sent-email", "unknown-tool"]:
         session = Session.objects.get(pk=session_id)
         assert session.interrupted and session.repeated_failures_at is None  # left for a person, not flagged
