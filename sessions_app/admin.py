@@ -150,9 +150,13 @@ class EventAdmin(StaffMayView, ProjectScoped, ReadOnlyAdmin):
 
 @admin.register(RecoveryRecord)
 class RecoveryRecordAdmin(StaffMayView, ProjectScoped, ReadOnlyAdmin):
-    list_display = ["session", "kind", "username", "created_at", "appended", "note"]
-    list_filter = ["kind", ("session__project", admin.RelatedOnlyFieldListFilter)]
-    search_fields = ["session__id", "username", "note"]
+    list_display = ["session", "kind", "username", "created_at", "appended", "strategy", "automatic", "abandoned", "note"]
+    list_filter = ["kind", "automatic", "abandoned", ("session__project", admin.RelatedOnlyFieldListFilter)]
+    search_fields = ["session__id", "agent_name", "username", "note"]
+
+    @admin.display(description="strategies")
+    def strategy(self, record):
+        return ", ".join(record.strategy_names) or "—"
 
     @admin.display(description="seqs appended")
     def appended(self, record):

@@ -278,6 +278,11 @@ TOOL_POLICIES = (
 )
 
 
+# Which demo agents the worker may recover without a person (seed_demo stores them as
+# AutoRecoveryPolicy rows): the research assistant only reads, so its crashes restart safely.
+AUTO_RECOVERY_POLICIES = (("research-assistant", "reads documents and the web only: safe to restart"),)
+
+
 def side_effect_class(tool_name: str) -> str:
     """The class TOOL_POLICIES gives a tool, by the rule ToolPolicy rows follow."""
     return recovery.side_effect_class(tool_name, [(pattern, cls) for pattern, cls, _ in TOOL_POLICIES])

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from sessions_app import demo, services
 from sessions_app.log import events as log_events
-from sessions_app.models import Event, Session, ToolPolicy
+from sessions_app.models import AutoRecoveryPolicy, Event, Session, ToolPolicy
 
 SPREAD = timedelta(hours=6)  # demo sessions start over this window before now
 
@@ -52,6 +52,14 @@ def seed_tool_policies() -> int:
     return len(demo.TOOL_POLICIES)
 
 
+def seed_auto_recovery_policies() -> int:
+    """Automatic recovery for the demo's read-only agent, unless someone already keeps policies here."""
+    if AutoRecoveryPolicy.objects.exists():
+        return 0
+    AutoRecoveryPolicy.objects.bulk_create(AutoRecoveryPolicy(agent_pattern=p, note=note) for p, note in demo.AUTO_RECOVERY_POLICIES)
+    return len(demo.AUTO_RECOVERY_POLICIES)
+
+
 def fork_one(seeded: list[SeededSession]) -> Session | None:
     """Fork the first clean session after its first turn, to show provenance and lineage."""
     for item in seeded:
@@ -66,8 +74,9 @@ def fork_one(seeded: list[SeededSession]) -> Session | None:
 
 class Command(BaseCommand):
     help = (
-        "Fill an empty database with finished demo sessions (some crashed mid-turn), and an empty tool policy "
-        "table with the demo tools' side-effect classes; leaves either alone when it holds anything."
+        "Fill an empty database with finished demo sessions (some crashed mid-turn), an empty tool policy "
+        "table with the demo tools' side-effect classes and an empty auto-recovery policy table with one for the "
+        "read-only demo agent; leaves each alone when it holds anything."
     )
 
     def add_arguments(self, parser):
@@ -76,6 +85,8 @@ class Command(BaseCommand):
     def handle(self, *args, sessions: int, **options):
         if policies := seed_tool_policies():
             self.stdout.write(f"seed_demo: created {policies} tool policies (edit them in the admin).")
+        if policies := seed_auto_recovery_policies():
+            self.stdout.write(f"seed_demo: created {policies} auto-recovery policy for the read-only demo agent (edit it in the admin).")
         if Session.objects.exists():
             self.stdout.write("seed_demo: the database already holds sessions; skipped.")
             return
