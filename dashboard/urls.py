@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
 import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
-from dashboard import projects, views
+from dashboard import agents, projects, views
 from sessions_app import api
 
 urlpatterns = [
@@ -14,6 +14,8 @@ urlpatterns = [
     path("sessions/<session_id:session_id>/fork", views.fork_session, name="fork_session"),
     path("sessions/<session_id:session_id>/recovery", views.recovery_preview, name="recovery_preview"),
     path("sessions/<session_id:session_id>/lineage", views.session_lineage, name="session_lineage"),
+    path("agents/", agents.agent_list, name="agent_list"),
+    path("agents/agent", agents.agent_detail, name="agent_detail"),
     path("projects/", projects.project_list, name="project_list"),
     path("projects/<slug:slug>/", projects.project_members, name="project_members"),
     path("projects/<slug:slug>/members/<int:user_id>", projects.project_member, name="project_member"),

@@ -25,7 +25,7 @@ from sessions_app import selectors, services
 from sessions_app.log import blob as log_blob
 from sessions_app.log import recovery as log_recovery
 from sessions_app.log.events import validate_batch
-from sessions_app.models import ApiToken, AuditEntry, Event, Membership, Project, RecoveryRecord, Role, Session, ToolPolicy
+from sessions_app.models import ApiToken, AuditEntry, AutoRecoveryPolicy, Event, Membership, Project, RecoveryRecord, Role, Session, ToolPolicy
 from tests.access import token_for
 from tests.sessions_app import factories as f
 
@@ -43,7 +43,7 @@ def session_with(session_id: str, project: Project, events: list[dict]) -> Sessi
     return Session.objects.get(pk=session_id)
 
 
-COUNTED = (Session, Event, RecoveryRecord, ToolPolicy, ApiToken, Membership, Project, Group, AccessAttempt, AccessLog, AccessFailureLog)
+COUNTED = (Session, Event, RecoveryRecord, ToolPolicy, AutoRecoveryPolicy, ApiToken, Membership, Project, Group, AccessAttempt, AccessLog, AccessFailureLog)
 
 
 def stored_state() -> tuple:
@@ -163,6 +163,7 @@ def build_world() -> World:
     assert dangling and open_session.interrupted, "the world needs something to recover and to patch"
     group = Group.objects.create(name="matrix")
     policy = ToolPolicy.objects.create(pattern="matrix_*", side_effect=ToolPolicy.CLASSES[0][0])
+    auto_policy = AutoRecoveryPolicy.objects.create(agent_pattern="matrix-*")
     seen = {"user_agent": "matrix", "ip_address": "127.0.0.1", "username": "nobody", "http_accept": "*/*", "path_info": "/login/"}
     values = {
         "open": "alpha-open",
@@ -175,6 +176,7 @@ def build_world() -> World:
         "session_type": ContentType.objects.get_for_model(Session).pk,
         "group": group.pk,
         "policy": policy.pk,
+        "auto_policy": auto_policy.pk,
         "viewer_pk": users["viewer"].pk,
         "admin_pk": users["admin"].pk,
         "newcomer": newcomer.get_username(),

@@ -104,6 +104,12 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     "session_blocks": [page_read(CLOSED + "/blocks")],
     "event_json": [page_read(CLOSED + "/events/0.json")],
     "session_lineage": [page_read(CLOSED + "/lineage")],
+    # Agents: every world session's agent is "matrix", in alpha and in beta; each reader sees only their projects' failures.
+    "agent_list": [Probe("GET", "/agents/", by_role(LOGIN, "200 -P", "200 +P"))],
+    "agent_detail": [
+        Probe("GET", "/agents/agent?name=matrix", by_role(LOGIN, "200 -P", "200 +P")),
+        Probe("GET", "/agents/agent?name=nobody", by_role(LOGIN, "404", "404")),
+    ],
     "fork_session": [
         Probe("GET", CLOSED + "/fork?boundary=last", by_role(LOGIN, "404", "403", "200")),
         Probe(
@@ -245,6 +251,7 @@ ADMIN_MODELS: dict[str, AdminModel] = {
     "sessions_app.event": AdminModel("closed_event", PROJECT_LOG, OUTSIDE_PROJECT_LOG),
     "sessions_app.recoveryrecord": AdminModel("alpha_record", PROJECT_LOG, OUTSIDE_PROJECT_LOG),
     "sessions_app.toolpolicy": AdminModel("policy", SITE_SETTING),
+    "sessions_app.autorecoverypolicy": AdminModel("auto_policy", SITE_SETTING),
     # Projects, their tokens and the audit log: superusers only (a project's admins use its project pages).
     "sessions_app.project": AdminModel("alpha_pk", NO_PERMISSION),
     "sessions_app.apitoken": AdminModel("viewer_token_pk", NO_PERMISSION),

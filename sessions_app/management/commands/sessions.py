@@ -8,6 +8,8 @@ import re
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+# The Agents page's own wording of its figures, so the table reads the same here.
+from dashboard.templatetags.agents import agent_label, duration, percent, strategy_counts
 from sessions_app import access, errors, selectors, services
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
@@ -94,8 +96,6 @@ class Command(BaseCommand):
 
     def agents(self, *, project: Project | None, **_):
         """The Agents page's columns as a text table (selectors.agent_summaries, as the page reads them)."""
-        from dashboard.templatetags.agents import agent_label, duration, percent, strategy_counts
-
         ids = list(Project.objects.values_list("pk", flat=True)) if project is None else [project.pk]
         summaries = selectors.agent_summaries(ids)
         if not summaries:
