@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import itertools
 import json
 from dataclasses import dataclass
@@ -449,8 +450,16 @@ def agent_summaries(project_ids: list[int], now: datetime | None = None, *, agen
         week_records.setdefault(row[0], []).append(row[1:])
     stalled: dict[str, list[tuple[str, datetime]]] = {}
     stalled_rows = Session.objects.filter(project_id__in=project_ids, **named).filter(status_filter(STALLED, now))
-    for name, session_id, activity in stalled_rows.values_list("agent_name", "id", "last_activity_at").order_by("-last_activity_at", "-id"):
+    for name, session_id, activity, open_turns in stalled_rows.values_list(
+        "agent_name", "id", "last_activity_at", "turn_stack"
+    ).order_by("-last_activity_at", "-id"):
         stalled.setdefault(name, []).append((session_id, activity))
+        # A stalled session's open turns have crashed already, though no recovery counted them yet.
+        counts = windows.get(name, (AgentWindow(), AgentWindow()))
+        windows[name] = tuple(
+            dataclasses.replace(w, crashed_turns=w.crashed_turns + len(open_turns)) if activity >= start else w
+            for w, start in zip(counts, (day, week), strict=True)
+        )
     names = set(windows) | set(stalled)
     newest = {}
     if names:

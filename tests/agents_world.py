@@ -9,8 +9,8 @@ together with the crashed turns they counted. Project "alpha" is readable,
 billing-bot in alpha (the figures the tests assert):
   sessions  24 h: 4 (b1-b4)      7 d: 7 (+ b6 two days old, + 2 in an hour 3 days ago)
   turns     24 h: 6 (b5's turn started 10 days ago)   7 d: 20 (+ 4 an hour 25 h ago, + 10 three days ago)
-  crashed   24 h: 2 (b2, b3)     7 d: 7 (+ b6's two days ago, + 1 at 25 h, + 3 at 3 days)
-  rate      24 h: 33.3 %         7 d: 35 %
+  crashed   24 h: 3 (b2, b3 recovered; b4 stalled now)   7 d: 8 (+ b6's two days ago, + 1 at 25 h, + 3 at 3 days)
+  rate      24 h: 50 %           7 d: 40 %
   recoveries in 7 d: b3 automatic (300 s quiet), b2 manual (about 600 s), b6 manual and abandoned (about 400 s)
     stalled median 400 s (6 min 40 s), max about 600 s (10 min 0 s); strategies restart_turn x3, abandon x1
   b5's recovery (abandoned) is 10 days old: outside every window, like an hour of 100 turns 10 days ago

@@ -62,7 +62,7 @@ def reader(client, world):
     return client
 
 
-BOT_FIGURES = ["billing-bot", "4", "7", "6", "20", "2", "7", "33.3 %", "35 %", "6 min 40 s", "10 min 0 s", "1", "2", "restart_turn ×3, abandon ×1", "1"]
+BOT_FIGURES = ["billing-bot", "4", "7", "6", "20", "3", "8", "50 %", "40 %", "6 min 40 s", "10 min 0 s", "1", "2", "restart_turn ×3, abandon ×1", "1"]
 
 
 def test_the_agents_page_shows_each_agents_known_counts(reader):

@@ -23,9 +23,9 @@ def by_name(summaries):
 
 def test_an_agents_counts_over_24_hours_and_7_days(world):
     bot = by_name(selectors.agent_summaries([world.alpha.pk]))["billing-bot"]
-    assert bot.day == AgentWindow(sessions=4, turns=6, crashed_turns=2)
-    assert bot.week == AgentWindow(sessions=7, turns=20, crashed_turns=7)
-    assert bot.day.crash_rate == pytest.approx(1 / 3) and bot.week.crash_rate == pytest.approx(0.35)
+    assert bot.day == AgentWindow(sessions=4, turns=6, crashed_turns=3)  # b2, b3 recovered; b4 stalled now
+    assert bot.week == AgentWindow(sessions=7, turns=20, crashed_turns=8)
+    assert bot.day.crash_rate == pytest.approx(0.5) and bot.week.crash_rate == pytest.approx(0.4)
     assert (bot.automatic, bot.manual) == (1, 2)
     assert bot.stalled_median == pytest.approx(400, abs=5) and bot.stalled_max == pytest.approx(600, abs=5)
     assert bot.strategies == (("restart_turn", 3), ("abandon", 1))
@@ -47,7 +47,7 @@ def test_the_other_agents_and_the_empty_name(world):
 
 def test_a_project_the_reader_cannot_see_never_contributes_but_both_add_up(world):
     both = by_name(selectors.agent_summaries([world.alpha.pk, world.beta.pk]))
-    assert both["billing-bot"].day == AgentWindow(sessions=5, turns=11, crashed_turns=2)
+    assert both["billing-bot"].day == AgentWindow(sessions=5, turns=11, crashed_turns=4)  # with both stalls
     assert both["billing-bot"].stalled_now == 2
     assert both["beta-only"].week == AgentWindow(1, 2, 1)
     assert selectors.agent_summaries([]) == []
@@ -57,7 +57,7 @@ def test_the_windows_follow_now(world):
     later = world.t0 + timedelta(days=5)  # the hour 3 days ago has left the week, b6's two days ago has not
     bot = by_name(selectors.agent_summaries([world.alpha.pk], later))["billing-bot"]
     assert bot.day == AgentWindow(0, 0, 0)
-    assert bot.week == AgentWindow(sessions=5, turns=10, crashed_turns=4)
+    assert bot.week == AgentWindow(sessions=5, turns=10, crashed_turns=5)  # b4, stalled since t0, still in the week
     assert (bot.automatic, bot.manual, bot.stalled_now) == (1, 2, 1)
     much_later = world.t0 + timedelta(days=30)
     assert [s.agent_name for s in selectors.agent_summaries([world.alpha.pk], much_later)] == ["billing-bot"]  # only b4, stalled

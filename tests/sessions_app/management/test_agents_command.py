@@ -30,7 +30,7 @@ def test_the_table_of_one_project_has_the_pages_columns_and_counts(world):
         "STALLED MEDIAN", "STALLED MAX", "AUTO", "MANUAL", "STALLED NOW", "LAST FAILURE", "STRATEGIES",
     ]  # fmt: skip
     assert bot == [
-        "billing-bot", "4", "7", "6", "20", "2", "7", "33.3 %", "35 %", "6 min 40 s", "10 min 0 s", "1", "2", "1", "stalled b4",
+        "billing-bot", "4", "7", "6", "20", "3", "8", "50 %", "40 %", "6 min 40 s", "10 min 0 s", "1", "2", "1", "stalled b4",
         "restart_turn ×3, abandon ×1",
     ]  # fmt: skip
     assert nameless[:14] == ["(no agent name)", "1", "1", "1", "1", "1", "1", "100 %", "100 %", "3 min 20 s", "3 min 20 s", "0", "1", "0"]
@@ -41,7 +41,7 @@ def test_the_table_of_one_project_has_the_pages_columns_and_counts(world):
 def test_without_a_project_every_project_counts(world):
     rows = {row[0]: row for row in table()[1:]}
     assert list(rows) == ["(no agent name)", HTML_NAME, "beta-only", "billing-bot"]
-    assert rows["billing-bot"][1:6] == ["5", "8", "11", "25", "2"] and rows["billing-bot"][13] == "2"
+    assert rows["billing-bot"][1:6] == ["5", "8", "11", "25", "4"] and rows["billing-bot"][13] == "2"
 
 
 def test_no_agent_and_an_unknown_project(world, db):
