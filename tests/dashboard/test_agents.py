@@ -181,3 +181,22 @@ def test_the_counts_come_from_summaries_not_from_the_logs(reader, world):
         agents_world.session(f"more-{n}", world.alpha, f"agent-{n}", agents_world.turns(3, open_last=True))
     assert [queries(path) for path in pages] == before
     assert rows_of(reader.get("/agents/")).rows[-1][3] == "156"  # billing-bot's turns in 24 h: 6 + 150
+
+
+def test_the_session_header_links_its_agent_page_with_any_name(client, django_user_model):
+    from urllib.parse import parse_qs, urlsplit
+
+    from sessions_app import services
+    from tests.access import member
+
+    name = '<b>x</b> & "y"/z?'
+    services.create_session(session_id="s", agent_name=name)
+    user = django_user_model.objects.create_user("reader")
+    member(user, role="viewer")
+    client.force_login(user)
+    page = client.get("/sessions/s/").content.decode()
+    assert "<b>x</b>" not in page
+    href = page.split('<span class="agent"><span class="muted">agent</span> <a href="', 1)[1].split('"', 1)[0]
+    url = urlsplit(href.replace("&amp;", "&"))
+    assert url.path == "/agents/agent" and parse_qs(url.query)["name"] == [name]
+    assert client.get(href.replace("&amp;", "&")).status_code == 200
