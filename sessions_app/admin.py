@@ -164,14 +164,8 @@ class RecoveryRecordAdmin(StaffMayView, ProjectScoped, ReadOnlyAdmin):
         return format_html('<a href="{}?highlight={}-{}#seq-{}">{}–{}</a>', url, record.first_seq, record.last_seq, record.first_seq, record.first_seq, record.last_seq)
 
 
-@admin.register(ToolPolicy)
-class ToolPolicyAdmin(StaffMayView, admin.ModelAdmin):
-    """Staff read the policies; only superusers change them: one policy ranks the recoveries of every project."""
-
-    list_display = ["pattern", "side_effect", "note"]
-    list_editable = ["side_effect"]
-    list_filter = ["side_effect"]
-    search_fields = ["pattern", "note"]
+class SiteSettingAdmin(StaffMayView, admin.ModelAdmin):
+    """A setting of every project: staff read it, only superusers add, change or delete it."""
 
     def has_add_permission(self, request):
         return is_active_superuser(request)
@@ -183,8 +177,18 @@ class ToolPolicyAdmin(StaffMayView, admin.ModelAdmin):
         return is_active_superuser(request)
 
 
+@admin.register(ToolPolicy)
+class ToolPolicyAdmin(SiteSettingAdmin):
+    """Staff read the policies; only superusers change them: one policy ranks the recoveries of every project."""
+
+    list_display = ["pattern", "side_effect", "note"]
+    list_editable = ["side_effect"]
+    list_filter = ["side_effect"]
+    search_fields = ["pattern", "note"]
+
+
 @admin.register(AutoRecoveryPolicy)
-class AutoRecoveryPolicyAdmin(StaffMayView, admin.ModelAdmin):
+class AutoRecoveryPolicyAdmin(SiteSettingAdmin):
     """Which agents the recovery worker recovers without a person (section 8.1): staff read, superusers edit.
 
     The model's clean() refuses a quiet time below the stall window, in the form.
@@ -193,15 +197,6 @@ class AutoRecoveryPolicyAdmin(StaffMayView, admin.ModelAdmin):
     list_display = ["agent_pattern", "enabled", "min_quiet_seconds", "max_per_hour", "note"]
     list_filter = ["enabled"]
     search_fields = ["agent_pattern", "note"]
-
-    def has_add_permission(self, request):
-        return is_active_superuser(request)
-
-    def has_change_permission(self, request, obj=None):
-        return is_active_superuser(request)
-
-    def has_delete_permission(self, request, obj=None):
-        return is_active_superuser(request)
 
 
 class MembershipForm(forms.ModelForm):
