@@ -573,7 +573,7 @@ class AuditEntry(models.Model):
         (MEMBER_CHANGED, "Member's role changed"),
         (MEMBER_REMOVED, "Member removed"),
         (ACCESS_DENIED, "Access denied"),
-        (AUTO_RECOVERY_HELD, "Automatic recovery held (repeated failures)"),
+        (AUTO_RECOVERY_HELD, "Auto-recovery held"),
     ]
 
     # None: a site-level action (a site token).

@@ -17,7 +17,6 @@ from datetime import datetime, timedelta
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import IntegrityError, connection, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from sessions_app import access
@@ -132,19 +131,27 @@ def hour_of(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
+AGENT_COUNTS = ("sessions", "turns", "crashed_turns")
+
+
 def _count_for_agent(session: Session, *, at: datetime, **counts: int) -> None:
-    """Add to the agent's counts for the hour of `at` (AgentHour), in the caller's transaction."""
-    updates = {name: F(name) + n for name, n in counts.items() if n}
-    if not updates:
+    """Add to the agent's counts for the hour of `at` (AgentHour), in the caller's transaction.
+
+    One upsert statement (the same SQL on SQLite and PostgreSQL), so concurrent
+    first writers of an hour add up instead of colliding.
+    """
+    if not any(counts.values()):
         return
-    key = {"project_id": session.project_id, "agent_name": session.agent_name, "hour": hour_of(at)}
-    if AgentHour.objects.filter(**key).update(**updates):
-        return
-    try:
-        with transaction.atomic():
-            AgentHour.objects.create(**key, **counts)
-    except IntegrityError:  # another transaction created the hour first
-        AgentHour.objects.filter(**key).update(**updates)
+    quote = connection.ops.quote_name
+    table = quote(AgentHour._meta.db_table)
+    hour = AgentHour._meta.get_field("hour").get_db_prep_value(hour_of(at), connection)
+    additions = ", ".join(f"{quote(name)} = {table}.{quote(name)} + excluded.{quote(name)}" for name in AGENT_COUNTS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (project_id, agent_name, hour, {', '.join(map(quote, AGENT_COUNTS))})"
+            f" VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (project_id, agent_name, hour) DO UPDATE SET {additions}",
+            [session.project_id, session.agent_name, hour, *(counts.get(name, 0) for name in AGENT_COUNTS)],
+        )
 
 
 def append_events(

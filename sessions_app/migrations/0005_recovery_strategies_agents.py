@@ -142,7 +142,7 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name='auditentry',
             name='action',
-            field=models.CharField(choices=[('recovery', 'Recovery applied'), ('dangling_patch', 'Dangling calls patched'), ('fork', 'Session forked'), ('token_created', 'Token created'), ('token_revoked', 'Token revoked'), ('member_added', 'Member added'), ('member_changed', "Member's role changed"), ('member_removed', 'Member removed'), ('access_denied', 'Access denied'), ('auto_recovery_held', 'Automatic recovery held (repeated failures)')], max_length=20),
+            field=models.CharField(choices=[('recovery', 'Recovery applied'), ('dangling_patch', 'Dangling calls patched'), ('fork', 'Session forked'), ('token_created', 'Token created'), ('token_revoked', 'Token revoked'), ('member_added', 'Member added'), ('member_changed', "Member's role changed"), ('member_removed', 'Member removed'), ('access_denied', 'Access denied'), ('auto_recovery_held', 'Auto-recovery held')], max_length=20),
         ),
         migrations.RunPython(backfill_agent_history, migrations.RunPython.noop),
     ]

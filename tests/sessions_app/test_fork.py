@@ -144,11 +144,14 @@ def test_the_fork_keeps_structure_and_sightings_so_its_own_recovery_is_right():
 
 
 def test_the_copy_is_one_statement_not_one_per_event():
-    store([("user_message", message(str(i))) for i in range(300)], session_id="big")
-    with CaptureQueriesContext(connection) as queries:
-        services.fork(session_id="big", boundary=299, new_session_id="copy")
-    assert len(queries) < 15
-    assert Event.objects.filter(session_id="copy").count() == 300
+    counts = {}
+    for size in (3, 300):
+        store([("user_message", message(str(i))) for i in range(size)], session_id=f"big-{size}")
+        with CaptureQueriesContext(connection) as queries:
+            services.fork(session_id=f"big-{size}", boundary=size - 1, new_session_id=f"copy-{size}")
+        counts[size] = len(queries)
+        assert Event.objects.filter(session_id=f"copy-{size}").count() == size
+    assert counts[3] == counts[300] < 20
 
 
 @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -220,9 +220,22 @@ def test_strategies_follow_the_table_and_never_touch_the_plan(case):
     risks = {r.data["tool_call_id"]: r.data["metadata"]["risk"] for r in before.repairs if r.type == "tool_result"}
     assert [t.turn_seq for t in turns] == before.open_turns
     for turn in turns:
-        assert turn.strategy == expected_strategy(events, turn.turn_seq, side_effect_of, risks)
+        # A call of a closed turn nested in an open one is owed no repair, but its risk still
+        # counts (section 8.1): that risk is the scan's, the rest of the oracle is independent.
+        nested = {c.call.id: c.call.state for c in turn.calls if not c.completed and c.call.id not in risks}
+        assert turn.strategy == expected_strategy(events, turn.turn_seq, side_effect_of, risks | nested)
         if any(c.side_effect in RISKY_CLASSES for c in turn.calls if c.completed or c.outcome_unknown):
             assert turn.strategy != RESTART_TURN
-        for c in turn.calls:  # an owed call's state is the risk the plan gives it
-            if not c.completed:
+        for c in turn.calls:  # an owed call's state is the risk the plan gives it, where the plan repairs it
+            if not c.completed and c.call.id in risks:
                 assert c.call.state == risks[c.call.id]
+
+
+def test_a_call_of_a_closed_nested_turn_without_a_result_is_owed_with_its_risk():
+    items = [("turn_start", {"turn": 1}), ("turn_start", {"turn": 2}), ask(call("a", "read_file")),
+             ("turn_end", {"reason": "complete"}), ("step_start", {})]  # fmt: skip
+    turn = strategy_of(items)
+    # Not repaired (the plan owes results only for calls of open turns), yet the turn shows it.
+    assert plan(events_of(items)).repairs[0].type == "turn_end"
+    assert [(c.call.id, c.call.state) for c in turn.calls] == [("a", "tool_outcome_unknown")]
+    assert turn.strategy == RESTART_TURN  # read-only
