@@ -12,10 +12,11 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
@@ -61,7 +62,7 @@ SESSIONS_GROUP = "sessions"
 
 @dataclass(frozen=True)
 class RepairResult:
-    appended: list[Event]
+    appended: list[StoredEvent]
     next_seq: int
     record: RecoveryRecord | None
 
@@ -70,7 +71,7 @@ class RepairResult:
 class AppendResult:
     first_seq: int
     next_seq: int
-    events: list[Event]
+    events: list[StoredEvent]
     # True when an Idempotency-Key matched an earlier request: nothing new was stored.
     replayed: bool = False
 
@@ -439,38 +440,90 @@ def _locked_session(session_id: str) -> Session:
         raise SessionNotFound(session_id) from None
 
 
-def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Event]:
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event row as `_store` inserted it: the columns of `Event`, without a model instance.
+
+    What the callers of `_store` read (seq, type, time, data, to_log_event) is
+    the same as on an `Event`; building 1000 model instances cost more than
+    inserting them (docs/benchmarks.md, Ingest).
+    """
+
+    session_id: str
+    seq: int
+    type: str
+    time: datetime
+    data: dict
+    call_id: str | None
+    turn_seq: int | None
+    step_seq: int | None
+    replace_start: int | None
+    replace_stop: int | None
+
+    def to_log_event(self) -> log_events.Event:
+        return log_events.Event(seq=self.seq, type=self.type, time=self.time, data=self.data)
+
+
+# The columns `_store` writes, in the order of StoredEvent's fields (all but the id).
+EVENT_COLUMNS = ("session", "seq", "type", "time", "data", "call_id", "turn_seq", "step_seq", "replace_start", "replace_stop")
+SIGHTING_COLUMNS = ("session", "seq", "call_id", "tool_name")
+
+
+def insert_sql(model, fields: Sequence[str]) -> str:
+    """INSERT INTO the model's table (the fields' columns) VALUES (%s, ...), quoted for this database."""
+    quote = connection.ops.quote_name
+    columns = ", ".join(quote(model._meta.get_field(name).column) for name in fields)
+    return f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
+
+
+def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[StoredEvent]:
     """Insert events after the session's last one and update its summary.
 
-    The caller holds the session's lock inside a transaction.
+    The caller holds the session's lock inside a transaction. The rows go in
+    as plain tuples through the driver's executemany, with the values the
+    ORM would send (the same column adaptations), so they read back exactly
+    as `Event.objects.bulk_create` stored them.
     """
     now = timezone.now()
     turn_stack = list(session.turn_stack)
     step_stack = list(session.step_stack)
     rows = []
     strays = list(session.stray_turn_ends)
+    prep_call_id = Event._meta.get_field("call_id").get_prep_value
     for seq, new in enumerate(events, start=session.event_count):
         placement = structure.place(turn_stack, step_stack, seq, new.type)
         if new.type == "turn_end" and placement.turn_seq is None:
             strays.append(seq)
+        replaced = log_events.replace_range(new.data)
         rows.append(
-            Event(
-                session=session,
-                seq=seq,
-                type=new.type,
-                time=new.time or now,
-                data=new.data,
-                call_id=log_events.call_id(new.data) if new.type in CALL_ID_TYPES else None,
-                turn_seq=placement.turn_seq,
-                step_seq=placement.step_seq,
-                replace_start=min(replaced[0], REPLACE_BOUND_MAX) if (replaced := log_events.replace_range(new.data)) else None,
-                replace_stop=min(replaced[1], REPLACE_BOUND_MAX) if replaced else None,
+            StoredEvent(
+                session.id,
+                seq,
+                new.type,
+                new.time or now,
+                new.data,
+                prep_call_id(log_events.call_id(new.data)) if new.type in CALL_ID_TYPES else None,
+                placement.turn_seq,
+                placement.step_seq,
+                min(replaced[0], REPLACE_BOUND_MAX) if replaced else None,
+                min(replaced[1], REPLACE_BOUND_MAX) if replaced else None,
             )
         )
     if not rows:
         return rows
-    Event.objects.bulk_create(rows)
-    CallSighting.objects.bulk_create(_sightings(session, rows))
+    adapt_time = _sqlite_utc_text if _stores_utc_text() else connection.ops.adapt_datetimefield_value
+    adapt_json = connection.ops.adapt_json_value
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            insert_sql(Event, EVENT_COLUMNS),
+            [
+                (r.session_id, r.seq, r.type, adapt_time(r.time), adapt_json(r.data, None), r.call_id, r.turn_seq, r.step_seq, r.replace_start, r.replace_stop)
+                for r in rows
+            ],
+        )
+        sightings = list(_sightings(session, rows))
+        if sightings:
+            cursor.executemany(insert_sql(CallSighting, SIGHTING_COLUMNS), sightings)
     session.event_count += len(rows)
     session.turn_stack = turn_stack
     session.step_stack = step_stack
@@ -490,8 +543,21 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Even
     return rows
 
 
-def _sightings(session: Session, rows: Sequence[Event]):
-    """One row per distinct call id an assistant message names."""
+def _stores_utc_text() -> bool:
+    """SQLite storing aware datetimes as naive UTC text (Django's adaptation, with USE_TZ and a UTC connection)."""
+    return connection.vendor == "sqlite" and settings.USE_TZ and connection.timezone_name == "UTC"
+
+
+def _sqlite_utc_text(moment: datetime) -> str:
+    """What SQLite's adapt_datetimefield_value makes of an aware datetime, without its per-call checks."""
+    if moment.tzinfo is not UTC:
+        moment = moment.astimezone(UTC)
+    return moment.replace(tzinfo=None).isoformat(" ")
+
+
+def _sightings(session: Session, rows: Sequence[StoredEvent]):
+    """One (session_id, seq, call_id, tool_name) row per distinct call id an assistant message names."""
+    prep_call_id = CallSighting._meta.get_field("call_id").get_prep_value
     for row in rows:
         if row.type != "assistant_message":
             continue
@@ -500,10 +566,10 @@ def _sightings(session: Session, rows: Sequence[Event]):
             if (cid := log_events.call_id(call)) is not None:
                 names.setdefault(cid, call.get("name"))
         for cid, name in names.items():
-            yield CallSighting(session=session, seq=row.seq, call_id=cid, tool_name=str(name or "")[:200])
+            yield (session.id, row.seq, prep_call_id(cid), str(name or "")[:200])
 
 
-def publish_events(session_id: str, events: Sequence[Event]) -> None:
+def publish_events(session_id: str, events: Sequence[StoredEvent | Event]) -> None:
     """Publish a commit's events once each, in seq order, then tell the list.
 
     One `session_events` message per commit carries all of its events: a

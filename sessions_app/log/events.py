@@ -113,8 +113,12 @@ def coerce_time(value: object) -> datetime:
     return parse_time(value)
 
 
-def validate_event(type: object, data: object, time: object = None, *, index: int = 0) -> NewEvent:
-    """Check one event in section 1's order of reasons; raise InvalidEvent on the first failure."""
+def validate_event(type: object, data: object, time: object = None, *, index: int = 0, values_checked: bool = False) -> NewEvent:
+    """Check one event in section 1's order of reasons; raise InvalidEvent on the first failure.
+
+    `values_checked`: the caller found (values.surely_storable) that nothing in
+    `data` can be unstorable, so that check is skipped; the outcome is the same.
+    """
     where = f"events[{index}]"
     if not isinstance(type, str) or type not in EVENT_TYPES:
         shown = "missing" if type is None else f"{show_json(type)} is not an event type"
@@ -122,7 +126,7 @@ def validate_event(type: object, data: object, time: object = None, *, index: in
     if not isinstance(data, dict):
         shown = "missing" if data is None else f"must be a JSON object, got {show_json(data)}"
         raise InvalidEvent(index, "invalid_data", f"{where}.data: {shown}")
-    if unstorable := values.first_problem(data, level=DATA_LEVEL):
+    if not values_checked and (unstorable := values.first_problem(data, level=DATA_LEVEL)):
         raise InvalidEvent(index, "invalid_data", unstorable.describe(f"{where}.data"))
     if problem := surface_op_problem(type, data):
         reason, text = problem
@@ -139,15 +143,19 @@ def validate_event(type: object, data: object, time: object = None, *, index: in
         ) from None
 
 
-def validate_batch(items: Sequence[Mapping]) -> list[NewEvent]:
-    """Validate a whole batch; the first invalid item refuses it, named by its index."""
+def validate_batch(items: Sequence[Mapping], *, values_checked: bool = False) -> list[NewEvent]:
+    """Validate a whole batch; the first invalid item refuses it, named by its index.
+
+    `values_checked`: values.surely_storable(items, level=DATA_LEVEL - 2) held,
+    so no event's data is checked again (the outcome is the same).
+    """
     validated = []
     for index, item in enumerate(items):
         if not isinstance(item, Mapping):
             detail = f"events[{index}]: must be an object with type and data"
             raise InvalidEvent(index, "unknown_event_type", detail)
         validated.append(
-            validate_event(item.get("type"), item.get("data"), item.get("time"), index=index)
+            validate_event(item.get("type"), item.get("data"), item.get("time"), index=index, values_checked=values_checked)
         )
     return validated
 

@@ -11,6 +11,8 @@ import math
 import re
 from dataclasses import dataclass
 
+import orjson
+
 # A request body (or a blob) may nest this many objects/arrays, counting the top-level one.
 MAX_DEPTH = 64
 
@@ -104,6 +106,11 @@ def _surely_storable(value: object, level: int, max_depth: int) -> bool:
             return False
         items, depth = children, depth + 1
     return True
+
+
+def surely_storable(value: object, *, level: int = 1, max_depth: int = MAX_DEPTH) -> bool:
+    """True when first_problem(value, level=level) is surely None (one quick pass over a whole batch)."""
+    return _surely_storable(value, level, max_depth)
 
 
 def first_problem(value: object, *, level: int = 1, max_depth: int = MAX_DEPTH) -> Problem | None:
@@ -206,6 +213,31 @@ def loads(raw: bytes | str) -> object:
     except ValueError:  # an integer past Python's limit of 4,300 digits
         where = _first_outside_strings(text, _LONG_INTEGER)
         raise InvalidJSON(f"the body holds an integer of more than 4,300 digits at {_position(text, where)}") from None
+
+
+# Every byte but a digit becomes a space, a digit "0": a run of 19 digits then shows as
+# _LONG_RUN. (bytes.translate and `in` cost well under a millisecond for a 270 KB body;
+# a regular expression costs more than the parse itself.)
+_DIGITS_ONLY = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_RUN = b"0" * 19
+
+
+def loads_fast(raw: bytes) -> object:
+    """`loads`, faster: the same value, or the same error, for any input.
+
+    orjson reads the body when it can read it exactly as `loads` does; any
+    text it refuses is read again by `loads`, for that error's words and
+    position (NaN, Infinity, 1e400, malformed or non-UTF-8 text, lone
+    surrogates, nesting past orjson's limit). orjson turns integers outside
+    64 bits into floats, so a body holding a run of 19 or more digits
+    anywhere (even in a string) is left to `loads` too.
+    """
+    if _LONG_RUN not in raw.translate(_DIGITS_ONLY):
+        try:
+            return orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            pass
+    return loads(raw)
 
 
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{},]')
