@@ -235,8 +235,9 @@ def recover_automatically(*, session_id: str, policy: AutoRecoveryPolicy, now: d
             session.auto_checked_count = session.event_count
             session.save(update_fields=["auto_checked_count"])
             return None
+        # An agent is its name within its project: another team's agent of the same name has its own count.
         recent = RecoveryRecord.objects.filter(
-            automatic=True, agent_name=session.agent_name, created_at__gt=now - timedelta(hours=1)
+            automatic=True, agent_name=session.agent_name, session__project_id=session.project_id, created_at__gt=now - timedelta(hours=1)
         ).count()
         if recent >= policy.max_per_hour:
             if session.repeated_failures_at is None:

@@ -129,6 +129,19 @@ def test_past_its_hourly_limit_an_agent_is_left_for_a_person_and_flagged(tools):
 
 
 @pytest.mark.django_db
+def test_the_hourly_limit_counts_an_agent_within_its_project(tools):
+    from sessions_app.models import Project
+
+    AutoRecoveryPolicy.objects.create(agent_pattern="bot", max_per_hour=1)
+    other = Project.objects.create(slug="other", name="Other team")
+    crash("ours", "bot", "lookup_customer")
+    services.create_session(session_id="theirs", agent_name="bot", project=other)
+    services.append_events(session_id="theirs", events=validate_batch([f.event("turn_start", turn=1)]))
+    Session.objects.filter(pk="theirs").update(last_activity_at=timezone.now() - QUIET)
+    assert outcomes(worker.run_round()) == {"ours": "recovered", "theirs": "recovered"}
+
+
+@pytest.mark.django_db
 def test_recoveries_older_than_an_hour_do_not_count(tools):
     AutoRecoveryPolicy.objects.create(agent_pattern="indexer-*", max_per_hour=1)
     crash("first", "indexer-1", "lookup_customer")
