@@ -97,7 +97,6 @@ from _common import (
 )
 
 PAGE_RATIO = 2.0
-SEED_EVENTS = 100
 APPEND_CONNECTIONS = 4
 SCENARIOS = {
     "embedded": {"db": "sqlite", "redis": False, "servers": 1},
@@ -108,29 +107,33 @@ SCENARIOS = {
 # The appender (its own process) ---------------------------------------------
 
 
-def appender(port: int, token: str, session_id: str, rate: float, duration: float, connections: int, pipe) -> None:
-    """POST one event per request on a fixed schedule; send back [(seq, sent_at, answered_at)]."""
+def appender(port: int, token: str, plan: list[tuple[float, str, int]], connections: int, pipe) -> None:
+    """POST the planned batches on a fixed schedule; send back [(session, first_seq, n, sent_at, answered_at)].
+
+    `plan` holds (seconds after the start, session id, events in the batch).
+    """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    n = int(rate * duration)
-    events = make_events(n, seed=42, start=datetime(2025, 1, 1, tzinfo=UTC))
+    events = make_events(max(n for _, _, n in plan) * 8, seed=42, start=datetime(2025, 1, 1, tzinfo=UTC))
     for e in events:
         e.pop("time")  # the server stamps the append time, as for a live emitter
-    path = f"/api/v1/sessions/{session_id}/events"
     jobs: queue.Queue = queue.Queue()
-    records: list[tuple[int, float, float]] = []
+    records: list[tuple[str, int, int, float, float]] = []
     errors: list[str] = []
     lock = threading.Lock()
+    behind = 0.0
 
     def worker() -> None:
-        client = Client(port, token)
         nonlocal behind
+        client = Client(port, token)
         while (item := jobs.get()) is not None:
-            due, event = item
-            event["data"]["sent_at"] = sent_at = time.time()
+            due, session_id, batch = item
+            sent_at = time.time()
+            for event in batch:
+                event["data"]["sent_at"] = sent_at
             with lock:
                 behind = max(behind, sent_at - due)
             try:
-                status, body = client.post(path, json.dumps({"events": [event]}).encode())
+                status, body = client.post(f"/api/v1/sessions/{session_id}/events", json.dumps({"events": batch}).encode())
             except (OSError, http.client.HTTPException) as exc:
                 with lock:
                     errors.append(repr(exc))
@@ -139,22 +142,24 @@ def appender(port: int, token: str, session_id: str, rate: float, duration: floa
             answered_at = time.time()
             with lock:
                 if status == 201:
-                    records.append((json.loads(body)["first_seq"], sent_at, answered_at))
+                    records.append((session_id, json.loads(body)["first_seq"], len(batch), sent_at, answered_at))
                 else:
                     errors.append(f"{status} {body[:200]!r}")
         client.conn.close()
 
-    behind = 0.0
     start_at = pipe.recv()
     threads = [threading.Thread(target=worker, daemon=True) for _ in range(connections)]
     for t in threads:
         t.start()
-    for i, event in enumerate(events):
-        due = start_at + i / rate
+    cursor = 0
+    for offset, session_id, n in plan:
+        due = start_at + offset
         delay = due - time.time()
         if delay > 0:
             time.sleep(delay)
-        jobs.put((due, event))
+        batch = [json.loads(json.dumps(e)) for e in events[cursor : cursor + n]]
+        cursor = (cursor + n) % (len(events) - n)
+        jobs.put((due, session_id, batch))
     for _ in threads:
         jobs.put(None)
     for t in threads:
@@ -165,10 +170,19 @@ def appender(port: int, token: str, session_id: str, rate: float, duration: floa
 # The viewers (asyncio, autobahn) --------------------------------------------
 
 
+def stamp_seconds(value: str) -> float:
+    """The server's append stamp (an event's `time`) as time.time() seconds."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
 class Viewer:
-    def __init__(self, index: int, server: int, after: int):
+    """An API client's JSON stream: one frame per event."""
+
+    def __init__(self, index: int, server: int, session_id: str, seeded: int, after: int):
         self.index = index
         self.server = server
+        self.session_id = session_id
+        self.seeded = seeded  # events stored before the run (the backlog), seqs 0 .. seeded-1
         self.after = after
         self.seen: set[int] = set()
         self.received = 0
@@ -176,6 +190,7 @@ class Viewer:
         self.out_of_order = 0
         self.last = after
         self.deliveries: list[tuple[int, float]] = []  # (seq, receipt time) of appended events
+        self.stamps: dict[int, float] = {}  # seq -> the server's append stamp, when the frame carries it
         self.opened: asyncio.Future | None = None
         self.close_code: int | None = None
         self.closed = False
@@ -192,8 +207,9 @@ class Viewer:
         if seq < self.last:
             self.out_of_order += 1
         self.last = max(self.last, seq)
-        if "sent_at" in event["data"]:
+        if seq >= self.seeded:
             self.deliveries.append((seq, now))
+            self.stamps[seq] = stamp_seconds(event["time"])
 
 
 class PageViewer(Viewer):
@@ -212,11 +228,8 @@ class PageViewer(Viewer):
             return
         shown = range(self.last + 1, cursor + 1)
         self.seen.update(shown)
-        self.deliveries.extend((seq, now) for seq in shown if seq >= SEED_EVENTS)
+        self.deliveries.extend((seq, now) for seq in shown if seq >= self.seeded)
         self.last = cursor
-
-
-VIEWER_KINDS = {"json": Viewer, "page": PageViewer}
 
 
 def page_login(target: Target) -> str:
@@ -256,23 +269,23 @@ def make_protocol():
     return ViewerProtocol
 
 
-async def open_viewer(viewer: Viewer, port: int, credentials: dict, session_id: str, protocol) -> None:
+async def open_viewer(viewer: Viewer, port: int, credentials: dict, protocol) -> None:
     from autobahn.asyncio.websocket import WebSocketClientFactory
 
     loop = asyncio.get_running_loop()
     viewer.opened = loop.create_future()
     if isinstance(viewer, PageViewer):
-        url = f"ws://127.0.0.1:{port}/ws/sessions/{session_id}/live?after={viewer.after}"
+        url = f"ws://127.0.0.1:{port}/ws/sessions/{viewer.session_id}/live?after={viewer.after}"
         headers = {"Cookie": f"sessionid={credentials['cookie']}", "Origin": f"http://127.0.0.1:{port}"}
     else:
-        url = f"ws://127.0.0.1:{port}/ws/v1/sessions/{session_id}/events?after={viewer.after}"
+        url = f"ws://127.0.0.1:{port}/ws/v1/sessions/{viewer.session_id}/events?after={viewer.after}"
         headers = {"Authorization": f"Bearer {credentials['token']}"}
     factory = WebSocketClientFactory(url, headers=headers)
-    factory.setProtocolOptions(utf8validateIncoming=False, openHandshakeTimeout=30)
+    factory.setProtocolOptions(utf8validateIncoming=False, openHandshakeTimeout=60)
     factory.protocol = protocol
     factory.viewer = viewer
     await loop.create_connection(factory, "127.0.0.1", port)
-    await asyncio.wait_for(viewer.opened, 30)
+    await asyncio.wait_for(viewer.opened, 60)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -281,99 +294,114 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def watch_session(target: Target, session_id: str, args, pipe) -> dict:
-    n_viewers = args.viewers
+async def watch_sessions(target: Target, work: dict, pipe) -> dict:
     ports = [s.port for s in target.servers]
-    rng = random.Random(3)
-    kind = VIEWER_KINDS[args.viewer_kind]
+    kind = PageViewer if work["kind"] == "page" else Viewer
     viewers = [
-        kind(i, server=i * len(ports) // n_viewers, after=SEED_EVENTS - 1 - rng.randrange(20)) for i in range(n_viewers)
+        kind(i, server=i * len(ports) // len(work["viewers"]), session_id=sid, seeded=work["seeded"], after=after)
+        for i, (sid, after) in enumerate(work["viewers"])
     ]
     protocol = make_protocol()
-    credentials = {"token": target.token, "cookie": page_login(target) if args.viewer_kind == "page" else None}
+    credentials = {"token": target.token, "cookie": work.get("cookie")}
     t0 = time.perf_counter()
-    await asyncio.gather(*(open_viewer(v, ports[v.server], credentials, session_id, protocol) for v in viewers))
-    deadline = time.monotonic() + 30
-    while any(v.last < SEED_EVENTS - 1 for v in viewers):
+    for start in range(0, len(viewers), 50):  # at most 50 handshakes at once
+        await asyncio.gather(*(open_viewer(v, ports[v.server], credentials, protocol) for v in viewers[start : start + 50]))
+    deadline = time.monotonic() + 60
+    while any(v.last < v.seeded - 1 for v in viewers):
+        if closed := [v.close_code for v in viewers if v.closed]:
+            raise RuntimeError(f"{len(closed)} viewers were closed before their backlog (codes {sorted(set(closed))})")
         if time.monotonic() > deadline:
             raise RuntimeError("some viewers never received their backlog")
         await asyncio.sleep(0.05)
     connect_seconds = time.perf_counter() - t0
 
     server_cpu0 = [cpu_seconds(s.process.pid) for s in target.servers]
+    received0 = [v.received for v in viewers]
     client_cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     start_at = time.time() + 0.5
     pipe.send(start_at)
     loop = asyncio.get_running_loop()
     report = await loop.run_in_executor(None, pipe.recv)
+    records = report["records"]
+    final = {sid: work["seeded"] for sid in work["sessions"]}
+    for sid, first, n, _, _ in records:
+        final[sid] = max(final[sid], first + n)
+    drain_start = time.perf_counter()
+    deadline = time.monotonic() + 15
+    while any(v.last < final[v.session_id] - 1 and not v.closed for v in viewers) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    drain_seconds = time.perf_counter() - drain_start
+    # CPU and frames up to the moment the last viewer is served (or gave up).
     server_cpu = [cpu_seconds(s.process.pid) - c for s, c in zip(target.servers, server_cpu0)]
+    frames = sum(v.received - r for v, r in zip(viewers, received0))
     client_cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     client_cpu = (client_cpu1.ru_utime + client_cpu1.ru_stime) - (client_cpu0.ru_utime + client_cpu0.ru_stime)
     run_seconds = time.time() - start_at
-
-    records = report["records"]
-    final_count = SEED_EVENTS + len(records)
-    drain_start = time.perf_counter()
-    deadline = time.monotonic() + 15
-    while any(v.last < final_count - 1 and not v.closed for v in viewers) and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    drain_seconds = time.perf_counter() - drain_start
     await asyncio.sleep(0.5)  # let any late duplicate arrive before counting
     still_open = sum(not v.closed for v in viewers)
 
-    answered = {seq: (sent, answer) for seq, sent, answer in records}
-    # Keyed by the server's index as a string (the result travels as JSON).
-    end_to_end: dict[str, list[float]] = {str(i): [] for i in range(len(ports))}
-    after_answer: dict[str, list[float]] = {str(i): [] for i in range(len(ports))}
+    sent = {}
+    for sid, first, n, sent_at, answered_at in records:
+        for seq in range(first, first + n):
+            sent[(sid, seq)] = (sent_at, answered_at)
+    stamps = work.get("stamps") or {}
+    servers = [str(i) for i in range(len(ports))]
+    commit: dict[str, list[float]] = {i: [] for i in servers}
+    end_to_end: dict[str, list[float]] = {i: [] for i in servers}
     window = 5.0
     by_window: dict[int, list[float]] = {}
     per_viewer = []
     for v in viewers:
-        expected = set(range(v.after + 1, final_count))
+        expected = set(range(v.after + 1, final[v.session_id]))
         lost = len(expected - v.seen)
         for seq, now in v.deliveries:
-            sent, answer = answered[seq]
-            end_to_end[str(v.server)].append(now - sent)
-            by_window.setdefault(int((sent - start_at) // window), []).append(now - sent)
-            after_answer[str(v.server)].append(now - answer)
+            sent_at, _ = sent[(v.session_id, seq)]
+            end_to_end[str(v.server)].append(now - sent_at)
+            stamp = v.stamps.get(seq)
+            if stamp is not None:
+                commit[str(v.server)].append(now - stamp)
+            by_window.setdefault(int((sent_at - start_at) // window), []).append(now - sent_at)
         per_viewer.append(
             {"server": v.server, "received": v.received, "expected": len(expected), "lost": lost,
              "duplicates": v.duplicates, "out_of_order": v.out_of_order, "closed": v.closed, "close_code": v.close_code}
         )  # fmt: skip
+    receipts = {i: [(seq, now) for v in viewers if str(v.server) == i for seq, now in v.deliveries] for i in servers}
     return {
+        "receipts": receipts if work["kind"] == "page" else None,
         "viewers": per_viewer,
-        "appended": len(records),
+        "appended": sum(n for _, _, n, _, _ in records),
+        "posts": len(records),
         "append_errors": report["errors"],
         "append_elapsed": report["elapsed"],
         "append_max_behind": report["max_behind"],
-        "final_count": final_count,
+        "final": final,
         "connect_seconds": connect_seconds,
         "drain_seconds": drain_seconds,
         "run_seconds": run_seconds,
         "still_open": still_open,
+        "commit_to_receipt": commit,
         "end_to_end": end_to_end,
-        "after_answer": after_answer,
         "server_cpu": server_cpu,
+        "frames": frames,
         "client_cpu": client_cpu,
-        "post_seconds": [answer - sent for _, sent, answer in records],
+        "post_seconds": [answer - sent_at for _, _, _, sent_at, answer in records],
         # p50 end-to-end latency of the events sent in each 5 s window of the run: a steady rise
         # means the server falls behind (a throughput limit), not a constant delay.
         "e2e_p50_by_window": [quantile(by_window[k], 0.5) for k in sorted(by_window)],
     }
 
 
-def viewers_process(target: Target, session_id: str, args, out) -> None:
+def viewers_process(target: Target, work: dict, args, out) -> None:
     """The viewers, in their own process: autobahn's asyncio flavour must not meet Django's daphne (twisted) import."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     ctx = multiprocessing.get_context("fork")
     parent_end, child_end = ctx.Pipe()
     proc = ctx.Process(
-        target=appender, args=(target.port, target.token, session_id, args.rate, args.duration, args.append_connections, child_end),
-        daemon=True,
+        target=appender, args=(target.port, target.token, work["plan"], work["connections"], child_end), daemon=True
     )
     proc.start()
     try:
-        out.send(asyncio.run(watch_session(target, session_id, args, parent_end)))
+        out.send(asyncio.run(watch_sessions(target, work, parent_end)))
     except Exception as exc:
         out.send({"error": repr(exc)})
         raise
@@ -383,18 +411,73 @@ def viewers_process(target: Target, session_id: str, args, out) -> None:
             proc.terminate()
 
 
-def run_viewers(target: Target, args) -> dict:
-    client = Client(target.port, target.token)
-    session_id = "bench-live"
-    client.create_session(session_id)
-    seed = make_events(SEED_EVENTS, seed=7, start=datetime(2025, 1, 1, tzinfo=UTC))
-    status, body = client.post(f"/api/v1/sessions/{session_id}/events", json.dumps({"events": seed}).encode())
-    assert status == 201, body
-    client.conn.close()
+SEED_SCRIPT = """
+import json
+from sessions_app import services
+from sessions_app.log import events as log_events
+spec = json.loads(%r)
+for sid in spec["sessions"]:
+    services.create_session(session_id=sid, agent_name="bench")
+    services.append_events(session_id=sid, events=log_events.validate_batch(spec["events"]))
+"""
 
+
+def seed_sessions(target: Target, session_ids: list[str], count: int) -> None:
+    """Create the sessions with `count` events each, in one process (services, not HTTP: 500 sessions in seconds)."""
+    events = make_events(count, seed=7, start=datetime(2025, 1, 1, tzinfo=UTC))
+    target.manage("shell", "-c", SEED_SCRIPT % json.dumps({"sessions": session_ids, "events": events}))
+
+
+def server_stamps(target: Target, session_id: str, since: int) -> dict[int, float]:
+    """seq -> the server's append stamp of the stored events (for page frames, which carry no event time)."""
+    client = Client(target.port, target.token)
+    out: dict[int, float] = {}
+    while True:
+        status, body = client.get(f"/api/v1/sessions/{session_id}/events?since={since}&limit=5000")
+        page = json.loads(body)["events"]
+        out.update((e["seq"], stamp_seconds(e["time"])) for e in page)
+        if len(page) < 5000:
+            break
+        since = page[-1]["seq"] + 1
+    client.conn.close()
+    return out
+
+
+def plan_workload(name: str, target: Target, args) -> dict:
+    """Sessions, viewers (session, after) and the appender's schedule of one workload."""
+    rng = random.Random(3)
+    if name in ("json", "page"):
+        sessions = [f"bench-live-{name}"]
+        seeded = 100
+        viewers = [(sessions[0], seeded - 1 - rng.randrange(20)) for _ in range(args.viewers)]
+        n = int(args.rate * args.duration)
+        plan = [(i / args.rate, sessions[0], 1) for i in range(n)]
+        connections = args.append_connections
+    else:
+        sessions = [f"bench-many-{i:04d}" for i in range(args.sessions)]
+        seeded = 20
+        viewers = [(sid, seeded - 1 - rng.randrange(10)) for sid in sessions]
+        # Each session gets a batch every batch / session_rate seconds, the sessions staggered evenly.
+        every = args.batch / args.session_rate
+        plan = sorted(
+            (k * every + i * every / len(sessions), sid, args.batch)
+            for k in range(max(1, int(args.duration / every)))
+            for i, sid in enumerate(sessions)
+        )
+        connections = args.session_connections
+    seed_sessions(target, sessions, seeded)
+    work = {"kind": "page" if name == "page" else "json", "sessions": sessions, "seeded": seeded, "viewers": viewers,
+            "plan": plan, "connections": connections}  # fmt: skip
+    if name == "page":
+        work["cookie"] = page_login(target)
+    return work
+
+
+def run_viewers(target: Target, name: str, args) -> dict:
+    work = plan_workload(name, target, args)
     ctx = multiprocessing.get_context("fork")
     parent_end, child_end = ctx.Pipe()
-    proc = ctx.Process(target=viewers_process, args=(target, session_id, args, child_end))
+    proc = ctx.Process(target=viewers_process, args=(target, work, args, child_end))
     proc.start()
     try:
         result = parent_end.recv()
@@ -404,12 +487,18 @@ def run_viewers(target: Target, args) -> dict:
             proc.terminate()
     if "error" in result:
         raise RuntimeError(f"the viewers failed: {result['error']}")
+    if work["kind"] == "page":  # page frames carry no event time: the stored events' stamps
+        stamps = server_stamps(target, work["sessions"][0], work["seeded"])
+        result["commit_to_receipt"] = {server: [now - stamps[seq] for seq, now in pairs] for server, pairs in result["receipts"].items()}
+    result.pop("receipts")
     client = Client(target.port, target.token)
-    status, body = client.get(f"/api/v1/sessions/{session_id}")
+    for sid in work["sessions"][:5]:
+        status, body = client.get(f"/api/v1/sessions/{sid}")
+        stored = json.loads(body)["event_count"]
+        if stored != result["final"][sid]:
+            raise RuntimeError(f"session {sid} holds {stored} events; the appender recorded {result['final'][sid]}")
     client.conn.close()
-    stored = json.loads(body)["event_count"]
-    if stored != result["final_count"]:
-        raise RuntimeError(f"the session holds {stored} events; the appender recorded {result['final_count']}")
+    result["workload"] = name
     return result
 
 
@@ -458,13 +547,34 @@ def page_ratios(pages: dict) -> dict[str, float]:
 # One scenario -------------------------------------------------------------------
 
 
+WORKLOADS = ("json", "page", "sessions")
+# p99 commit-to-receipt targets (ms) per (workload, scenario); every workload also needs 0 lost, 0 duplicated.
+P99_TARGETS = {
+    ("json", "embedded"): 100, ("json", "scaleout"): 100,
+    ("page", "embedded"): 250, ("page", "scaleout"): 150,
+    ("sessions", "embedded"): 250, ("sessions", "scaleout"): 250,
+}  # fmt: skip
+WORKLOAD_LABELS = {
+    "json": "100 JSON viewers of one session, 20 events/s (1 per POST)",
+    "page": "100 page viewers (HTML) of one session, 20 events/s (1 per POST)",
+    "sessions": "500 sessions x 1 JSON viewer, 2 events/s each (batches of 10)",
+}
+
+
 def run_scenario(name: str, args) -> dict:
     spec = SCENARIOS[name]
     db = args.db or spec["db"]
     result: dict = {"scenario": name, "db": db, "layer": "redis" if spec["redis"] else "in-memory", "servers": spec["servers"]}
     with torn_down(Target(db, args.redis_url if spec["redis"] else None), name) as target:
         target.setup(servers=spec["servers"])
-        result["live"] = run_viewers(target, args)
+        result["workloads"] = {}
+        for workload in args.workloads:
+            # Fresh daphnes per workload: no hub entry or render cache is carried over.
+            target.stop_servers()
+            target.servers = []
+            for _ in range(spec["servers"]):
+                target.start_server()
+            result["workloads"][workload] = run_viewers(target, workload, args)
         target.stop_servers()
         setup_django(target)
         result["version"] = db_version()
@@ -473,52 +583,81 @@ def run_scenario(name: str, args) -> dict:
         return result
 
 
-def live_ok(live: dict) -> bool:
-    return (
-        all(v["lost"] == 0 and v["duplicates"] == 0 and not v["closed"] for v in live["viewers"])
-        and not live["append_errors"]
-    )
+def all_values(by_server: dict[str, list[float]]) -> list[float]:
+    return [x for xs in by_server.values() for x in xs]
+
+
+def cpu_per_1000(live: dict) -> float:
+    return sum(live["server_cpu"]) / max(live["frames"], 1) * 1000
+
+
+def live_checks(live: dict, scenario: str) -> list[tuple[str, str, str, bool]]:
+    """(figure, value, target, met) of one workload's run."""
+    vs = live["viewers"]
+    lost, dup = sum(v["lost"] for v in vs), sum(v["duplicates"] for v in vs)
+    closed = sum(v["closed"] for v in vs)
+    commit = all_values(live["commit_to_receipt"])
+    target = P99_TARGETS[(live["workload"], scenario)]
+    p99 = quantile(commit, 0.99) * 1000 if commit else float("inf")
+    return [
+        ("p50 commit-to-receipt", f"{quantile(commit, 0.5) * 1000:.0f} ms" if commit else "-", "(reported)", True),
+        ("p99 commit-to-receipt", f"{p99:.0f} ms", f"< {target} ms", p99 < target),
+        ("lost", str(lost), "0", lost == 0),
+        ("duplicated", str(dup), "0", dup == 0),
+        ("closed early / append errors", f"{closed} / {len(live['append_errors'])}", "0 / 0", closed == 0 and not live["append_errors"]),
+        ("server CPU s per 1,000 frames", f"{cpu_per_1000(live):.2f}", "(reported)", True),
+    ]
+
+
+def live_ok(live: dict, scenario: str) -> bool:
+    return all(met for *_, met in live_checks(live, scenario))
 
 
 def ms(values: list[float], q: float) -> str:
     return f"{quantile(values, q) * 1000:7.1f}" if values else "      -"
 
 
-def print_result(r: dict, args) -> None:
-    live = r["live"]
+def print_workload(r: dict, live: dict) -> None:
     servers = r["servers"]
-    sockets = "session page sockets (HTML)" if args.viewer_kind == "page" else "API event streams (JSON)"
-    print(f"\n== {r['scenario']}: {r['version']}, {r['layer']} channel layer, {servers} daphne process{'es' if servers > 1 else ''}, {sockets} ==")
+    print(f"\n-- {r['scenario']}: {WORKLOAD_LABELS[live['workload']]} --")
     print(
         f"{len(live['viewers'])} viewers connected and had their backlog in {live['connect_seconds']:.1f} s; "
-        f"appended {live['appended']} events in {live['append_elapsed']:.1f} s ({live['appended'] / live['append_elapsed']:.1f}/s, "
-        f"one per POST, {live['append_max_behind'] * 1000:.0f} ms behind schedule at worst); "
+        f"appended {live['appended']} events in {live['posts']} POSTs in {live['append_elapsed']:.1f} s "
+        f"({live['appended'] / live['append_elapsed']:.1f}/s, {live['append_max_behind'] * 1000:.0f} ms behind schedule at worst); "
         f"POST p50 {ms(live['post_seconds'], 0.5).strip()} ms, p99 {ms(live['post_seconds'], 0.99).strip()} ms"
     )
-    print(f"all viewers had the last seq {live['drain_seconds']:.2f} s after the last append's answer")
+    print(f"all viewers had their last seq {live['drain_seconds']:.2f} s after the last append's answer")
     cpu = ", ".join(f"daphne {i}: {c / live['run_seconds']:.2f}" for i, c in enumerate(live["server_cpu"]))
-    print(f"CPU during the run (cores): {cpu}; the viewers' process: {live['client_cpu'] / live['run_seconds']:.2f}")
-    print(f"{'viewers':<34}{'deliveries':>11}{'e2e p50':>9}{'p99':>8}{'max':>8}{'answer→recv p50':>17}{'p99':>8}   (ms)")
-    groups = [(f"on daphne {i}" + (" (receives the POSTs)" if i == 0 and servers > 1 else ""), [i]) for i in range(servers)]
+    print(
+        f"CPU during the run (cores): {cpu}; the viewers' process: {live['client_cpu'] / live['run_seconds']:.2f}; "
+        f"{live['frames']:,} frames delivered, {sum(live['server_cpu']):.1f} server CPU s"
+    )
+    print(f"{'viewers':<34}{'deliveries':>11}{'commit→recv p50':>16}{'p99':>8}{'max':>8}{'sent→recv p50':>15}{'p99':>8}   (ms)")
+    groups = [(f"on daphne {i}" + (" (receives the POSTs)" if i == 0 and servers > 1 else ""), [str(i)]) for i in range(servers)]
     if servers > 1:
-        groups.append(("all", list(range(servers))))
+        groups.append(("all", [str(i) for i in range(servers)]))
     for label, idx in groups:
-        e2e = [x for i in idx for x in live["end_to_end"][str(i)]]
-        aa = [x for i in idx for x in live["after_answer"][str(i)]]
-        print(f"{label:<34}{len(e2e):>11,}{ms(e2e, 0.5)}{ms(e2e, 0.99):>8}{ms(e2e, 1.0):>8}{ms(aa, 0.5):>17}{ms(aa, 0.99):>8}")
-    print("e2e p50 of the events sent in each 5 s of the run (ms): " + ", ".join(f"{x * 1000:.0f}" for x in live["e2e_p50_by_window"]))
+        c = [x for i in idx for x in live["commit_to_receipt"][i]]
+        e = [x for i in idx for x in live["end_to_end"][i]]
+        print(f"{label:<34}{len(e):>11,}{ms(c, 0.5):>16}{ms(c, 0.99):>8}{ms(c, 1.0):>8}{ms(e, 0.5):>15}{ms(e, 0.99):>8}")
+    print("sent→recv p50 of the events sent in each 5 s of the run (ms): " + ", ".join(f"{x * 1000:.0f}" for x in live["e2e_p50_by_window"]))
     vs = live["viewers"]
     received = [v["received"] for v in vs]
-    unit = "frames" if args.viewer_kind == "page" else "events"
     print(
-        f"per viewer: received {min(received)}–{max(received)} {unit} (events expected {min(v['expected'] for v in vs)}–{max(v['expected'] for v in vs)}); "
-        f"lost total {sum(v['lost'] for v in vs)} (max {max(v['lost'] for v in vs)}), "
-        f"duplicated total {sum(v['duplicates'] for v in vs)}, out of order {sum(v['out_of_order'] for v in vs)}, "
-        f"closed early {sum(v['closed'] for v in vs)}"
+        f"per viewer: received {min(received)}–{max(received)} frames (events expected {min(v['expected'] for v in vs)}–{max(v['expected'] for v in vs)}); "
+        f"out of order {sum(v['out_of_order'] for v in vs)}"
     )
     if live["append_errors"]:
         print(f"append errors: {live['append_errors'][:5]}")
-    print(f"(a) {'meets' if live_ok(live) else 'MISSES'} the target: zero lost, zero duplicated, every viewer connected throughout")
+    for figure, value, target, met in live_checks(live, r["scenario"]):
+        print(f"  {figure:<32}{value:>12}   target {target:<12}{'' if target == '(reported)' else ('met' if met else 'MISSED')}")
+
+
+def print_result(r: dict, args) -> None:
+    servers = r["servers"]
+    print(f"\n== {r['scenario']}: {r['version']}, {r['layer']} channel layer, {servers} daphne process{'es' if servers > 1 else ''} ==")
+    for live in r["workloads"].values():
+        print_workload(r, live)
     if "pages" in r:
         p = r["pages"]
         print("\n(b) GET /sessions/{id}/ in-process (django.test.Client, force_login), server time in ms:")
@@ -534,7 +673,7 @@ def print_result(r: dict, args) -> None:
 
 
 def scenario_ok(r: dict) -> bool:
-    ok = live_ok(r["live"])
+    ok = all(live_ok(live, r["scenario"]) for live in r["workloads"].values())
     if "pages" in r:
         ok &= all(ratio <= PAGE_RATIO for ratio in page_ratios(r["pages"]).values())
     return ok
@@ -544,12 +683,17 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", choices=["embedded", "scaleout", "both"], default="both")
     parser.add_argument("--db", choices=["sqlite", "postgres"], help="override the scenario's database (embedded: sqlite, scale-out: postgres)")
-    parser.add_argument("--viewers", type=int, default=100)
     parser.add_argument(
-        "--viewer-kind", choices=sorted(VIEWER_KINDS), default="json",
-        help="json: the API's event stream (default); page: the session page's HTML socket, as browsers use it",
+        "--workload", action="append", choices=[*WORKLOADS, "all"], dest="workloads",
+        help="json: 100 API event streams of one session; page: 100 session page sockets (HTML) of one session; "
+        "sessions: 500 sessions with one API stream each (repeat the option for several; default: all)",
     )
-    parser.add_argument("--rate", type=float, default=20.0, help="appended events per second (one per POST)")
+    parser.add_argument("--viewers", type=int, default=100, help="viewers of the one session (json, page)")
+    parser.add_argument("--rate", type=float, default=20.0, help="appended events per second to the one session (json, page; one per POST)")
+    parser.add_argument("--sessions", type=int, default=500, help="sessions of the sessions workload (one viewer each)")
+    parser.add_argument("--session-rate", type=float, default=2.0, help="events per second per session (sessions workload)")
+    parser.add_argument("--batch", type=int, default=10, help="events per POST (sessions workload)")
+    parser.add_argument("--session-connections", type=int, default=8, help="appender connections (sessions workload)")
     parser.add_argument("--duration", type=float, default=30.0, help="seconds of appends")
     parser.add_argument(
         "--append-connections", type=int, default=APPEND_CONNECTIONS,
@@ -561,6 +705,7 @@ def main(argv=None) -> int:
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL, help=argparse.SUPPRESS)
     parser.add_argument("--json-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    args.workloads = list(WORKLOADS) if not args.workloads or "all" in args.workloads else list(dict.fromkeys(args.workloads))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     if args.scenario != "both":
@@ -603,13 +748,15 @@ def main(argv=None) -> int:
         if r is None:
             print(f"{name:<10} error")
             continue
-        live = r["live"]
-        e2e = [x for xs in live["end_to_end"].values() for x in xs]
-        vs = live["viewers"]
-        line = (
-            f"{name:<10} {r['db']}, {r['layer']}, {r['servers']} daphne: {len(vs)} viewers, e2e p50 {quantile(e2e, 0.5) * 1000:.0f} ms "
-            f"p99 {quantile(e2e, 0.99) * 1000:.0f} ms, lost {sum(v['lost'] for v in vs)}, dup {sum(v['duplicates'] for v in vs)}"
-        )
+        parts = []
+        for live in r["workloads"].values():
+            checks = {figure: (value, met) for figure, value, _, met in live_checks(live, name)}
+            parts.append(
+                f"{live['workload']}: p50 {checks['p50 commit-to-receipt'][0]} p99 {checks['p99 commit-to-receipt'][0]}"
+                f"{'' if checks['p99 commit-to-receipt'][1] else ' (MISSED)'}, lost {checks['lost'][0]}, dup {checks['duplicated'][0]}, "
+                f"{checks['server CPU s per 1,000 frames'][0]} CPU s/1,000 frames"
+            )
+        line = f"{name:<10} {r['db']}, {r['layer']}, {r['servers']} daphne: " + "; ".join(parts)
         if "pages" in r:
             ratios = page_ratios(r["pages"])
             line += f"; page {r['pages']['sizes']['big']:,}/100 events: open {ratios['open']:.2f}x, closed {ratios['closed']:.2f}x"

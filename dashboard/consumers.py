@@ -13,9 +13,9 @@ import logging
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from dashboard import credentials, stream
+from dashboard import credentials, hub, stream
 from dashboard.middleware import DATABASE_UNAVAILABLE
-from sessions_app import access, services
+from sessions_app import access
 
 logger = logging.getLogger(__name__)
 
@@ -70,14 +70,22 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
 
     An open stream that loses the database stays open and catches up when it
     is back; one that loses Redis is served by the database poll meanwhile.
+
+    The socket has no channel of its own: the process's hub (dashboard.hub)
+    holds one group membership and one stream per session, and fans each run
+    of events out to every local socket of the session.
     """
+
+    # No channel per socket (an alias with no layer): the hub's entry reads the session's group.
+    channel_layer_alias = "turnlog.hub"
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self._stream: stream.SessionStream | None = None
+        self._stream: hub.Follower | None = None
         self._pump: asyncio.Task | None = None
-        self._group: str | None = None
+        self._hub: hub.Hub | None = None
         self._credential: credentials.Registration | None = None
+        self._failed = False
 
     async def connect(self):
         await self.accept()
@@ -116,35 +124,32 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             )
         )
 
-        self._stream = stream.SessionStream(session, after=after, send=self._send_events)
-        # Join the group before reading the backlog: an event committed in
-        # between is then either in the backlog or in the inbox (or both,
-        # and the seq drops the second copy).
-        self._group = services.session_group(session.id)
-        await self.channel_layer.group_add(self._group, self.channel_name)
-        stream.watch(self._stream)
+        # The hub's entry is in the session's group before the backlog is read:
+        # an event committed in between is then in the backlog or in a run
+        # from the entry (or both, and the seq drops the second copy).
+        self._hub = hub.hub()
+        self._stream = await self._hub.subscribe(session, after=after, send=self._send_events, failed=self._stream_failed)
         self._pump = asyncio.create_task(self._run_stream(self._stream))
 
-    async def _run_stream(self, events: stream.SessionStream):
+    async def _run_stream(self, events: hub.Follower):
         try:
             await events.run()
         except asyncio.CancelledError:
             raise
         except Exception:
             logger.exception("the event stream of session %s failed", events.session_id)
+            await self._stream_failed()
+
+    async def _stream_failed(self) -> None:
+        """This socket's stream, or the hub's stream of the session (logged there), failed: 4500, once;
+        the client reconnects. The disconnect that follows stops the stream."""
+        if not self._failed:
+            self._failed = True
             await self.close(code=CLOSE_SERVER_ERROR)
 
     async def _send_events(self, wires: list[dict]) -> None:
         for wire in wires:
-            await self.send_json({"type": "session_event", "event": wire})
-
-    async def session_events(self, message):
-        """A commit's events from services.publish_events (best effort; the stream checks each seq)."""
-        if self._stream is None or message.get("session_id", self._stream.session_id) != self._stream.session_id:
-            return
-        events = message.get("events")
-        for wire in events if isinstance(events, list) else ():
-            self._stream.offer_event(wire)
+            await self.send(text_data=hub.json_text(wire))
 
     async def _close_for_lost_access(self, why: str) -> None:
         """No frame after the token was revoked or expired or the user deactivated (then 4401),
@@ -172,21 +177,15 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             await self._stop_stream()
 
     async def _stop_stream(self) -> None:
-        """Idempotent: stop the pump, stop being polled and having the token checked, leave the group."""
+        """Idempotent: stop the pump, stop having the token checked, leave the hub (its entry ends with its last socket)."""
         credential, self._credential = self._credential, None
         if credential is not None:
             credentials.unregister(credential)
         pump, self._pump = self._pump, None
-        watched, self._stream = self._stream, None
-        group, self._group = self._group, None
-        if watched is not None:
-            stream.unwatch(watched)
+        follower, self._stream = self._stream, None
         if pump is not None:
             pump.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await pump
-        if group is not None:
-            try:
-                await self.channel_layer.group_discard(group, self.channel_name)
-            except Exception:  # the layer is down: the group entry expires on its own
-                logger.warning("leaving group %s failed", group, exc_info=True)
+        if follower is not None:
+            await self._hub.unsubscribe(follower)

@@ -1,4 +1,12 @@
-"""The Redis channel layer, made to ride out Redis outages.
+"""The channel layers: Redis, made to ride out Redis outages; and the in-memory one, made cheaper.
+
+`InMemoryChannelLayer` is channels' own, except that its expiry sweep (which
+walks every channel and every group member) runs at most once per
+`SWEEP_SECONDS` instead of on every receive and group_send: with one
+channel per watched session (dashboard.hub), that sweep per message grew
+with sessions x messages.
+
+The Redis channel layer:
 
 channels-redis raises on every call while Redis is unreachable. A consumer's
 receive loop (channels' `await_many_dispatch`) then dies, and Daphne closes
@@ -23,6 +31,7 @@ import asyncio
 import logging
 import time
 
+from channels.layers import InMemoryChannelLayer as ChannelsInMemoryChannelLayer
 from channels_redis.core import RedisChannelLayer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -32,6 +41,20 @@ logger = logging.getLogger(__name__)
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
 # Seconds between two tries to reach Redis again during an outage (doubling up to the cap).
 RETRY_FIRST, RETRY_CAP = 0.5, 5.0
+# Seconds between two expiry sweeps of the in-memory layer (messages expire after `expiry`, 60 s).
+SWEEP_SECONDS = 1.0
+
+
+class InMemoryChannelLayer(ChannelsInMemoryChannelLayer):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._next_sweep = 0.0
+
+    def _clean_expired(self):
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._next_sweep = now + SWEEP_SECONDS
+            super()._clean_expired()
 
 
 class ResilientRedisChannelLayer(RedisChannelLayer):

@@ -110,18 +110,14 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
     async def refresh_status(self, session_id: str):
         """A running session turns stalled with silence alone: its header is re-sent when that happens.
 
-        Without the database a round is skipped (the stream waits for it anyway).
+        One check per session per process (`shared_status`), whatever the number of its page sockets.
         """
-        shown = None
-        while True:
-            try:
-                status = await database_sync_to_async(session_status)(session_id)
-                if shown is not None and status != shown:
-                    await self.send(text_data=await database_sync_to_async(render_state_frame)(session_id))
-                shown = status
-            except DATABASE_UNAVAILABLE as error:
-                stream.database_outage.failed(error)
-            await asyncio.sleep(STATUS_REFRESH_SECONDS)
+        frames = shared_status.follow(session_id)
+        try:
+            while True:
+                await self.send(text_data=await frames.get())
+        finally:
+            shared_status.unfollow(session_id, frames)
 
     async def disconnect(self, code):
         self.cancel_renewal()
@@ -151,6 +147,8 @@ class SharedRenders:
     async def get(self, key: tuple, render: Callable[[], str]) -> str:
         future = self._renders.get(key)
         if future is None:
+            # In the process's thread-sensitive thread, as every database read of the sockets: renders
+            # in other threads left PostgreSQL pool connections behind, and later sockets waited for one.
             future = asyncio.ensure_future(database_sync_to_async(render)())
             self._renders[key] = future
             future.add_done_callback(lambda done: self._forget_later(key, done))
@@ -172,6 +170,59 @@ class SharedRenders:
 
 
 shared_frames = SharedRenders()
+
+
+class SharedStatus:
+    """One status check per watched session per process, its state frame rendered once for all its page sockets.
+
+    Each page socket `follow`s its session and gets a queue of state frames;
+    one task per session reads the status every STATUS_REFRESH_SECONDS and,
+    when it changed, renders `render_state_frame` once and puts it in every
+    queue. Without the database a round is skipped (the streams wait for it anyway).
+    """
+
+    def __init__(self):
+        self._sessions: dict[str, tuple[set[asyncio.Queue], asyncio.Task]] = {}
+
+    def follow(self, session_id: str) -> asyncio.Queue:
+        frames: asyncio.Queue = asyncio.Queue()
+        watched = self._sessions.get(session_id)
+        if watched is None or watched[1].done() or watched[1].get_loop() is not asyncio.get_running_loop():
+            watched = self._sessions[session_id] = (set(), asyncio.create_task(self._check(session_id)))
+        watched[0].add(frames)
+        return frames
+
+    def unfollow(self, session_id: str, frames: asyncio.Queue) -> None:
+        watched = self._sessions.get(session_id)
+        if watched is None or frames not in watched[0]:
+            return
+        watched[0].discard(frames)
+        if not watched[0]:
+            del self._sessions[session_id]
+            watched[1].cancel()
+
+    async def _check(self, session_id: str) -> None:
+        shown = None
+        while True:
+            try:
+                status = await database_sync_to_async(session_status)(session_id)
+                if shown is not None and status != shown:
+                    frame = await database_sync_to_async(render_state_frame)(session_id)
+                    watched = self._sessions.get(session_id)
+                    for frames in watched[0] if watched is not None else ():
+                        frames.put_nowait(frame)
+                shown = status
+            except DATABASE_UNAVAILABLE as error:
+                stream.database_outage.failed(error)
+            except Exception:
+                logger.exception("checking the status of session %s failed", session_id)
+            await asyncio.sleep(STATUS_REFRESH_SECONDS)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+
+shared_status = SharedStatus()
 
 
 def session_status(session_id: str) -> str:

@@ -196,7 +196,8 @@ if REDIS_URL:
         }
     }
 else:
-    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer", "CONFIG": {"capacity": 1500}}}
+    # channels' in-memory layer with a cheaper expiry sweep (dashboard/layer.py).
+    CHANNEL_LAYERS = {"default": {"BACKEND": "dashboard.layer.InMemoryChannelLayer", "CONFIG": {"capacity": 1500}}}
 
 # AxesStandaloneBackend first: it refuses a locked-out login before any
 # password is checked (bearer tokens and socket sessions never authenticate()).

@@ -9,7 +9,8 @@ seq order, for as long as the socket is open.
   `services.append_events` after commit): best effort, may be lost,
   duplicated or reordered;
 - the per-process `_Watcher`: one indexed query every `POLL_INTERVAL`
-  seconds for the `event_count` of all the sessions this process streams,
+  seconds for the `event_count` of all the sessions this process streams
+  (one stream per session: dashboard.hub's),
   which catches writes this process's layer never heard of (another process
   with the in-memory layer, a management command, a restarted Redis).
 
@@ -57,8 +58,9 @@ PAGE_SIZE = 500
 # Pending layer messages per stream; beyond it they are dropped (and repaired
 # from the database like any lost message).
 INBOX_LIMIT = 5000
-# Session ids per count query of the watcher.
-POLL_CHUNK = 500
+# Session ids per count query of the watcher: one query per interval for all the
+# sessions a process streams (SQLite >= 3.32 takes 32,766 parameters, PostgreSQL 65,535).
+POLL_CHUNK = 10_000
 # Seconds before a stream reads the unreachable database again (doubling up to the cap).
 DB_RETRY_FIRST, DB_RETRY_CAP = 0.5, 5.0
 
