@@ -617,8 +617,9 @@ class Builder:
             else:
                 card.state = NOT_STARTED if card.risk == recovery.TOOL_NOT_STARTED else OUTCOME_UNKNOWN
         elif real is not None:
-            metadata = real.data.get("metadata") or {}
-            card.state = ERROR if metadata.get("is_error") or metadata.get("error") else COMPLETED
+            metadata = real.data.get("metadata")  # any JSON value: the log keeps what the tool sent
+            failed = isinstance(metadata, dict) and (metadata.get("is_error") or metadata.get("error"))
+            card.state = ERROR if failed else COMPLETED
         elif cid in self.owed:
             owed = self.owed[cid]
             card.risk, card.rule, card.owed = owed.risk, owed.rule, True
@@ -631,8 +632,7 @@ class Builder:
 
 def is_synthetic(event: Event) -> bool:
     """Written by recovery: its repairs and its context message carry metadata.synthetic = true."""
-    metadata = event.data.get("metadata")
-    return isinstance(metadata, dict) and metadata.get("synthetic") is True
+    return recovery.is_synthetic(event.data)
 
 
 SIDE_EFFECT_RANK = {"external_effect": 0, "unknown": 1, "idempotent": 2, "read_only": 3}
@@ -674,50 +674,12 @@ class OpenTurnView:
         return recovery.open_turn_label(self.number, self.turn_start.seq)
 
 
-@dataclass(frozen=True)
-class StrategyView:
-    """One open turn's recommended strategy (spec section 8.1), in sessions_app.log.strategy's words."""
-
-    turn: log_strategy.TurnStrategy
-    unverified_words = log_strategy.UNVERIFIED_WORDS
-    effect_words = log_strategy.EFFECT_WORDS
-
-    @property
-    def strategy(self) -> str:
-        return self.turn.strategy
-
-    @property
-    def label(self) -> str:
-        return self.turn.label
-
-    @property
-    def headline(self) -> str:
-        return log_strategy.HEADLINES[self.turn.strategy]
-
-    @property
-    def advice(self) -> str:
-        return log_strategy.ADVICE[self.turn.strategy]
-
-    @property
-    def unverified(self) -> list[log_strategy.ClassedCall]:
-        return self.turn.unverified
-
-    @property
-    def effects(self) -> list[log_strategy.ClassedCall]:
-        return self.turn.effects
-
-
-def strategy_views(plan: recovery.Plan) -> list[StrategyView]:
-    """The plan's strategies, innermost open turn first, under the tool policies as they are now."""
-    return [StrategyView(turn) for turn in selectors.recovery_strategies(plan)]
-
-
-def innermost_strategy(session: Session) -> StrategyView | None:
+def innermost_strategy(session: Session) -> log_strategy.TurnStrategy | None:
     """The session header's recommendation: the innermost open turn's strategy (stalled sessions only)."""
     if not session.turn_stack:
         return None
-    views = strategy_views(selectors.recovery_plan(session))
-    return views[0] if views else None
+    turns = selectors.recovery_strategies(selectors.recovery_plan(session))
+    return turns[0] if turns else None
 
 
 @dataclass
@@ -725,7 +687,7 @@ class RecoveryPreview:
     open_turns: list[OpenTurnView]
     owed: list[OwedCallView]  # what a person must check first comes first
     appended: list[Row]  # the exact events confirming appends, as transcript rows
-    strategies: list[StrategyView] = field(default_factory=list)  # innermost open turn first
+    strategies: list[log_strategy.TurnStrategy] = field(default_factory=list)  # innermost open turn first
 
 
 def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
@@ -759,7 +721,7 @@ def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
         )
         for i, repair in enumerate(plan.repairs)
     ]
-    return RecoveryPreview(open_turns=open_turns, owed=owed, appended=appended, strategies=strategy_views(plan))
+    return RecoveryPreview(open_turns=open_turns, owed=owed, appended=appended, strategies=selectors.recovery_strategies(plan))
 
 
 def evidence_of(call: recovery.OwedCall) -> list[tuple[int, str]]:

@@ -179,7 +179,7 @@ class _Scan:
 
 
 def is_synthetic(data: dict) -> bool:
-    """A result recovery or a patch wrote, not the tool (metadata.synthetic is exactly true)."""
+    """Written by recovery, not by a tool or the agent (metadata.synthetic is exactly true)."""
     metadata = data.get("metadata")
     return isinstance(metadata, dict) and metadata.get("synthetic") is True
 

@@ -509,3 +509,21 @@ def test_repeated_failures_show_in_the_header_and_the_list(viewer):
     assert "repeated failures" in crashed_row and "repeated failures" not in fine_row
     state = text_of(viewer.get("/sessions/crashed/")).split('id="session-state"')[1]
     assert '<span class="badge danger">repeated failures</span>' in state
+
+
+@pytest.mark.parametrize("metadata", [[None, []], "oops", 7])
+def test_a_result_whose_metadata_is_not_an_object_reads_as_completed(client, metadata, django_user_model):
+    from sessions_app import services
+    from sessions_app.log.events import validate_batch
+    from tests.access import member
+
+    services.create_session(session_id="odd-meta")
+    services.append_events(session_id="odd-meta", events=validate_batch([
+        {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "echo"}]}},
+        {"type": "tool_result", "data": {"tool_call_id": "c1", "content": "ok", "metadata": metadata}},
+    ]))  # fmt: skip
+    user = django_user_model.objects.create_user("meta-reader")
+    member(user, role="viewer")
+    client.force_login(user)
+    response = client.get("/sessions/odd-meta/")
+    assert response.status_code == 200 and "completed" in response.content.decode()
