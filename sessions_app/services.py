@@ -231,7 +231,8 @@ def recover_automatically(*, session_id: str, policy: AutoRecoveryPolicy, now: d
         if not policy.enabled or not session.turn_stack or quiet < policy.quiet_seconds:
             return None
         plan = recovery_plan(session)
-        if any(t.strategy != log_strategy.RESTART_TURN for t in recovery_strategies(plan)):
+        turns = recovery_strategies(plan)
+        if any(t.strategy != log_strategy.RESTART_TURN for t in turns):
             session.auto_checked_count = session.event_count
             session.save(update_fields=["auto_checked_count"])
             return None
@@ -253,7 +254,7 @@ def recover_automatically(*, session_id: str, policy: AutoRecoveryPolicy, now: d
                 )
                 transaction.on_commit(lambda: publish_session_changed(session.id))
             return None
-        return _apply_recovery(session, plan, user=None, digest=None, note="", policy=policy, now=now)
+        return _apply_recovery(session, plan, user=None, digest=None, note="", policy=policy, now=now, turns=turns)
 
 
 def _apply_recovery(
@@ -267,8 +268,9 @@ def _apply_recovery(
     abandon: bool = False,
     policy: AutoRecoveryPolicy | None = None,
     now: datetime | None = None,
+    turns: list[log_strategy.TurnStrategy] | None = None,
 ) -> RepairResult:
-    turns = recovery_strategies(plan)
+    turns = recovery_strategies(plan) if turns is None else turns
     extra = []
     if context and plan.repairs:
         extra = [log_recovery.Repair("system_message", log_strategy.context_message(turns, abandoned=abandon), None)]

@@ -48,7 +48,7 @@ def at(mapping: dict | None, key: object) -> object:
 
 @register.simple_tag
 def innermost_strategy(session):
-    """The recommended strategy of a session's innermost open turn (dashboard.transcript.StrategyView), or None."""
+    """The recommended strategy of a session's innermost open turn (sessions_app.log.strategy.TurnStrategy), or None."""
     from dashboard import transcript  # the pages' module imports the models; templates load tags early
 
     return transcript.innermost_strategy(session)

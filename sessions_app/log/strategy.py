@@ -68,6 +68,17 @@ class TurnStrategy:
         return open_turn_label(self.turn_number, self.turn_seq)
 
     @property
+    def headline(self) -> str:
+        return HEADLINES[self.strategy]
+
+    @property
+    def advice(self) -> str:
+        return ADVICE[self.strategy]
+
+    unverified_words = UNVERIFIED_WORDS
+    effect_words = EFFECT_WORDS
+
+    @property
     def unverified(self) -> list[ClassedCall]:
         """Owed calls that may have had an effect outside: the person must check them (row 1)."""
         return [c for c in self.calls if c.risky and c.outcome_unknown]
