@@ -93,14 +93,17 @@ INSTALLED_APPS = [
     "dashboard",
 ]
 
+# Four of these run their hooks in the event loop under ASGI (dashboard/middleware.py
+# says why). Security, sessions, CSRF and clickjacking stay Django's own classes:
+# `check --deploy` looks for them by name, and skips its HSTS, SSL and cookie checks without them.
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
-    "csp.middleware.CSPMiddleware",
+    "dashboard.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
+    "dashboard.middleware.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
+    "dashboard.middleware.AuthenticationMiddleware",
+    "dashboard.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "dashboard.middleware.DatabaseUnavailableMiddleware",
@@ -240,6 +243,13 @@ TURNLOG_MAX_BATCH_EVENTS = int(os.environ.get("TURNLOG_MAX_BATCH_EVENTS", "5000"
 TURNLOG_MAX_REQUEST_BYTES = int(os.environ.get("TURNLOG_MAX_REQUEST_BYTES", str(16 * 1024 * 1024)))
 # Django enforces it (RequestDataTooBig, answered 413 too_large by the API).
 DATA_UPLOAD_MAX_MEMORY_SIZE = TURNLOG_MAX_REQUEST_BYTES
+
+# Threads (each keeping one database connection) that run the database work of the
+# append, events and session endpoints (sessions_app/db_threads.py); 0 runs it on
+# the request's own thread, as the in-process tests do.
+TURNLOG_DB_THREADS = int(os.environ.get("TURNLOG_DB_THREADS", "4"))
+if TURNLOG_DB_THREADS < 0:
+    raise ImproperlyConfigured(f"TURNLOG_DB_THREADS must be 0 or more, not {TURNLOG_DB_THREADS!r}")
 
 # A page's live socket is closed (4012) and reconnected from its cursor after this long.
 TURNLOG_SOCKET_RENEW_SECONDS = float(os.environ.get("TURNLOG_SOCKET_RENEW_SECONDS", "3600"))

@@ -73,7 +73,8 @@ class Actor:
             elif user.is_superuser:
                 self._roles = {pk: Role.ADMIN for pk in Project.objects.values_list("pk", flat=True)}
             else:
-                self._roles = dict(Membership.objects.filter(user=user).values_list("project_id", "role"))
+                # Unordered: Membership's default order joins projects, for nothing here.
+                self._roles = dict(Membership.objects.filter(user=user).order_by().values_list("project_id", "role"))
         return self._roles
 
     def capabilities(self, project_id: int) -> frozenset[str]:

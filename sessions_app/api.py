@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import hashlib
+import inspect
 import json
 import re
 from typing import Any, Literal
@@ -23,7 +24,7 @@ from ninja.security import HttpBearer, SessionAuth
 from pydantic import StrictInt
 
 import sessions_app.converters  # noqa: F401  (registers the session_id path converter the routes use)
-from sessions_app import access, errors, selectors, services
+from sessions_app import access, db_threads, errors, selectors, services
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
@@ -35,6 +36,12 @@ SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
 
 
 class BearerToken(HttpBearer):
+    """A token's secret. The lookup runs on a database thread (db_threads): the hot
+    endpoints are async views; for the sync ones, django-ninja awaits it through async_to_sync."""
+
+    async def __call__(self, request: HttpRequest):
+        return await db_threads.run(super().__call__, request)
+
     def authenticate(self, request: HttpRequest, token: str):
         row = ApiToken.usable_for(token)
         if row is None:
@@ -512,13 +519,17 @@ def readable(request, session_id: str) -> Session:
     return access.session_for(access.actor_of(request), session_id, access.READ)
 
 
+# The append, events and session endpoints are async views: each sends its database
+# work, access check included, to a database thread in one call (db_threads says why).
+
+
 @router.get("/sessions/{session_id:session_id}", response={200: SessionOut, 403: ErrorOut, 404: ErrorOut})
-def get_session(request, session_id: str):
-    return session_to_wire(readable(request, session_id))
+async def get_session(request, session_id: str):
+    return await db_threads.run(lambda: session_to_wire(readable(request, session_id)))
 
 
 @router.post("/sessions/{session_id:session_id}/events", response={201: AppendOut, **ERRORS, **BODY_ERRORS})
-def append_events(request, session_id: str, payload: AppendIn):
+async def append_events(request, session_id: str, payload: AppendIn):
     """Append a batch, all or nothing. Send `Idempotency-Key` to retry safely."""
     if not payload.events:
         raise ApiError(422, "empty_batch", "the batch holds no events; send at least one")
@@ -538,15 +549,15 @@ def append_events(request, session_id: str, payload: AppendIn):
         raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be at most 255 characters")
     if key is not None and (problem := log_values.text_problem(key)):
         raise ApiError(422, "invalid_text", f"Idempotency-Key header: {problem}")
-    access.session_for(access.actor_of(request), session_id, access.APPEND)
-    result = services.append_events(
-        session_id=session_id,
-        events=events,
-        expected_seq=payload.expected_seq,
-        idempotency_key=key,
-        request_sha256=body_digest(payload.events, payload.expected_seq) if key else "",
-    )
-    return Status(201, result.as_response())
+    digest = body_digest(payload.events, payload.expected_seq) if key else ""
+
+    def append():
+        access.session_for(access.actor_of(request), session_id, access.APPEND)
+        return services.append_events(
+            session_id=session_id, events=events, expected_seq=payload.expected_seq, idempotency_key=key, request_sha256=digest
+        )
+
+    return Status(201, (await db_threads.run(append)).as_response())
 
 
 def body_digest(events: list, expected_seq: int | None) -> str:
@@ -555,10 +566,14 @@ def body_digest(events: list, expected_seq: int | None) -> str:
 
 
 @router.get("/sessions/{session_id:session_id}/events", response={200: EventsOut, **ERRORS})
-def list_events(request, session_id: str, since: int = 0, limit: int = Query(500, ge=1, le=5000)):
+async def list_events(request, session_id: str, since: int = 0, limit: int = Query(500, ge=1, le=5000)):
     """Events with seq >= since, oldest first. Page with since = last seq + 1."""
     if since < 0:
         raise ApiError(422, "invalid_since", f"since must be 0 or more, got {since}")
+    return await db_threads.run(events_page, request, session_id, since=since, limit=limit)
+
+
+def events_page(request, session_id: str, *, since: int, limit: int) -> dict:
     session = readable(request, session_id)
     # Any since past the end answers nothing; bounded so the database's integers hold it.
     events = selectors.events_since(session, since=min(since, session.event_count), limit=limit)
@@ -676,9 +691,7 @@ api.add_router("/", router)
 def _json_method_not_allowed(view):
     """django-ninja answers a method an endpoint does not serve in plain text; the contract wants JSON."""
 
-    @functools.wraps(view)
-    def answer(request, *args, **kwargs):
-        response = view(request, *args, **kwargs)
+    def in_json(request, response):
         if response.status_code != 405 or response.get("Content-Type", "").startswith("application/json"):
             return response
         allowed = response.get("Allow", "")
@@ -686,6 +699,18 @@ def _json_method_not_allowed(view):
         refused = JsonResponse({"detail": detail, "error": "method_not_allowed"}, status=405)
         refused["Allow"] = allowed
         return refused
+
+    if inspect.iscoroutinefunction(view):
+
+        @functools.wraps(view)
+        async def answer_async(request, *args, **kwargs):
+            return in_json(request, await view(request, *args, **kwargs))
+
+        return answer_async
+
+    @functools.wraps(view)
+    def answer(request, *args, **kwargs):
+        return in_json(request, view(request, *args, **kwargs))
 
     return answer
 

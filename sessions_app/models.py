@@ -519,7 +519,8 @@ class ApiToken(models.Model):
     @classmethod
     def usable_for(cls, secret: str) -> "ApiToken | None":
         """The usable token with this secret (its user loaded), or None."""
-        return cls.objects.usable().select_related("user", "project").filter(token_sha256=hash_token(secret)).first()
+        # token_sha256 is unique: at most one row, so no ORDER BY (first() would add one).
+        return next(iter(cls.objects.usable().select_related("user", "project").filter(token_sha256=hash_token(secret))), None)
 
     @classmethod
     def issue(

@@ -24,6 +24,14 @@ def pytest_collection_modifyitems(items):
             item.add_marker(pytest.mark.timeout(budget))
 
 
+@pytest.fixture(autouse=True)
+def database_work_on_the_test_thread(settings):
+    """In-process requests run their database work on the test's own thread and connection,
+    so that they see what the test wrote in its transaction. The database threads themselves
+    are tested in tests/sessions_app/test_db_threads.py, and every Daphne the tests start uses them."""
+    settings.TURNLOG_DB_THREADS = 0
+
+
 def running_in_ci() -> bool:
     return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 

@@ -1,0 +1,75 @@
+"""Database work of async views, on a few long-lived threads that keep their connections.
+
+Under ASGI, Django runs a sync view in a thread of its own for that request,
+and that thread opens a database connection and closes it when the request
+ends. On SQLite a new connection re-prepares every statement and re-reads the
+schema: measured, about 3 ms of a 5 ms append (docs/benchmarks.md). The hot
+endpoints (append, read events, read a session) are async instead and send
+their database work here: `TURNLOG_DB_THREADS` threads, each with its own
+connection, kept across requests (on PostgreSQL, one pool connection each).
+Several threads, so that one request waiting for SQLite's write lock or a slow
+query does not hold up the others.
+
+A connection that saw an error is checked after the call and replaced if it no
+longer works (a restarted database server). With `TURNLOG_DB_THREADS = 0` the
+work runs on the caller's own sync thread instead, as Django's
+`sync_to_async` does by default: the in-process tests use that, so that a
+request sees the test's open transaction.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import ParamSpec, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db import connections
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_executor: ThreadPoolExecutor | None = None
+_executor_lock = threading.Lock()
+
+
+def executor() -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=settings.TURNLOG_DB_THREADS, thread_name_prefix="turnlog-db")
+        return _executor
+
+
+async def run(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+    """fn(*args, **kwargs) on a database thread; its exceptions propagate."""
+    if not settings.TURNLOG_DB_THREADS:
+        return await sync_to_async(fn)(*args, **kwargs)
+    call = functools.partial(_call_and_keep_connections, fn, args, kwargs)
+    return await sync_to_async(call, thread_sensitive=False, executor=executor())()
+
+
+def _call_and_keep_connections(fn, args, kwargs):
+    for connection in connections.all(initialized_only=True):
+        connection.health_check_done = False  # checked again before its first query of this call
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        for connection in connections.all(initialized_only=True):
+            keep_if_usable(connection)
+
+
+def keep_if_usable(connection) -> None:
+    """What Django's close_if_unusable_or_obsolete does after a request, minus the age limit."""
+    if connection.connection is None:
+        return
+    if connection.in_atomic_block or connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]:
+        connection.close()  # left inside a transaction: never carry it into the next call
+    elif connection.errors_occurred:
+        if connection.is_usable():
+            connection.errors_occurred = False
+        else:
+            connection.close()
