@@ -6,12 +6,14 @@ ends. On SQLite a new connection re-prepares every statement and re-reads the
 schema: measured, about 3 ms of a 5 ms append (docs/benchmarks.md). The hot
 endpoints (append, read events, read a session) are async instead and send
 their database work here: `TURNLOG_DB_THREADS` threads, each with its own
-connection, kept across requests (on PostgreSQL, one pool connection each).
+connection, kept across requests (on PostgreSQL with the pool of settings.py,
+a pool connection taken for each call and given back after it).
 Several threads, so that one request waiting for SQLite's write lock or a slow
 query does not hold up the others.
 
-A connection that saw an error is checked after the call and replaced if it no
-longer works (a restarted database server). With `TURNLOG_DB_THREADS = 0` the
+A kept connection is checked before its first query of each call (Django's
+health check) and, when it saw an error, after the call; one that no longer
+works (a restarted database server) is replaced. With `TURNLOG_DB_THREADS = 0` the
 work runs on the caller's own sync thread instead, as Django's
 `sync_to_async` does by default: the in-process tests use that, so that a
 request sees the test's open transaction.
@@ -33,15 +35,37 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _executor: ThreadPoolExecutor | None = None
+_executor_threads = 0
 _executor_lock = threading.Lock()
 
 
 def executor() -> ThreadPoolExecutor:
-    global _executor
+    global _executor, _executor_threads
     with _executor_lock:
         if _executor is None:
-            _executor = ThreadPoolExecutor(max_workers=settings.TURNLOG_DB_THREADS, thread_name_prefix="turnlog-db")
+            _executor_threads = settings.TURNLOG_DB_THREADS
+            _executor = ThreadPoolExecutor(max_workers=_executor_threads, thread_name_prefix="turnlog-db")
         return _executor
+
+
+def stop() -> None:
+    """Close every database thread's connections and stop the threads; the next call starts new ones.
+    (A server just exits; tests stop them so that no connection outlives the test database.)"""
+    global _executor
+    with _executor_lock:
+        stopping, _executor = _executor, None
+    if stopping is None:
+        return
+    # One task per thread: each waits for the others, so every thread closes its own connections.
+    everyone = threading.Barrier(_executor_threads)
+
+    def close_own_connections():
+        everyone.wait(timeout=30)
+        connections.close_all()
+
+    for closed in [stopping.submit(close_own_connections) for _ in range(_executor_threads)]:
+        closed.result()
+    stopping.shutdown()
 
 
 async def run(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -59,16 +83,15 @@ def _call_and_keep_connections(fn, args, kwargs):
         return fn(*args, **kwargs)
     finally:
         for connection in connections.all(initialized_only=True):
-            keep_if_usable(connection)
+            if getattr(connection, "pool", None):
+                connection.close()  # back to psycopg's pool, which checks it before handing it out again
+            else:
+                keep_if_usable(connection)
 
 
 def keep_if_usable(connection) -> None:
     """What Django's close_if_unusable_or_obsolete does after a request, minus the age limit."""
-    if connection.connection is None:
-        return
-    if connection.in_atomic_block or connection.get_autocommit() != connection.settings_dict["AUTOCOMMIT"]:
-        connection.close()  # left inside a transaction: never carry it into the next call
-    elif connection.errors_occurred:
+    if connection.connection is not None and connection.errors_occurred:
         if connection.is_usable():
             connection.errors_occurred = False
         else:

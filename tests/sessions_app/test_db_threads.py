@@ -1,0 +1,115 @@
+"""sessions_app.db_threads: database work of async views on long-lived threads that keep their connections."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import connection, transaction
+
+from sessions_app import db_threads, errors, services
+from sessions_app.models import Project, Session
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+THREADS = 2
+
+
+@pytest.fixture
+def database_threads(settings):
+    settings.TURNLOG_DB_THREADS = THREADS
+    db_threads.stop()
+    yield
+    db_threads.stop()
+
+
+def where_it_ran():
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+    return threading.current_thread().name, id(connection.connection)
+
+
+def run(fn, *args, **kwargs):
+    return async_to_sync(db_threads.run)(fn, *args, **kwargs)
+
+
+def test_work_runs_on_the_database_threads_which_keep_sqlite_connections_and_give_pool_ones_back(database_threads):
+    def held_then_used():
+        held = connection.connection is not None  # left by this thread's previous call
+        return (*where_it_ran(), held)
+
+    seen = [run(held_then_used) for _ in range(20)]
+    threads = {name for name, _, _ in seen}
+    assert threads <= {f"turnlog-db_{i}" for i in range(THREADS)}, threads
+    first_calls = {name: next(i for i, (n, _, _) in enumerate(seen) if n == name) for name in threads}
+    later = [(name, conn, held) for i, (name, conn, held) in enumerate(seen) if i != first_calls[name]]
+    if connection.vendor == "sqlite":
+        assert all(held for _, _, held in later), seen
+        assert all(len({c for n, c, _ in seen if n == name}) == 1 for name in threads), seen
+    else:  # PostgreSQL's pool: a connection for each call, back in the pool after it
+        assert not any(held for _, _, held in seen), seen
+
+
+def test_without_threads_the_work_runs_on_the_callers_own_thread(settings):
+    settings.TURNLOG_DB_THREADS = 0
+    name, _ = run(where_it_ran)
+    assert name == threading.current_thread().name
+
+
+def test_an_error_reaches_the_caller_and_the_thread_serves_the_next_call(database_threads):
+    with pytest.raises(errors.SessionNotFound):
+        run(services.append_events, session_id="no-such-session", events=[])
+    assert run(where_it_ran)[0].startswith("turnlog-db_")
+
+
+def test_a_call_waiting_for_the_write_lock_does_not_hold_up_the_others(database_threads):
+    """One thread waits inside a write transaction; a read on the other thread finishes meanwhile."""
+    holding = threading.Event()
+    release = threading.Event()
+    order: list[str] = []
+
+    def write_slowly():
+        with transaction.atomic():
+            Session.objects.create(id="slow-writer", project_id=Project.default().pk)
+            holding.set()
+            assert release.wait(timeout=30)
+        order.append("write")
+
+    def read():
+        order.append("read")
+        return Session.objects.filter(id="slow-writer").exists()
+
+    async def both():
+        import asyncio
+
+        writing = asyncio.ensure_future(db_threads.run(write_slowly))
+        while not holding.is_set():
+            assert not writing.done(), writing.exception()
+            await asyncio.sleep(0.01)
+        seen_before_commit = await db_threads.run(read)
+        release.set()
+        await writing
+        return seen_before_commit
+
+    assert async_to_sync(both)() is False
+    assert order == ["read", "write"]
+
+
+@pytest.mark.postgres
+def test_a_connection_the_server_dropped_is_replaced_before_the_next_query(database_threads):
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL only (the suite's PostgreSQL pass runs it)")
+
+    def backend_pid():
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return threading.current_thread().name, cursor.fetchone()[0]
+
+    pids = dict(run(backend_pid) for _ in range(20))
+    with connection.cursor() as cursor:
+        for pid in pids.values():
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    for _ in range(20):
+        name, pid = run(backend_pid)  # none of them fails
+        assert pid != pids.get(name)
