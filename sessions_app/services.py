@@ -583,7 +583,7 @@ def publish_events(session_id: str, events: Sequence[StoredEvent | Event]) -> No
     """
     if not events:
         return
-    wires = [log_events.event_to_wire(e.to_log_event()) for e in events]
+    wires = [log_events.event_to_wire(e) for e in events]  # it reads seq, type, time and data, which both kinds have
     _send([(session_group(session_id), {"type": "session_events", "session_id": session_id, "events": wires}), session_changed(session_id)])
 
 

@@ -194,6 +194,7 @@ def tool_calls_of(data: Mapping) -> list[dict]:
 
 
 def event_to_wire(event: Event) -> dict:
+    """The event as JSON (anything with an Event's seq, type, time and data: stored rows too)."""
     time = format_time(event.time)
     return {"seq": event.seq, "type": event.type, "time": time, "data": event.data}
 
