@@ -47,6 +47,8 @@ logger = logging.getLogger(__name__)
 # Runs of events a follower keeps while its socket is busy; beyond it they are
 # dropped and read from the database when it catches up.
 FOLLOWER_PENDING = 1000
+# Events at most in one frame made of queued runs.
+COALESCED_EVENTS = 500
 # Encoded JSON frames kept for the sockets that send the same event.
 JSON_TEXTS = 4096
 
@@ -78,6 +80,10 @@ class Follower(stream.SessionStream):
             self._wake.clear()
             while self._pending:
                 wires = self._pending.popleft()
+                # Runs that queued while the socket was busy go out as one frame: a busy process sends
+                # (and page sockets render) fewer, larger frames instead of falling further behind.
+                while self._pending and self._pending[0][0]["seq"] == wires[-1]["seq"] + 1 and len(wires) < COALESCED_EVENTS:
+                    wires = wires + self._pending.popleft()
                 if wires[-1]["seq"] <= self.last_sent:
                     continue
                 if wires[0]["seq"] > self.last_sent + 1:  # a hole: joined mid-run, or runs were dropped

@@ -133,6 +133,37 @@ async def test_a_slow_socket_whose_runs_overflow_catches_up_from_the_database(si
     await close(other)
 
 
+async def test_runs_that_queue_while_a_page_socket_is_busy_go_out_as_one_frame(sid, session_cookie, slow_poll):
+    """A busy socket gets the runs that queued meanwhile in one frame: every event once, in fewer frames."""
+    await create(sid, 1)
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
+    for _ in range(100):  # the socket is accepted before it subscribes
+        if hub.followers_of(sid):
+            break
+        await asyncio.sleep(0.02)
+    follower = hub.followers_of(sid)[0]
+    send, sent_runs = follower._send, []
+
+    async def busy_with_the_first(wires):
+        sent_runs.append([w["seq"] for w in wires])
+        if len(sent_runs) == 1:
+            await asyncio.sleep(0.5)  # busy while the next four runs arrive
+        await send(wires)
+
+    follower._send = busy_with_the_first
+    for _ in range(5):
+        await append(sid, 1)
+    cursors = []
+    while not cursors or cursors[-1] < 5:
+        found = CURSOR.search(await page.receive_from(timeout=WAIT))
+        if found:
+            cursors.append(int(found.group(1)))
+    assert sent_runs == [[1], [2, 3, 4, 5]]
+    assert cursors == [1, 5]
+    assert await page.receive_nothing(QUIET)
+    await page.disconnect()
+
+
 async def test_the_count_poll_is_one_query_for_all_the_watched_sessions(token, monkeypatch):
     """500 watched sessions, one socket each: one count query per interval, not one per session or socket."""
     monkeypatch.setattr(stream, "POLL_INTERVAL", 3600)
