@@ -43,6 +43,7 @@ bench: $(VENV)/.installed-test
 	-$(BIN)/python bench/recovery.py
 	-$(BIN)/python bench/fork.py
 	-$(BIN)/python bench/live.py
+	$(BIN)/python bench/per_request.py
 
 clean:
 	rm -rf $(VENV) var *.egg-info
