@@ -531,33 +531,56 @@ async def get_session(request, session_id: str):
 @router.post("/sessions/{session_id:session_id}/events", response={201: AppendOut, **ERRORS, **BODY_ERRORS})
 async def append_events(request, session_id: str, payload: AppendIn):
     """Append a batch, all or nothing. Send `Idempotency-Key` to retry safely."""
-    if not payload.events:
+    prepared = prepare_append(payload.events, payload.expected_seq, request.headers.get("Idempotency-Key"))
+
+    def append():
+        access.session_for(access.actor_of(request), session_id, access.APPEND)
+        return prepared.store(session_id)
+
+    return Status(201, (await db_threads.run(append)).as_response())
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PreparedAppend:
+    """A batch checked as far as it can be without the database (the append lane shares it)."""
+
+    events: list[log_events.NewEvent]
+    expected_seq: int | None
+    idempotency_key: str | None
+    request_sha256: str
+
+    def store(self, session_id: str) -> services.AppendResult:
+        return services.append_events(
+            session_id=session_id,
+            events=self.events,
+            expected_seq=self.expected_seq,
+            idempotency_key=self.idempotency_key,
+            request_sha256=self.request_sha256,
+        )
+
+
+def prepare_append(items: list, expected_seq: int | None, idempotency_key: str | None) -> PreparedAppend:
+    """The batch validated by the core, or the ApiError / InvalidEvent saying why not."""
+    if not items:
         raise ApiError(422, "empty_batch", "the batch holds no events; send at least one")
     limit = settings.TURNLOG_MAX_BATCH_EVENTS
-    if len(payload.events) > limit:
-        raise ApiError(413, "too_large", f"the batch holds {len(payload.events)} events; the limit is {limit}")
+    if len(items) > limit:
+        raise ApiError(413, "too_large", f"the batch holds {len(items)} events; the limit is {limit}")
     # One quick pass over the whole list (the body's level 2) usually shows that no value
     # anywhere in it is unstorable; only otherwise are they checked event by event, in
     # the core's order of reasons, so the answer is the same either way.
-    storable = log_values.surely_storable(payload.events, level=log_events.DATA_LEVEL - 2)
-    events = log_events.validate_batch(payload.events, values_checked=storable)  # data's text and depth included
+    storable = log_values.surely_storable(items, level=log_events.DATA_LEVEL - 2)
+    events = log_events.validate_batch(items, values_checked=storable)  # data's text and depth included
     if not storable:
         # Whatever else the items hold (their data was checked just above, once).
-        log_values.check({"events": [{k: v for k, v in item.items() if k != "data"} for item in payload.events]})
-    key = request.headers.get("Idempotency-Key") or None
+        log_values.check({"events": [{k: v for k, v in item.items() if k != "data"} for item in items]})
+    key = idempotency_key or None
     if key is not None and len(key) > 255:
         raise ApiError(422, "invalid_idempotency_key", "Idempotency-Key must be at most 255 characters")
     if key is not None and (problem := log_values.text_problem(key)):
         raise ApiError(422, "invalid_text", f"Idempotency-Key header: {problem}")
-    digest = body_digest(payload.events, payload.expected_seq) if key else ""
-
-    def append():
-        access.session_for(access.actor_of(request), session_id, access.APPEND)
-        return services.append_events(
-            session_id=session_id, events=events, expected_seq=payload.expected_seq, idempotency_key=key, request_sha256=digest
-        )
-
-    return Status(201, (await db_threads.run(append)).as_response())
+    digest = body_digest(items, expected_seq) if key else ""
+    return PreparedAppend(events, expected_seq, key, digest)
 
 
 def body_digest(events: list, expected_seq: int | None) -> str:

@@ -21,6 +21,7 @@ request sees the test's open transaction.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import threading
 from collections.abc import Callable
@@ -72,16 +73,26 @@ async def run(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
     """fn(*args, **kwargs) on a database thread; its exceptions propagate."""
     if not settings.TURNLOG_DB_THREADS:
         return await sync_to_async(fn)(*args, **kwargs)
-    call = functools.partial(_call_and_keep_connections, fn, args, kwargs)
+    call = functools.partial(_call_and_keep_connections, asyncio.get_running_loop(), fn, args, kwargs)
     return await sync_to_async(call, thread_sensitive=False, executor=executor())()
 
 
-def _call_and_keep_connections(fn, args, kwargs):
+def caller_loop() -> asyncio.AbstractEventLoop | None:
+    """On a database thread, the event loop awaiting the current call; None elsewhere."""
+    return getattr(_calling, "loop", None)
+
+
+_calling = threading.local()
+
+
+def _call_and_keep_connections(loop, fn, args, kwargs):
     for connection in connections.all(initialized_only=True):
         connection.health_check_done = False  # checked again before its first query of this call
+    _calling.loop = loop
     try:
         return fn(*args, **kwargs)
     finally:
+        _calling.loop = None
         for connection in connections.all(initialized_only=True):
             if getattr(connection, "pool", None):
                 connection.close()  # back to psycopg's pool, which checks it before handing it out again

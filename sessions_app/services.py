@@ -6,9 +6,11 @@ transaction commits (session-log.md section 7).
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import uuid
+import weakref
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from sessions_app import access
+from sessions_app import access, db_threads, statements
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery as log_recovery
@@ -437,10 +439,10 @@ def _importable_parent(parent_ref: object, project: Project, warnings: list[str]
 
 
 def _locked_session(session_id: str) -> Session:
-    try:
-        return Session.objects.select_for_update().get(pk=session_id)
-    except Session.DoesNotExist:
-        raise SessionNotFound(session_id) from None
+    session = statements.get_for_update(Session, session_id)
+    if session is None:
+        raise SessionNotFound(session_id)
+    return session
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,13 +472,6 @@ class StoredEvent:
 # The columns `_store` writes, in the order of StoredEvent's fields (all but the id).
 EVENT_COLUMNS = ("session", "seq", "type", "time", "data", "call_id", "turn_seq", "step_seq", "replace_start", "replace_stop")
 SIGHTING_COLUMNS = ("session", "seq", "call_id", "tool_name")
-
-
-def insert_sql(model, fields: Sequence[str]) -> str:
-    """INSERT INTO the model's table (the fields' columns) VALUES (%s, ...), quoted for this database."""
-    quote = connection.ops.quote_name
-    columns = ", ".join(quote(model._meta.get_field(name).column) for name in fields)
-    return f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
 
 
 def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[StoredEvent]:
@@ -518,7 +513,7 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Stor
     adapt_json = connection.ops.adapt_json_value
     with connection.cursor() as cursor:
         cursor.executemany(
-            insert_sql(Event, EVENT_COLUMNS),
+            statements.insert_sql(Event, EVENT_COLUMNS),
             [
                 (r.session_id, r.seq, r.type, adapt_time(r.time), adapt_json(r.data, None), r.call_id, r.turn_seq, r.step_seq, r.replace_start, r.replace_stop)
                 for r in rows
@@ -526,7 +521,7 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Stor
         )
         sightings = list(_sightings(session, rows))
         if sightings:
-            cursor.executemany(insert_sql(CallSighting, SIGHTING_COLUMNS), sightings)
+            cursor.executemany(statements.insert_sql(CallSighting, SIGHTING_COLUMNS), sightings)
     session.event_count += len(rows)
     session.turn_stack = turn_stack
     session.step_stack = step_stack
@@ -538,7 +533,7 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Stor
     if not turn_stack and session.repeated_failures_at is not None:
         session.repeated_failures_at = None  # the crash it flagged is closed (recovered, or by the agent itself)
         fields.append("repeated_failures_at")
-    session.save(update_fields=fields)
+    statements.save_fields(session, fields)
     # Turns count in the hour they started (an import's old turns land in their own hours).
     for hour, turns in Counter(hour_of(row.time) for row in rows if row.type == "turn_start").items():
         _count_for_agent(session, at=hour, turns=turns)
@@ -600,10 +595,36 @@ def _send(messages: list[tuple[str, dict]]) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
+    if (loop := db_threads.caller_loop()) is not None:
+        # On a database thread: posted to the server's event loop, sent in the order posted, rather
+        # than holding up this thread (and the answer) for a round trip through the loop.
+        loop.call_soon_threadsafe(_post, layer, messages)
+        return
     try:
         async_to_sync(_send_all)(layer, messages)
     except Exception:
         logger.exception("publishing %d messages failed", len(messages))
+
+
+# Per event loop: the commits' messages waiting to be published, and the one task that sends them in order.
+_outboxes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[asyncio.Queue, asyncio.Task]] = weakref.WeakKeyDictionary()
+
+
+def _post(layer, messages: list[tuple[str, dict]]) -> None:
+    loop = asyncio.get_running_loop()
+    if (outbox := _outboxes.get(loop)) is None or outbox[1].done():
+        queue: asyncio.Queue = asyncio.Queue()
+        outbox = _outboxes[loop] = (queue, loop.create_task(_publish_posted(queue)))
+    outbox[0].put_nowait((layer, messages))
+
+
+async def _publish_posted(queue: asyncio.Queue) -> None:
+    while True:
+        layer, messages = await queue.get()
+        try:
+            await _send_all(layer, messages)
+        except Exception:
+            logger.exception("publishing %d messages failed", len(messages))
 
 
 async def _send_all(layer, messages: list[tuple[str, dict]]) -> None:

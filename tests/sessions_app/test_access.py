@@ -5,7 +5,7 @@ from django.contrib.auth.models import AnonymousUser
 
 from sessions_app import access, services
 from sessions_app.errors import SessionNotFound
-from sessions_app.models import ApiToken, AuditEntry, Project, Role, Scope
+from sessions_app.models import ApiToken, AuditEntry, Project, Role, Scope, Session
 from tests.access import member
 
 pytestmark = pytest.mark.django_db
@@ -322,3 +322,64 @@ def test_actor_of_keeps_one_actor_per_request_user(rf, person, alpha):
     assert access.actor_of(request) is first and first.token is None
     request.user = AnonymousUser()  # a different user (e.g. after logout) gets a new actor
     assert access.actor_of(request) is not first and access.actor_of(request).project_ids() == []
+
+
+# The append lane's one-query check ----------------------------------------------
+
+
+def test_token_grant_answers_as_usable_for_and_actor_can_for_every_kind_of_token(django_user_model, alpha, beta):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    now = timezone.now()
+    services.create_session(session_id="in-alpha", project=alpha)
+    services.create_session(session_id="in-beta", project=beta)
+    secrets = []
+
+    def issued(user, role, *, project=None, scopes=None, **changes):
+        project = project or alpha
+        if role is not None:
+            member(user, role, project)
+        row, secret = services.issue_token(user=user, project=project, scopes=scopes or access.role_scopes(role or Role.ADMIN))
+        if changes:
+            ApiToken.objects.filter(pk=row.pk).update(**changes)
+        secrets.append(secret)
+
+    people = [django_user_model.objects.create_user(f"p{i}") for i in range(12)]
+    root = django_user_model.objects.create_superuser("root")
+    issued(people[0], Role.MEMBER)
+    issued(people[1], Role.MEMBER, scopes=["read"])
+    issued(people[2], Role.VIEWER)
+    issued(people[3], Role.OPERATOR, last_used_at=now)  # used just now: nothing to record
+    issued(people[4], Role.ADMIN, last_used_at=now - timedelta(minutes=5))
+    issued(people[5], Role.MEMBER, revoked_at=now)
+    issued(people[6], Role.MEMBER, expires_at=now - timedelta(seconds=1))
+    issued(people[7], Role.MEMBER, expires_at=now + timedelta(days=1))
+    issued(people[8], Role.MEMBER, project=beta)
+    issued(people[9], Role.OPERATOR)
+    services.set_membership(project=alpha, user=people[9], role=Role.VIEWER)  # lowered after the token was issued
+    issued(people[10], Role.MEMBER)
+    people[10].is_active = False
+    people[10].save()
+    issued(root, None)  # a superuser, no membership
+    secrets.append(services.issue_token(user=root, project=None, scopes=["metrics"])[1])
+    secrets.append("tl_no_such_token")
+
+    checked = 0
+    for secret in secrets:
+        row = ApiToken.usable_for(secret)
+        for session_id in ("in-alpha", "in-beta", "nowhere"):
+            for capability in EVERY_CAPABILITY:
+                grant = access.token_grant(secret, session_id, capability)
+                assert (grant is None) == (row is None), (secret, session_id)
+                if row is None:
+                    continue
+                session = Session.objects.filter(pk=session_id).first()
+                expected = session is not None and access.Actor(user=row.user, token=row).can(session.project_id, capability)
+                assert grant.allowed == expected, (row.user.username, session_id, capability)
+                assert (grant.token.pk, grant.token.project_id, sorted(grant.token.scopes)) == (row.pk, row.project_id, sorted(row.scopes))
+                recent = row.last_used_at is not None and (now - row.last_used_at).total_seconds() <= ApiToken.LAST_USED_RESOLUTION_SECONDS
+                assert (grant.token.last_used_at is not None) == recent
+                checked += grant.allowed
+    assert checked > 10  # the matrix holds grants as well as refusals

@@ -88,3 +88,42 @@ def test_the_session_list_hears_once_per_commit():
     services.create_session(session_id="pub")
     services.append_events(session_id="pub", events=validate_batch([f.user(), f.user()]))
     assert [(m["type"], m["session_id"]) for m in listener.drain()] == [("session_changed", "pub")] * 2
+
+
+@pytest.mark.asyncio
+async def test_from_a_database_thread_each_commit_is_published_once_in_order_by_the_event_loop(settings):
+    """The async views' appends post their messages to the server's loop instead of waiting on it."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    from sessions_app import db_threads
+
+    settings.TURNLOG_DB_THREADS = 2
+    db_threads.stop()
+    try:
+        await sync_to_async(services.create_session)(session_id="posted")
+        layer = get_channel_layer()
+        channel = await layer.new_channel()
+        await layer.group_add(services.session_group("posted"), channel)
+        waited_on_the_loop = []
+        real_async_to_sync = services.async_to_sync
+        services.async_to_sync = lambda fn: waited_on_the_loop.append(fn) or real_async_to_sync(fn)
+        try:
+            for i in range(20):
+                await db_threads.run(services.append_events, session_id="posted", events=validate_batch([f.user(str(i))]))
+        finally:
+            services.async_to_sync = real_async_to_sync
+        received = []
+        while len(received) < 20:
+            received.append(await asyncio.wait_for(layer.receive(channel), 5))
+        assert [e["seq"] for m in received for e in m["events"]] == list(range(20))
+        assert [e["data"]["content"] for m in received for e in m["events"]] == [str(i) for i in range(20)]
+        assert waited_on_the_loop == []
+        with pytest.raises(asyncio.TimeoutError):  # once each
+            await asyncio.wait_for(layer.receive(channel), 0.5)
+    finally:
+        await sync_to_async(db_threads.stop)()
+        from django.db import connections
+
+        await sync_to_async(connections.close_all)()  # the sync thread's, which created the session

@@ -1,0 +1,163 @@
+"""The append endpoint's fast lane: an ASGI app in front of Django for `POST /api/v1/sessions/{id}/events`.
+
+Single-event appends are what most agent runtimes send, and under Daphne
+Django's handler and django-ninja cost more than the append itself (about
+6 ms of a 9.6 ms request, docs/benchmarks.md: per-request cost). This lane
+serves the common case, a bearer-token request whose batch is stored, without
+them: the body read once, the same checks (api.prepare_append), the token,
+access check and append in one database-thread call, and a 201 that passes
+through the response hooks of the same security middleware as every other
+response.
+
+Anything else goes to Django unchanged, with the body replayed: no token or
+another kind of credentials, a refused token, a bad body, a refused batch, no
+access, a sequence conflict. The lane stores nothing in those cases (a refusal
+is decided before the append's transaction, or rolls it back), so Django
+answers them exactly as it would have, with its error codes, audit entries
+and logs. A database that cannot be reached gets the middleware's 503.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable
+
+from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
+from django.http import JsonResponse
+from django.middleware.clickjacking import XFrameOptionsMiddleware
+from django.middleware.security import SecurityMiddleware
+
+from dashboard import middleware as dashboard_middleware
+from sessions_app import access, db_threads, errors
+from sessions_app.api import PreparedAppend, prepare_append
+from sessions_app.log import values as log_values
+from sessions_app.models import SESSION_ID_PATTERN
+
+PATH = re.compile("/api/v1/sessions/(" + SESSION_ID_PATTERN.removeprefix("^").removesuffix("$") + ")/events")
+BODY_KEYS = frozenset({"events", "expected_seq"})
+# Refusals Django answers: each is raised before the append writes or rolls its transaction back.
+REFUSED = (errors.SessionNotFound, errors.SeqConflict, errors.IdempotencyKeyReused)
+
+
+class Refused(Exception):
+    """Not this lane's request after all: Django answers it."""
+
+
+def _no_response(request):  # the middleware below are only asked for their response hooks
+    raise AssertionError("unreachable")
+
+
+class AppendLane:
+    def __init__(self, inner: Callable[..., Awaitable[None]]):
+        self.inner = inner
+        # The response hooks of settings.MIDDLEWARE that change a bearer request's 201, innermost
+        # first (sessions, CSRF, messages and auth add nothing to it; tests/sessions_app/test_append_lane.py
+        # compares the lane's headers with Django's).
+        self.security = SecurityMiddleware(_no_response)
+        self.response_hooks = (
+            XFrameOptionsMiddleware(_no_response).process_response,
+            dashboard_middleware.CommonMiddleware(_no_response).process_response,
+            dashboard_middleware.CSPMiddleware(_no_response).process_response,
+            self.security.process_response,
+        )
+        self.unavailable = dashboard_middleware.DatabaseUnavailableMiddleware(_no_response)
+
+    async def __call__(self, scope, receive, send):
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "POST"
+            or scope.get("root_path")
+            or (match := PATH.fullmatch(scope["path"])) is None
+        ):
+            return await self.inner(scope, receive, send)
+        messages, body = await read_body(receive, limit=settings.TURNLOG_MAX_REQUEST_BYTES)
+        if body is not None:
+            request = ASGIRequest(scope, None)
+            if (prepared := self.prepared(request, body)) is not None:
+                try:
+                    response = await self.append(request, match.group(1), prepared)
+                except Refused:
+                    pass
+                else:
+                    return await self.respond(request, response, send)
+        return await self.inner(scope, replay(messages, receive), send)
+
+    def prepared(self, request: ASGIRequest, body: bytes) -> PreparedAppend | None:
+        """The batch when this lane can take it; None for Django to answer."""
+        if self.security.process_request(request) is not None:  # the HTTPS redirect, when configured
+            return None
+        if bearer_token(request) is None:
+            return None
+        try:
+            payload = log_values.loads_fast(body)
+        except ValueError:
+            return None
+        if not isinstance(payload, dict) or not BODY_KEYS.issuperset(payload) or not isinstance(payload.get("events"), list):
+            return None
+        expected_seq = payload.get("expected_seq")
+        if expected_seq is not None and type(expected_seq) is not int:  # StrictInt, as AppendIn reads it
+            return None
+        try:
+            return prepare_append(payload["events"], expected_seq, request.headers.get("Idempotency-Key"))
+        except Exception:  # a refused batch (pure checks, nothing stored): Django says why
+            return None
+
+    async def append(self, request: ASGIRequest, session_id: str, prepared: PreparedAppend) -> JsonResponse:
+        token = bearer_token(request)
+
+        def store():
+            grant = access.token_grant(token, session_id, access.APPEND)
+            if grant is None or not grant.allowed:
+                raise Refused
+            grant.token.mark_used()
+            try:
+                return prepared.store(session_id)
+            except REFUSED:
+                raise Refused from None
+
+        try:
+            result = await db_threads.run(store)
+        except dashboard_middleware.DATABASE_UNAVAILABLE as error:
+            return self.unavailable.process_exception(request, error)
+        return JsonResponse(result.as_response(), status=201, content_type="application/json; charset=utf-8")  # as django-ninja sends it
+
+    async def respond(self, request: ASGIRequest, response, send) -> None:
+        for hook in self.response_hooks:
+            response = hook(request, response)
+        headers = [(name.encode("ascii"), value.encode("latin1")) for name, value in response.items()]
+        await send({"type": "http.response.start", "status": response.status_code, "headers": headers})
+        await send({"type": "http.response.body", "body": response.content})
+
+
+def bearer_token(request: ASGIRequest) -> str | None:
+    """The token of `Authorization: Bearer <token>`, read as django-ninja's HttpBearer reads it."""
+    parts = request.headers.get("Authorization", "").split(" ")
+    if len(parts) < 2 or parts[0].lower() != "bearer":
+        return None
+    return " ".join(parts[1:])
+
+
+async def read_body(receive, *, limit: int) -> tuple[list[dict], bytes | None]:
+    """The request's messages as received, and its body (None past `limit` bytes: Django answers 413)."""
+    messages, size = [], 0
+    while True:
+        message = await receive()
+        messages.append(message)
+        if message["type"] != "http.request":  # the client went away
+            return messages, None
+        size += len(message.get("body", b""))
+        if size > limit:
+            return messages, None
+        if not message.get("more_body"):
+            return messages, b"".join(m.get("body", b"") for m in messages)
+
+
+def replay(messages: list[dict], receive):
+    """`receive` that hands out `messages` first, for Django to read the body again."""
+    pending = list(messages)
+
+    async def replaying():
+        return pending.pop(0) if pending else await receive()
+
+    return replaying

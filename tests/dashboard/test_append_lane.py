@@ -1,0 +1,268 @@
+"""dashboard.append_lane: bearer-token appends past Django's handler, answered as Django answers them.
+
+Every request is sent twice, through the lane (the server's whole ASGI
+application) and straight to Django's handler, on twin sessions: the status,
+headers, body, stored rows and audit entries must be the same.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import pytest_asyncio
+from asgiref.testing import ApplicationCommunicator
+from django.core.asgi import get_asgi_application
+from django.db import OperationalError
+
+from dashboard import append_lane
+from dashboard.asgi import application, django_asgi_app
+from sessions_app import services
+from sessions_app.models import ApiToken, AuditEntry, Event, Project, Role
+from tests.access import member, token_for
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+
+AT = "2025-01-01T00:00:00Z"
+
+
+def user_message(text: str) -> dict:
+    return {"type": "user_message", "data": {"content": text}, "time": AT}
+
+
+async def call(app, path: str, body: bytes, headers: dict[str, str], *, chunk: int | None = None, scheme: str = "http") -> tuple[int, dict, bytes]:
+    """One POST through an ASGI app; the body in chunks of `chunk` bytes when given."""
+    scope = {
+        "type": "http",
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": scheme,
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "server": ("testserver", 80),
+        "client": ("127.0.0.1", 5000),
+        "headers": [(b"host", b"testserver"), (b"content-type", b"application/json")]
+        + [(k.lower().encode(), v.encode("latin1")) for k, v in headers.items()],
+    }
+    communicator = ApplicationCommunicator(app, scope)
+    pieces = [body[i : i + chunk] for i in range(0, len(body), chunk)] if chunk else [body]
+    for i, piece in enumerate(pieces or [b""]):
+        await communicator.send_input({"type": "http.request", "body": piece, "more_body": i < len(pieces) - 1})
+    start = await communicator.receive_output(10)
+    content = b""
+    while True:
+        message = await communicator.receive_output(10)
+        content += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    await communicator.wait(10)
+    return start["status"], {k.decode().lower(): v.decode("latin1") for k, v in start["headers"]}, content
+
+
+@pytest_asyncio.fixture(autouse=True)
+async def close_connections_of_the_sync_thread():
+    """The requests' database work ran on asgiref's sync thread (TURNLOG_DB_THREADS = 0): its
+    connection goes back before the test database is dropped."""
+    yield
+    from asgiref.sync import sync_to_async
+    from django.db import connections
+
+    await sync_to_async(connections.close_all)()
+
+
+@pytest.fixture
+def world(django_user_model):
+    """Tokens for the cases, and twin sessions: `lane-<name>` and `djan-<name>`."""
+    from asgiref.sync import sync_to_async
+
+    def build():
+        agent = django_user_model.objects.create_user("agent")
+        viewer = django_user_model.objects.create_user("viewer")
+        other = Project.objects.create(slug="other", name="Other")
+        stranger = django_user_model.objects.create_user("stranger")
+        tokens = {
+            "member": token_for(agent),
+            "viewer": token_for(viewer, Role.VIEWER),
+            "read_only": token_for(agent, scopes=["read"]),
+            "other_project": token_for(stranger, project=other),
+            "revoked": token_for(agent),
+        }
+        services.revoke_token(token=ApiToken.usable_for(tokens["revoked"]))
+        member(stranger, project=other)
+        return tokens
+
+    return sync_to_async(build)
+
+
+def twin(name: str) -> tuple[str, str]:
+    return f"lane-{name}", f"djan-{name}"  # the same length: the same Content-Length
+
+
+def create(session_id: str, events: list | None = None):
+    from sessions_app.log.events import validate_batch
+
+    services.create_session(session_id=session_id, agent_name="a")
+    if events:
+        services.append_events(session_id=session_id, events=validate_batch(events))
+
+
+CASES = {
+    # name: (token, body, extra headers)
+    "one_event": ("member", {"events": [user_message("hi")]}, {}),
+    "a_batch": ("member", {"events": [user_message("a"), {"type": "turn_start", "time": AT}, user_message("b")]}, {}),
+    "expected_seq": ("member", {"events": [user_message("hi")], "expected_seq": 1}, {}),
+    "seq_conflict": ("member", {"events": [user_message("hi")], "expected_seq": 7}, {}),
+    "expected_seq_bool": ("member", {"events": [user_message("hi")], "expected_seq": True}, {}),
+    "idempotent": ("member", {"events": [user_message("hi")]}, {"Idempotency-Key": "k1"}),
+    "empty_batch": ("member", {"events": []}, {}),
+    "events_not_a_list": ("member", {"events": {"type": "user_message"}}, {}),
+    "bad_event": ("member", {"events": [user_message("a"), {"type": "bogus"}]}, {}),
+    "lone_surrogate": ("member", {"events": [user_message("\ud800")]}, {}),
+    "extra_key": ("member", {"events": [user_message("hi")], "more": 1}, {}),
+    "long_key": ("member", {"events": [user_message("hi")]}, {"Idempotency-Key": "k" * 300}),
+    "no_token": (None, {"events": [user_message("hi")]}, {}),
+    "unknown_token": ("tl_nope", {"events": [user_message("hi")]}, {}),
+    "revoked_token": ("revoked", {"events": [user_message("hi")]}, {}),
+    "viewer": ("viewer", {"events": [user_message("hi")]}, {}),
+    "read_scope": ("read_only", {"events": [user_message("hi")]}, {}),
+    "other_project": ("other_project", {"events": [user_message("hi")]}, {}),
+}
+
+
+def body_of(case) -> bytes:
+    _, body, _ = case
+    return json.dumps(body).encode("utf-8", "surrogatepass")
+
+
+def headers_of(case, tokens) -> dict:
+    token, _, extra = case
+    secret = tokens.get(token, token)
+    return {**({"Authorization": f"Bearer {secret}"} if secret else {}), **extra}
+
+
+def stored(session_id: str) -> list[tuple]:
+    return [
+        (e.seq, e.type, e.time, e.data, e.call_id, e.turn_seq, e.step_seq, e.replace_start, e.replace_stop)
+        for e in Event.objects.filter(session_id=session_id).order_by("seq")
+    ]
+
+
+def audited(session_id: str) -> list[tuple]:
+    return sorted((a.action, a.actor_name, a.detail.get("capability")) for a in AuditEntry.objects.filter(target=session_id))
+
+
+@pytest.mark.parametrize("name", list(CASES))
+async def test_the_lane_answers_stores_and_audits_as_django_does(name, world):
+    from asgiref.sync import sync_to_async
+
+    tokens = await world()
+    lane_id, django_id = twin(name)
+    for session_id in (lane_id, django_id):
+        await sync_to_async(create)(session_id, [user_message("first")])
+    case = CASES[name]
+    answers = {}
+    for app, session_id in ((application, lane_id), (django_asgi_app, django_id)):
+        status, headers, content = await call(app, f"/api/v1/sessions/{session_id}/events", body_of(case), headers_of(case, tokens))
+        # The same request again: a replay, a second conflict or the next seqs, whichever it is.
+        again = await call(app, f"/api/v1/sessions/{session_id}/events", body_of(case), headers_of(case, tokens))
+        answers[app] = [
+            (s, h, c.decode().replace(session_id, "<id>")) for s, h, c in ((status, headers, content), again)
+        ]
+    assert answers[application] == answers[django_asgi_app]
+    assert await sync_to_async(stored)(lane_id) == await sync_to_async(stored)(django_id)
+    # A refusal is audited once per request, by the API: the lane's own check writes nothing.
+    assert await sync_to_async(audited)(lane_id) == await sync_to_async(audited)(django_id)
+    if name in {"viewer", "read_scope", "other_project"}:
+        assert len(await sync_to_async(audited)(lane_id)) == 2
+
+
+async def test_a_stored_batch_is_answered_by_the_lane_alone(world):
+    from asgiref.sync import sync_to_async
+
+    tokens = await world()
+    await sync_to_async(create)("alone")
+
+    async def django_must_not_answer(scope, receive, send):
+        raise AssertionError("Django was asked")
+
+    lane = append_lane.AppendLane(django_must_not_answer)
+    status, headers, content = await call(
+        lane, "/api/v1/sessions/alone/events", json.dumps({"events": [user_message("hi")]}).encode(), {"Authorization": f"Bearer {tokens['member']}"}
+    )
+    assert (status, json.loads(content)) == (201, {"first_seq": 0, "next_seq": 1})
+    assert headers["content-type"] == "application/json; charset=utf-8"
+    assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY"
+    assert "content-security-policy" in headers
+
+
+@pytest.mark.parametrize("chunk", [None, 7])
+async def test_what_the_lane_leaves_to_django_reaches_it_with_the_whole_body(chunk, world, settings):
+    from asgiref.sync import sync_to_async
+
+    tokens = await world()
+    await sync_to_async(create)("replayed")
+    received = []
+
+    async def recording(scope, receive, send):
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        received.append(body)
+        await send({"type": "http.response.start", "status": 418, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    lane = append_lane.AppendLane(recording)
+    refused = json.dumps({"events": [{"type": "bogus", "data": {"x": "y" * 50}}]}).encode()
+    assert (await call(lane, "/api/v1/sessions/replayed/events", refused, {"Authorization": f"Bearer {tokens['member']}"}, chunk=chunk))[0] == 418
+    settings.TURNLOG_MAX_REQUEST_BYTES = 40  # past the limit the lane stops reading: Django answers 413
+    good = json.dumps({"events": [user_message("z" * 60)]}).encode()
+    assert (await call(lane, "/api/v1/sessions/replayed/events", good, {"Authorization": f"Bearer {tokens['member']}"}, chunk=chunk))[0] == 418
+    assert received == [refused, good]
+
+
+async def test_a_database_that_cannot_be_reached_is_a_503_with_retry_after(world, monkeypatch):
+    from asgiref.sync import sync_to_async
+
+    tokens = await world()
+    await sync_to_async(create)("down")
+
+    def unreachable(*args, **kwargs):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(append_lane.access, "token_grant", unreachable)
+    status, headers, content = await call(
+        application, "/api/v1/sessions/down/events", json.dumps({"events": [user_message("hi")]}).encode(), {"Authorization": f"Bearer {tokens['member']}"}
+    )
+    assert status == 503 and headers["retry-after"] == "5"
+    assert json.loads(content)["error"] == "database_unavailable"
+    assert headers["x-content-type-options"] == "nosniff"
+
+
+@pytest.mark.parametrize("redirect", [False, True])
+async def test_https_settings_apply_to_the_lane_as_to_django(redirect, world, settings):
+    from asgiref.sync import sync_to_async
+
+    tokens = await world()
+    settings.SECURE_HSTS_SECONDS = 3600
+    settings.SECURE_SSL_REDIRECT = redirect
+    # Middleware read these settings when they are built: both apps anew.
+    django_app = get_asgi_application()
+    lane = append_lane.AppendLane(django_app)
+    for session_id in twin("https"):
+        await sync_to_async(create)(session_id)
+    answers = []
+    for app, session_id in zip((lane, django_app), twin("https")):
+        for scheme in ("http", "https"):
+            status, headers, content = await call(
+                app, f"/api/v1/sessions/{session_id}/events", json.dumps({"events": [user_message("hi")]}).encode(),
+                {"Authorization": f"Bearer {tokens['member']}"}, scheme=scheme,
+            )
+            headers.pop("location", None)  # names the session
+            answers.append((scheme, status, headers, content))
+    assert answers[:2] == answers[2:]
+    assert [status for _, status, _, _ in answers[:2]] == ([301, 201] if redirect else [201, 201])
+    assert "strict-transport-security" in answers[1][2] and "strict-transport-security" not in answers[0][2]

@@ -1,0 +1,91 @@
+"""sessions_app.statements: the append's locked read and update, compiled once, as the ORM would run them."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+import pytest
+from django.db import connection, transaction
+
+from sessions_app import services, statements
+from sessions_app.models import Session
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ODD_METADATA = {"text": "<b>é</b>\u2028", "n": 10**18, "f": 0.1, "nested": {"list": [None, True, "x"]}}
+
+
+def field_values(session: Session) -> dict:
+    return {field.attname: getattr(session, field.attname) for field in Session._meta.concrete_fields}
+
+
+def make(session_id: str, **changes) -> Session:
+    session = services.create_session(session_id=session_id, agent_name="agent", metadata=ODD_METADATA)
+    Session.objects.filter(pk=session_id).update(**changes)
+    return Session.objects.get(pk=session_id)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {},
+        {"turn_stack": [3, 9], "step_stack": [[4, 5]], "interrupted": True, "stray_turn_ends": [7], "event_count": 12},
+        {"last_event_at": datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC), "repeated_failures_at": datetime(2030, 1, 1, tzinfo=UTC), "auto_checked_count": 0},
+    ],
+)
+def test_get_for_update_reads_the_row_as_the_orm_does(changes):
+    make("parent")
+    orm = make("s", parent_id="parent", **changes)
+    with transaction.atomic():
+        read = statements.get_for_update(Session, "s")
+    assert field_values(read) == field_values(orm)
+    assert not read._state.adding and read._state.db == orm._state.db
+    assert read.parent.pk == "parent"  # relations load as on any instance
+
+
+def test_get_for_update_of_no_such_row_is_none():
+    with transaction.atomic():
+        assert statements.get_for_update(Session, "nowhere") is None
+
+
+def test_each_thread_reads_through_its_own_connection():
+    make("s")
+    seen = []
+
+    def read():
+        with transaction.atomic():
+            seen.append(statements.get_for_update(Session, "s").agent_name)
+        connection.close()
+
+    threads = [threading.Thread(target=read) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert seen == ["agent"] * 3
+
+
+def test_save_fields_stores_what_save_with_update_fields_stores():
+    fields = ["event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_activity_at", "metadata"]
+    by_orm, by_statement = make("orm"), make("statement")
+    for session in (by_orm, by_statement):
+        session.event_count = 41
+        session.turn_stack = [1, 2**40]
+        session.step_stack = [[2, 3]]
+        session.interrupted = True
+        session.stray_turn_ends = []
+        session.last_event_at = datetime(2025, 6, 1, 12, 0, 0, 1, tzinfo=UTC)
+        session.last_activity_at = datetime(2025, 6, 1, 12, 0, 0, 2, tzinfo=UTC)
+        session.metadata = {**ODD_METADATA, "changed": "\u0001"}
+        session.agent_name = "not saved"  # not among the fields
+    by_orm.save(update_fields=fields)
+    statements.save_fields(by_statement, fields)
+    stored = {s.pk: s for s in Session.objects.filter(pk__in=["orm", "statement"])}
+    expected = field_values(stored["orm"]) | {"id": "statement", "created_at": stored["statement"].created_at}
+    assert field_values(stored["statement"]) == expected
+    assert stored["statement"].agent_name == "agent"
+    with connection.cursor() as cursor:  # the very text or values in the columns, not only what reads back
+        cursor.execute("SELECT id, turn_stack, metadata, last_event_at FROM sessions_app_session WHERE id IN ('orm', 'statement') ORDER BY id")
+        raw = cursor.fetchall()
+    assert raw[0][1:] == raw[1][1:]
