@@ -9,9 +9,10 @@ access check and append in one database-thread call, and a 201 that passes
 through the response hooks of the same security middleware as every other
 response.
 
-Anything else goes to Django unchanged, with the body replayed: no token or
-another kind of credentials, a refused token, a bad body, a refused batch, no
-access, a sequence conflict. The lane stores nothing in those cases (a refusal
+Anything else goes to Django unchanged, with the body replayed: a request the
+middleware would refuse (a disallowed Host or user agent, the HTTPS redirect),
+no token or another kind of credentials, a refused token, a bad body, a
+refused batch, no access, a sequence conflict. The lane stores nothing in those cases (a refusal
 is decided before the append's transaction, or rolls it back), so Django
 answers them exactly as it would have, with its error codes, audit entries
 and logs. A database that cannot be reached gets the middleware's 503.
@@ -51,15 +52,16 @@ def _no_response(request):  # the middleware below are only asked for their resp
 class AppendLane:
     def __init__(self, inner: Callable[..., Awaitable[None]]):
         self.inner = inner
-        # The response hooks of settings.MIDDLEWARE that change a bearer request's 201, innermost
-        # first (sessions, CSRF, messages and auth add nothing to it; tests/sessions_app/test_append_lane.py
-        # compares the lane's headers with Django's).
-        self.security = SecurityMiddleware(_no_response)
+        # The hooks of settings.MIDDLEWARE that can refuse a bearer request (the HTTPS redirect; the
+        # Host and user-agent checks) or change its 201, innermost first. Sessions, CSRF, messages and
+        # auth do neither for it; tests/dashboard/test_append_lane.py compares the lane's answers with Django's.
+        security, common = SecurityMiddleware(_no_response), dashboard_middleware.CommonMiddleware(_no_response)
+        self.request_hooks = (security.process_request, common.process_request)
         self.response_hooks = (
             XFrameOptionsMiddleware(_no_response).process_response,
-            dashboard_middleware.CommonMiddleware(_no_response).process_response,
+            common.process_response,
             dashboard_middleware.CSPMiddleware(_no_response).process_response,
-            self.security.process_response,
+            security.process_response,
         )
         self.unavailable = dashboard_middleware.DatabaseUnavailableMiddleware(_no_response)
 
@@ -72,8 +74,7 @@ class AppendLane:
         ):
             return await self.inner(scope, receive, send)
         messages, body = await read_body(receive, limit=settings.TURNLOG_MAX_REQUEST_BYTES)
-        if body is not None:
-            request = ASGIRequest(scope, None)
+        if body is not None and (request := self.request(scope)) is not None:
             if (prepared := self.prepared(request, body)) is not None:
                 try:
                     response = await self.append(request, match.group(1), prepared)
@@ -83,12 +84,18 @@ class AppendLane:
                     return await self.respond(request, response, send)
         return await self.inner(scope, replay(messages, receive), send)
 
+    def request(self, scope) -> ASGIRequest | None:
+        """The request, when the middleware would let it through to a view; None for Django to answer."""
+        try:
+            request = ASGIRequest(scope, None)  # the body is read here, not through the request
+            if any(hook(request) is not None for hook in self.request_hooks):
+                return None
+        except Exception:  # a disallowed host or user agent, an undecodable path: Django's 400 or 403
+            return None
+        return request if bearer_token(request) is not None else None
+
     def prepared(self, request: ASGIRequest, body: bytes) -> PreparedAppend | None:
         """The batch when this lane can take it; None for Django to answer."""
-        if self.security.process_request(request) is not None:  # the HTTPS redirect, when configured
-            return None
-        if bearer_token(request) is None:
-            return None
         try:
             payload = log_values.loads_fast(body)
         except ValueError:

@@ -8,6 +8,7 @@ headers, body, stored rows and audit entries must be the same.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import pytest_asyncio
@@ -20,6 +21,7 @@ from dashboard.asgi import application, django_asgi_app
 from sessions_app import services
 from sessions_app.models import ApiToken, AuditEntry, Event, Project, Role
 from tests.access import member, token_for
+from tests.asgi import response_of
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
 
@@ -42,22 +44,15 @@ async def call(app, path: str, body: bytes, headers: dict[str, str], *, chunk: i
         "query_string": b"",
         "server": ("testserver", 80),
         "client": ("127.0.0.1", 5000),
-        "headers": [(b"host", b"testserver"), (b"content-type", b"application/json")]
-        + [(k.lower().encode(), v.encode("latin1")) for k, v in headers.items()],
+        "headers": [
+            (k.lower().encode(), v.encode("latin1")) for k, v in {"Host": "testserver", "Content-Type": "application/json", **headers}.items()
+        ],
     }
     communicator = ApplicationCommunicator(app, scope)
     pieces = [body[i : i + chunk] for i in range(0, len(body), chunk)] if chunk else [body]
     for i, piece in enumerate(pieces or [b""]):
         await communicator.send_input({"type": "http.request", "body": piece, "more_body": i < len(pieces) - 1})
-    start = await communicator.receive_output(10)
-    content = b""
-    while True:
-        message = await communicator.receive_output(10)
-        content += message.get("body", b"")
-        if not message.get("more_body"):
-            break
-    await communicator.wait(10)
-    return start["status"], {k.decode().lower(): v.decode("latin1") for k, v in start["headers"]}, content
+    return await response_of(communicator)
 
 
 @pytest_asyncio.fixture(autouse=True)
@@ -121,6 +116,11 @@ CASES = {
     "lone_surrogate": ("member", {"events": [user_message("\ud800")]}, {}),
     "extra_key": ("member", {"events": [user_message("hi")], "more": 1}, {}),
     "long_key": ("member", {"events": [user_message("hi")]}, {"Idempotency-Key": "k" * 300}),
+    "text_plain": ("member", {"events": [user_message("hi")]}, {"Content-Type": "text/plain"}),
+    "form_encoded": ("member", {"events": [user_message("hi")]}, {"Content-Type": "application/x-www-form-urlencoded"}),
+    "lowercase_bearer": ("member", {"events": [user_message("hi")]}, {}),
+    "disallowed_host": ("member", {"events": [user_message("hi")]}, {"Host": "evil.example"}),
+    "disallowed_user_agent": ("member", {"events": [user_message("hi")]}, {"User-Agent": "BadBot/1.0"}),
     "no_token": (None, {"events": [user_message("hi")]}, {}),
     "unknown_token": ("tl_nope", {"events": [user_message("hi")]}, {}),
     "revoked_token": ("revoked", {"events": [user_message("hi")]}, {}),
@@ -135,10 +135,11 @@ def body_of(case) -> bytes:
     return json.dumps(body).encode("utf-8", "surrogatepass")
 
 
-def headers_of(case, tokens) -> dict:
-    token, _, extra = case
+def headers_of(name, tokens) -> dict:
+    token, _, extra = CASES[name]
     secret = tokens.get(token, token)
-    return {**({"Authorization": f"Bearer {secret}"} if secret else {}), **extra}
+    scheme = "bearer" if name == "lowercase_bearer" else "Bearer"
+    return {**({"Authorization": f"{scheme} {secret}"} if secret else {}), **extra}
 
 
 def stored(session_id: str) -> list[tuple]:
@@ -153,8 +154,11 @@ def audited(session_id: str) -> list[tuple]:
 
 
 @pytest.mark.parametrize("name", list(CASES))
-async def test_the_lane_answers_stores_and_audits_as_django_does(name, world):
+async def test_the_lane_answers_stores_and_audits_as_django_does(name, world, settings):
     from asgiref.sync import sync_to_async
+
+    settings.ALLOWED_HOSTS = ["testserver"]
+    settings.DISALLOWED_USER_AGENTS = [re.compile("^BadBot")]
 
     tokens = await world()
     lane_id, django_id = twin(name)
@@ -163,9 +167,9 @@ async def test_the_lane_answers_stores_and_audits_as_django_does(name, world):
     case = CASES[name]
     answers = {}
     for app, session_id in ((application, lane_id), (django_asgi_app, django_id)):
-        status, headers, content = await call(app, f"/api/v1/sessions/{session_id}/events", body_of(case), headers_of(case, tokens))
+        status, headers, content = await call(app, f"/api/v1/sessions/{session_id}/events", body_of(case), headers_of(name, tokens))
         # The same request again: a replay, a second conflict or the next seqs, whichever it is.
-        again = await call(app, f"/api/v1/sessions/{session_id}/events", body_of(case), headers_of(case, tokens))
+        again = await call(app, f"/api/v1/sessions/{session_id}/events", body_of(case), headers_of(name, tokens))
         answers[app] = [
             (s, h, c.decode().replace(session_id, "<id>")) for s, h, c in ((status, headers, content), again)
         ]

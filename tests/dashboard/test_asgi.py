@@ -2,6 +2,7 @@ import pytest
 from asgiref.testing import ApplicationCommunicator
 
 from dashboard.asgi import application
+from tests.asgi import response_of
 
 
 async def get(path: str) -> tuple[int, bytes]:
@@ -9,15 +10,8 @@ async def get(path: str) -> tuple[int, bytes]:
     scope = {"type": "http", "http_version": "1.1", "method": "GET", "path": path, "raw_path": path.encode(), "query_string": b"", "headers": []}
     communicator = ApplicationCommunicator(application, scope)
     await communicator.send_input({"type": "http.request", "body": b""})
-    start = await communicator.receive_output(5)
-    body = b""
-    while True:
-        chunk = await communicator.receive_output(5)
-        body += chunk.get("body", b"")
-        if not chunk.get("more_body"):
-            break
-    await communicator.wait(5)
-    return start["status"], body
+    status, _, body = await response_of(communicator, 5)
+    return status, body
 
 
 @pytest.mark.asyncio
