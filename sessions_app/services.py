@@ -598,7 +598,10 @@ def _send(messages: list[tuple[str, dict]]) -> None:
     if (loop := db_threads.caller_loop()) is not None:
         # On a database thread: posted to the server's event loop, sent in the order posted, rather
         # than holding up this thread (and the answer) for a round trip through the loop.
-        loop.call_soon_threadsafe(_post, layer, messages)
+        try:
+            loop.call_soon_threadsafe(_post, layer, messages)
+        except RuntimeError:  # the loop closed meanwhile (the server is stopping): the log has the events
+            logger.warning("publishing %d messages skipped: the event loop is closed", len(messages))
         return
     try:
         async_to_sync(_send_all)(layer, messages)

@@ -127,3 +127,19 @@ async def test_from_a_database_thread_each_commit_is_published_once_in_order_by_
         from django.db import connections
 
         await sync_to_async(connections.close_all)()  # the sync thread's, which created the session
+
+
+def test_a_publish_posted_to_a_loop_that_closed_is_logged_not_raised(monkeypatch, caplog):
+    """A commit on a database thread while the server stops: the append stands, the publish is skipped."""
+    import asyncio
+
+    from sessions_app import db_threads
+
+    closed = asyncio.new_event_loop()
+    closed.close()
+    monkeypatch.setattr(db_threads, "caller_loop", lambda: closed)
+    services.create_session(session_id="stopping")
+    result = services.append_events(session_id="stopping", events=validate_batch([f.user("a")]))
+    assert [e.seq for e in result.events] == [0]
+    assert Event.objects.filter(session_id="stopping").count() == 1
+    assert "the event loop is closed" in caplog.text
