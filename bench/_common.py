@@ -62,6 +62,9 @@ def iso(moment: datetime) -> str:
     return moment.isoformat().replace("+00:00", "Z")
 
 
+RUN_EVENTS = 11  # events of one run of make_events, user_message to turn_end
+
+
 def make_events(count: int, *, seed: int, start: datetime) -> list[dict]:
     """`count` wire events shaped like healthy agent runs (session-log.md section 3).
 

@@ -82,6 +82,7 @@ from pathlib import Path
 
 from _common import (
     DEFAULT_REDIS_URL,
+    RUN_EVENTS,
     Client,
     Target,
     agent_log,
@@ -113,7 +114,11 @@ def appender(port: int, token: str, plan: list[tuple[float, str, int]], connecti
     `plan` holds (seconds after the start, session id, events in the batch).
     """
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    events = make_events(max(n for _, _, n in plan) * 8, seed=42, start=datetime(2025, 1, 1, tzinfo=UTC))
+    # Whole runs (the stream without its opening system_message), taken in a cycle: every turn the
+    # appender opens it closes, as a live agent does. (Cut anywhere, the cycle once skipped every
+    # step_end and turn_end: the page workload's session grew dozens of nested open turns.)
+    runs = max(2, -(-max(n for _, _, n in plan) * 8 // RUN_EVENTS))
+    events = make_events(1 + runs * RUN_EVENTS, seed=42, start=datetime(2025, 1, 1, tzinfo=UTC))[1:]
     for e in events:
         e.pop("time")  # the server stamps the append time, as for a live emitter
     jobs: queue.Queue = queue.Queue()
@@ -157,8 +162,8 @@ def appender(port: int, token: str, plan: list[tuple[float, str, int]], connecti
         delay = due - time.time()
         if delay > 0:
             time.sleep(delay)
-        batch = [json.loads(json.dumps(e)) for e in events[cursor : cursor + n]]
-        cursor = (cursor + n) % (len(events) - n)
+        batch = [json.loads(json.dumps(events[(cursor + i) % len(events)])) for i in range(n)]
+        cursor = (cursor + n) % len(events)
         jobs.put((due, session_id, batch))
     for _ in threads:
         jobs.put(None)

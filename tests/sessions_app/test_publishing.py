@@ -143,3 +143,40 @@ def test_a_publish_posted_to_a_loop_that_closed_is_logged_not_raised(monkeypatch
     assert [e.seq for e in result.events] == [0]
     assert Event.objects.filter(session_id="stopping").count() == 1
     assert "the event loop is closed" in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_from_database_threads_a_group_slow_to_publish_holds_up_no_other(settings, monkeypatch):
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    from sessions_app import db_threads
+
+    settings.TURNLOG_DB_THREADS = 2
+    db_threads.stop()
+    layer = get_channel_layer()
+    release = asyncio.Event()
+    real_group_send = layer.group_send
+
+    async def group_send(group, message):
+        if group == services.session_group("slow"):
+            await release.wait()  # a Redis that takes its time with this one group
+        await real_group_send(group, message)
+
+    try:
+        for session_id in ("slow", "quick"):
+            await sync_to_async(services.create_session)(session_id=session_id)
+        channel = await layer.new_channel()
+        await layer.group_add(services.session_group("quick"), channel)
+        monkeypatch.setattr(layer, "group_send", group_send)
+        for session_id in ("slow", "quick"):
+            await db_threads.run(services.append_events, session_id=session_id, events=validate_batch([f.user("x")]))
+        message = await asyncio.wait_for(layer.receive(channel), 5)
+        assert message["session_id"] == "quick"
+    finally:
+        release.set()
+        await sync_to_async(db_threads.stop)()
+        from django.db import connections
+
+        await sync_to_async(connections.close_all)()
