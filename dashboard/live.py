@@ -33,7 +33,7 @@ from dashboard.consumers import (
 )
 from dashboard.middleware import DATABASE_UNAVAILABLE
 from dashboard.params import decimal_int
-from sessions_app import access, selectors, services
+from sessions_app import access, db_threads, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.models import Session
 
@@ -147,9 +147,9 @@ class SharedRenders:
     async def get(self, key: tuple, render: Callable[[], str]) -> str:
         future = self._renders.get(key)
         if future is None:
-            # In the process's thread-sensitive thread, as every database read of the sockets: renders
-            # in other threads left PostgreSQL pool connections behind, and later sockets waited for one.
-            future = asyncio.ensure_future(database_sync_to_async(render)())
+            # On the database threads, which keep their SQLite connection and give PostgreSQL pool
+            # connections back after each call: channels' sync thread opened a new connection per render.
+            future = asyncio.ensure_future(db_threads.run(render))
             self._renders[key] = future
             future.add_done_callback(lambda done: self._forget_later(key, done))
         # A viewer that goes away must not cancel the render the others await.

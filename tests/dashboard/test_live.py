@@ -409,3 +409,31 @@ async def test_the_list_socket_never_sends_rows_of_another_projects_sessions(sid
     assert f"{sid}-ours" in frame and f"{sid}-theirs" not in frame
     assert await listing.receive_nothing(QUIET)
     assert await teams_listing.receive_nothing(QUIET)  # and the team's list shows none of ours
+
+
+@pytest.mark.asyncio
+@pytest.mark.django_db(transaction=True)
+async def test_shared_frames_render_on_the_database_threads_which_keep_their_connections(settings):
+    """channels' sync thread opened a new SQLite connection for every render (a quarter of a frame's cost)."""
+    import threading
+
+    from asgiref.sync import sync_to_async
+
+    from sessions_app import db_threads
+
+    settings.TURNLOG_DB_THREADS = 2
+    await sync_to_async(db_threads.stop)()
+    try:
+        renders = live.SharedRenders()
+
+        def where():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            return threading.current_thread().name, id(connection.connection)
+
+        seen = [await renders.get(("frame", i), where) for i in range(6)]
+        assert all(name.startswith("turnlog-db") for name, _ in seen), seen
+        if connection.vendor == "sqlite":
+            assert len({conn for _, conn in seen}) <= 2  # one kept connection per thread
+    finally:
+        await sync_to_async(db_threads.stop)()
