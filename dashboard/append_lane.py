@@ -74,10 +74,10 @@ class AppendLane:
         ):
             return await self.inner(scope, receive, send)
         messages, body = await read_body(receive, limit=settings.TURNLOG_MAX_REQUEST_BYTES)
-        if body is not None and (request := self.request(scope)) is not None:
+        if body is not None and (request := self.request(scope)) is not None and (token := bearer_token(request)):
             if (prepared := self.prepared(request, body)) is not None:
                 try:
-                    response = await self.append(request, match.group(1), prepared)
+                    response = await self.append(request, token, match.group(1), prepared)
                 except Refused:
                     pass
                 else:
@@ -92,7 +92,7 @@ class AppendLane:
                 return None
         except Exception:  # a disallowed host or user agent, an undecodable path: Django's 400 or 403
             return None
-        return request if bearer_token(request) is not None else None
+        return request
 
     def prepared(self, request: ASGIRequest, body: bytes) -> PreparedAppend | None:
         """The batch when this lane can take it; None for Django to answer."""
@@ -110,9 +110,7 @@ class AppendLane:
         except Exception:  # a refused batch (pure checks, nothing stored): Django says why
             return None
 
-    async def append(self, request: ASGIRequest, session_id: str, prepared: PreparedAppend) -> JsonResponse:
-        token = bearer_token(request)
-
+    async def append(self, request: ASGIRequest, token: str, session_id: str, prepared: PreparedAppend) -> JsonResponse:
         def store():
             grant = access.token_grant(token, session_id, access.APPEND)
             if grant is None or not grant.allowed:

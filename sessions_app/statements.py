@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.models import Model
 
+
 def insert_sql(model, fields: Sequence[str]) -> str:
     """INSERT INTO the model's table (the fields' columns) VALUES (%s, ...), quoted for this database."""
     quote = connection.ops.quote_name
