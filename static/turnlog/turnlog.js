@@ -142,7 +142,14 @@
     // closes it and gives focus back to the control.
     document.body.addEventListener("htmx:afterSwap", function (event) {
       var form = event.detail.target.querySelector(".fork-form") || event.detail.target.closest(".fork-form");
-      if (form) form.scrollIntoView({ block: "nearest" });
+      // A form that replaced itself (outerHTML, as after a refused name) is the old element here.
+      if (form && !form.isConnected) form = document.querySelector(".fork-form");
+      if (!form) return;
+      form.scrollIntoView({ block: "nearest" });
+      // Focus goes into the form at once: the swap removed the focused button, and htmx honours
+      // autofocus only after it settles, so an Escape pressed meanwhile reached no form.
+      var first = form.querySelector("[autofocus]");
+      if (first && !form.contains(document.activeElement)) first.focus();
     });
     function closeForkForm(form) {
       var control = form.closest(".fork") && form.closest(".fork").querySelector("a");
