@@ -167,37 +167,40 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and not D
         "timeout": float(os.environ.get("TURNLOG_DB_POOL_TIMEOUT", "20")),
     }
 
-REDIS_URL = os.environ.get("REDIS_URL", "")
-if REDIS_URL:
+
+def redis_channel_layer(url: str) -> dict:
+    """The Redis channel layer's settings for a Redis at `url` (tests build their own layers with it)."""
     from redis.asyncio.retry import Retry
     from redis.backoff import NoBackoff
 
-    CHANNEL_LAYERS = {
-        "default": {
-            # channels-redis's layer, made to ride out Redis outages (see the module).
-            "BACKEND": "dashboard.layer.ResilientRedisChannelLayer",
-            "CONFIG": {
-                # Passed to redis-py's ConnectionPool.from_url. Every socket's
-                # receive blocks in Redis for up to 5 s (BZPOPMIN): a read
-                # timeout (redis-py 8 defaults to 5 s) would end those reads
-                # and close every idle websocket with 1011. Dead peers are
-                # found by TCP keepalive and by refused or timed-out connects
-                # instead. One retry on a new connection replaces a pooled
-                # one that a restarted Redis closed.
-                "hosts": [
-                    {
-                        "address": REDIS_URL,
-                        "socket_timeout": None,
-                        "socket_connect_timeout": 3,
-                        "socket_keepalive": True,
-                        "retry": Retry(NoBackoff(), 1),
-                    }
-                ],
-                "capacity": 1500,
-                "expiry": 30,
-            },
-        }
+    return {
+        # channels-redis's layer, made to ride out Redis outages (see the module).
+        "BACKEND": "dashboard.layer.ResilientRedisChannelLayer",
+        "CONFIG": {
+            # Passed to redis-py's ConnectionPool.from_url. The process's reader
+            # blocks in Redis for up to 5 s (BZPOPMIN): a read timeout (redis-py
+            # 8 defaults to 5 s) would end those reads as a Redis failure. Dead
+            # peers are found by TCP keepalive and by refused or timed-out
+            # connects instead. One retry on a new connection replaces a pooled
+            # one that a restarted Redis closed.
+            "hosts": [
+                {
+                    "address": url,
+                    "socket_timeout": None,
+                    "socket_connect_timeout": 3,
+                    "socket_keepalive": True,
+                    "retry": Retry(NoBackoff(), 1),
+                }
+            ],
+            "capacity": 1500,
+            "expiry": 30,
+        },
     }
+
+
+REDIS_URL = os.environ.get("REDIS_URL", "")
+if REDIS_URL:
+    CHANNEL_LAYERS = {"default": redis_channel_layer(REDIS_URL)}
 else:
     # channels' in-memory layer with a cheaper expiry sweep (dashboard/layer.py).
     CHANNEL_LAYERS = {"default": {"BACKEND": "dashboard.layer.InMemoryChannelLayer", "CONFIG": {"capacity": 1500}}}

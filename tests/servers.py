@@ -1,14 +1,19 @@
-"""A real Daphne serving the project on the test database, for tests across processes."""
+"""Real servers for tests across processes: Daphne serving the project on the test database, a redis-server of a test's own."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
+
+import pytest
+
+from tests.conftest import running_in_ci
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 
@@ -65,3 +70,44 @@ class DaphneServer:
         self.process.kill() if kill else self.process.terminate()
         self.process.wait(timeout=10)
         self.process = None
+
+
+class RedisServer:
+    """A redis-server of this test alone on a free port: it can be killed and started again on that port."""
+
+    def __init__(self, log_path: Path):
+        binary = shutil.which("redis-server")
+        if binary is None:
+            if running_in_ci():
+                pytest.fail("redis-server is not installed; CI must install it (apt-get install redis-server)")
+            pytest.skip("redis-server is not installed (apt-get install redis-server)")
+        self.binary = binary
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.log_path = log_path
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> RedisServer:
+        command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        with self.log_path.open("a") as log:
+            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 10
+        while not self.ping():
+            assert self.process.poll() is None, self.log_path.read_text()
+            assert time.monotonic() < deadline, "redis-server did not answer within 10 s"
+            time.sleep(0.05)
+        return self
+
+    def ping(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
+                sock.sendall(b"PING\r\n")
+                return sock.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+            self.process = None

@@ -19,11 +19,20 @@ from django.test import Client
 from dashboard import stream
 from sessions_app.models import Project
 from tests.access import member, token_for
+from tests.servers import RedisServer
 
 QUIET = 0.3  # how long "nothing more arrives" is watched for
 WAIT = 3  # the longest a frame that must come may take
 # Sockets a test opened, closed after it even when it failed.
 opened: list[WebsocketCommunicator] = []
+
+
+@pytest.fixture
+def redis_server(tmp_path):
+    """A redis-server of this test alone (tests.servers.RedisServer): it can be killed and started again."""
+    server = RedisServer(tmp_path / "redis.log").start()
+    yield server
+    server.kill()
 
 
 @pytest.fixture

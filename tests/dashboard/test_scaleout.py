@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import socket
-import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -29,7 +26,6 @@ from websockets.sync.client import ClientConnection, connect
 from sessions_app import services
 from sessions_app.log.events import validate_batch
 from sessions_app.models import Event
-from tests.conftest import running_in_ci
 from tests.servers import DaphneServer, free_port
 from tests.sessions_app import factories as f
 
@@ -38,54 +34,6 @@ pytestmark = pytest.mark.django_db(transaction=True)
 QUIET = 1.0  # how long "nothing more arrives" is watched for
 WAIT = 10  # the longest a frame that must come may take (a database poll, a loaded machine)
 CURSOR = re.compile(r'id="live-cursor" data-last-seq="(\d+)"')
-
-
-class RedisServer:
-    """A redis-server of this test alone on a free port: it can be killed and started again on that port."""
-
-    def __init__(self, log_path: Path):
-        binary = shutil.which("redis-server")
-        if binary is None:
-            if running_in_ci():
-                pytest.fail("redis-server is not installed; CI must install it (apt-get install redis-server)")
-            pytest.skip("redis-server is not installed (apt-get install redis-server)")
-        self.binary = binary
-        self.port = free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.log_path = log_path
-        self.process: subprocess.Popen | None = None
-
-    def start(self) -> RedisServer:
-        command = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-        with self.log_path.open("a") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 10
-        while not self.ping():
-            assert self.process.poll() is None, self.log_path.read_text()
-            assert time.monotonic() < deadline, "redis-server did not answer within 10 s"
-            time.sleep(0.05)
-        return self
-
-    def ping(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as sock:
-                sock.sendall(b"PING\r\n")
-                return sock.recv(16).startswith(b"+PONG")
-        except OSError:
-            return False
-
-    def kill(self) -> None:
-        if self.process is not None:
-            self.process.kill()
-            self.process.wait(timeout=10)
-            self.process = None
-
-
-@pytest.fixture
-def redis_server(tmp_path):
-    server = RedisServer(tmp_path / "redis.log").start()
-    yield server
-    server.kill()
 
 
 @pytest.fixture
