@@ -119,6 +119,14 @@ class ResilientRedisChannelLayer(RedisChannelLayer):
                 raise RuntimeError("Two event loops are trying to receive() on one channel layer at once!")
         self._pumps[process_channel] = loop.create_task(self._pump_messages(process_channel), name=f"turnlog-layer-{process_channel}")
 
+    async def close_pools(self):
+        # The readers first: each holds a pooled connection in BZPOPMIN and would take its closing for an outage.
+        pumps, self._pumps = list(self._pumps.values()), {}
+        for pump in pumps:
+            pump.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        await super().close_pools()
+
     def _stop_idle_pump(self, process_channel: str) -> None:
         if not self._receivers[process_channel] and (pump := self._pumps.pop(process_channel, None)) is not None:
             pump.cancel()  # safe inside receive_single: a message it took stays in Redis's backup queue
