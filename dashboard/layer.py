@@ -32,9 +32,13 @@ watched there and 100 commits a second, its viewers fell seconds behind
 while the other Daphne's were at ~220 ms (docs/benchmarks.md, *Local
 delivery in the Redis layer*). That is why Redis is read by a task of its own rather than by whichever
 receive holds channels-redis's receive lock: that one waits in BZPOPMIN and
-would not see a message put in its buffer. Only sends from the loop that
-receives deliver locally; a send from another thread's loop (async_to_sync)
-goes through Redis, as before, because an asyncio queue is not thread-safe.
+would not see a message put in its buffer. A channel gets local delivery
+from the loop that joined it to the group, always (whether or not anything
+reads Redis at the time), so that the messages of one sender reach it in the
+order sent: if local delivery began only once a reader ran, a message sent
+after a receive started could overtake those sent before, still in Redis. A
+send from another thread's loop (async_to_sync) goes through Redis, as before,
+because an asyncio queue is not thread-safe.
 
 An outage is logged once when it starts and once when it ends, never per
 call or per socket.
@@ -81,7 +85,8 @@ class InMemoryChannelLayer(ChannelsInMemoryChannelLayer):
 class ResilientRedisChannelLayer(RedisChannelLayer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.memberships: dict[str, set[str]] = collections.defaultdict(set)  # group -> the channels of this process in it
+        # group -> the channels of this process in it, each with the event loop that joined it (its receiver's)
+        self.memberships: dict[str, dict[str, asyncio.AbstractEventLoop]] = collections.defaultdict(dict)
         self.down_since: float | None = None  # time.monotonic() of the outage's first failure
         self._recovery: asyncio.Lock | None = None
         self._next_try = 0.0  # time.monotonic() before which no socket tries again
@@ -156,7 +161,7 @@ class ResilientRedisChannelLayer(RedisChannelLayer):
             await self._try_recover()
 
     async def group_add(self, group, channel):
-        self.memberships[group].add(channel)
+        self.memberships[group][channel] = asyncio.get_running_loop()
         if self.reachable:
             try:
                 await super().group_add(group, channel)
@@ -165,7 +170,7 @@ class ResilientRedisChannelLayer(RedisChannelLayer):
 
     async def group_discard(self, group, channel):
         if (members := self.memberships.get(group)) is not None:
-            members.discard(channel)
+            members.pop(channel, None)
             if not members:
                 del self.memberships[group]
         if self.reachable:
@@ -189,20 +194,15 @@ class ResilientRedisChannelLayer(RedisChannelLayer):
         return super()._map_channel_keys_to_connection([name for name in channel_names if name not in delivered], message)
 
     def _deliver_locally(self, group, message) -> frozenset[str]:
-        """Put the message in the receive buffer of each member of the group in this process; those channels."""
+        """Put the message in the receive buffer of each member of the group that this loop joined; those channels."""
         loop = asyncio.get_running_loop()
-        local = frozenset(channel for channel in self.memberships.get(group, ()) if self._pump_loop(channel) is loop)
+        local = frozenset(channel for channel, joined_on in self.memberships.get(group, {}).items() if joined_on is loop)
         if local:
             # One copy for them all, as channels-redis hands one message read from Redis to every local member.
             received = self.deserialize(self.serialize(message))
             for channel in local:
                 self.receive_buffer[channel].put_nowait(received)
         return local
-
-    def _pump_loop(self, channel: str) -> asyncio.AbstractEventLoop | None:
-        """The loop that receives this process channel's messages, if any does."""
-        pump = self._pumps.get(self.non_local_name(channel))
-        return pump.get_loop() if pump is not None and not pump.done() else None
 
     def _went_down(self, error: BaseException) -> None:
         if self.down_since is None:

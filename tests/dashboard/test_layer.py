@@ -165,9 +165,28 @@ async def test_the_reader_stops_when_nothing_receives_and_a_later_receive_gets_w
     assert here._pumps == {}  # nobody receives: nothing waits in Redis for this process
 
     await there.group_send("session.s", {"type": "session_events", "seq": 1})  # waits in Redis
-    await here.group_send("session.s", {"type": "session_events", "seq": 2})  # no reader: through Redis too
-    assert [(await asyncio.wait_for(here.receive(channel), WAIT))["seq"] for _ in range(2)] == [1, 2]
+    await here.group_send("session.s", {"type": "session_events", "seq": 2})  # no reader: still local
+    assert sorted([(await asyncio.wait_for(here.receive(channel), WAIT))["seq"] for _ in range(2)]) == [1, 2]
+    await assert_nothing_more(here, channel)
     await stop(here, there)
+
+
+async def test_what_was_sent_before_anything_received_comes_first_once_a_receive_starts(redis_server):
+    """A send made once a receive has started the reader must not overtake those made before it."""
+    here = new_layer(redis_server.url)
+    read = ReadFromRedis(here)
+    channel = await here.new_channel()
+    await here.group_add("session.s", channel)
+    for seq in range(19):  # nothing receives yet
+        await here.group_send("session.s", {"type": "session_events", "seq": seq})
+    first = await receiving(here, channel)
+    await here.group_send("session.s", {"type": "session_events", "seq": 19})
+    got = [(await asyncio.wait_for(first, WAIT))["seq"]]
+    got += [(await asyncio.wait_for(here.receive(channel), WAIT))["seq"] for _ in range(19)]
+    assert got == list(range(20))
+    assert read.channels == []
+    await assert_nothing_more(here, channel)
+    await stop(here)
 
 
 async def test_a_receive_left_waiting_does_not_stop_the_reader(redis_server, monkeypatch):
