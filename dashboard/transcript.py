@@ -27,6 +27,7 @@ from sessions_app.log.events import Event
 from sessions_app.models import CallSighting
 from sessions_app.models import Event as EventRow
 from sessions_app.models import Session
+from sessions_app.models import open_turn_labels_of
 
 # A turn and the user message before it are two blocks: a page opens on about six turns.
 BLOCKS_PER_PAGE = 12
@@ -266,7 +267,7 @@ def latest_window(session: Session, *, before: int | None = None, blocks: int = 
     window = EventRow.objects.filter(session=session, seq__gte=first)
     if before is not None:
         window = window.filter(seq__lt=before)
-    built = Builder(session).build(selectors.to_log_events(window.order_by("seq")), with_placement(window))
+    built = Builder(session).build(*selectors.placed_log_events(window.order_by("seq")))
     return Window(
         blocks=built,
         earlier_before=first if len(block_starts) > blocks else None,
@@ -310,10 +311,10 @@ def blocks_touched(session: Session, events: list[Event]) -> list[Block]:
     turns = {t for t in placed.values() if t is not None}
     loose = {seq for seq, t in placed.items() if t is None}
     # Two index lookups (by turn, by seq), merged here: an OR would scan the log.
-    in_turns = EventRow.objects.filter(session=session, turn_seq__in=turns)
-    own = EventRow.objects.filter(session=session, seq__in=turns | loose)
-    events = {e.seq: e for e in [*selectors.to_log_events(in_turns), *selectors.to_log_events(own)]}
-    return Builder(session).build(sorted(events.values(), key=lambda e: e.seq), {**with_placement(in_turns), **with_placement(own)})
+    in_turns, in_turns_placed = selectors.placed_log_events(EventRow.objects.filter(session=session, turn_seq__in=turns))
+    own, own_placed = selectors.placed_log_events(EventRow.objects.filter(session=session, seq__in=turns | loose))
+    events = {e.seq: e for e in [*in_turns, *own]}
+    return Builder(session).build(sorted(events.values(), key=lambda e: e.seq), {**in_turns_placed, **own_placed})
 
 
 def open_turn_blocks(session: Session) -> list[Block]:
@@ -354,22 +355,30 @@ class ForkSpot:
         return log_fork.inside_turn_reason(self.seq, self.turn_seq, self.turn_number, self.closed_at) + "."
 
 
-def fork_spots(session: Session, placed: dict[int, tuple[str, int | None]]) -> dict[int, ForkSpot]:
+def fork_spots(session: Session, placed: dict[int, tuple[str, int | None]], *, known: list[Event] = ()) -> dict[int, ForkSpot]:
     """Where a fork may end, for events placed as {seq: (type, turn_seq)}.
 
     An event outside any turn is a boundary, and so is a turn_end closing an
     outermost turn; anything else is inside a turn, named with where it
-    closes. Reads the structural columns of the turns concerned, not the log.
+    closes. Reads the structural columns of the turns concerned, not the log,
+    and only for the turns whose start or end the `known` events (those of
+    `placed` already read) do not settle: a live frame holds its whole turn.
     """
     inside = {seq: turn for seq, (type_, turn) in placed.items() if turn is not None and type_ != "turn_end"}
     closing = {seq: turn for seq, (type_, turn) in placed.items() if turn is not None and type_ == "turn_end"}
     enclosing = enclosing_turns(session, set(closing.values()))
     inside |= {seq: enclosing[turn] for seq, turn in closing.items() if turn in enclosing}
     turns = set(inside.values())
-    starts = EventRow.objects.filter(session=session, seq__in=turns).values_list("seq", "data") if turns else []
+    known_starts = {e.seq: e.data for e in known if e.seq in turns}
+    # An open turn has no turn_end yet; a closed one's is known when it was read.
+    closed_at: dict[int, int] = {closing[e.seq]: e.seq for e in known if e.seq in closing}
+    settled = {turn for turn in turns if turn in closed_at or turn in session.turn_stack}
+    starts = known_starts.items()
+    if unread := turns - known_starts.keys():
+        starts = [*starts, *EventRow.objects.filter(session=session, seq__in=unread).values_list("seq", "data")]
     numbers = {seq: data.get("turn") for seq, data in starts if isinstance(data, dict)}
-    ends = EventRow.objects.filter(session=session, type="turn_end", turn_seq__in=turns).values_list("turn_seq", "seq") if turns else []
-    closed_at = dict(ends)
+    if unsettled := turns - settled:
+        closed_at |= dict(EventRow.objects.filter(session=session, type="turn_end", turn_seq__in=unsettled).values_list("turn_seq", "seq"))
     return {
         seq: ForkSpot(seq, inside[seq], numbers.get(inside[seq]), closed_at.get(inside[seq])) if seq in inside else ForkSpot(seq)
         for seq in placed
@@ -477,10 +486,6 @@ def block_key(seq: int, turn_seq: int | None) -> str:
     return f"turn-{turn_seq}" if turn_seq is not None else f"event-{seq}"
 
 
-def with_placement(rows) -> dict[int, tuple[int | None, int | None]]:
-    return {seq: (t, s) for seq, t, s in rows.values_list("seq", "turn_seq", "step_seq")}
-
-
 class Builder:
     """Groups events into blocks and pairs every call with its results."""
 
@@ -493,6 +498,10 @@ class Builder:
         self.block_of = {e.seq: block_key(e.seq, placement[e.seq][0]) for e in events}
         self.placement = placement
         self.lookups(events)
+        # The header's labels of the open turns, from their turn_starts when this read them all.
+        starts = {e.seq: e.data for e in events if e.seq in self.session.turn_stack}
+        if starts and len(starts) == len(self.session.turn_stack) and "open_turn_labels" not in vars(self.session):
+            self.session.open_turn_labels = open_turn_labels_of(self.session.open_turns, starts)
         blocks: dict[str, Block] = {}
         steps: dict[int, Step] = {}
         hidden_by: dict[str, set[int | None]] = defaultdict(set)
@@ -523,7 +532,7 @@ class Builder:
                 blocks[key].compacted_by = max(summaries)
         for step in steps.values():
             step.interrupted = step.end is None and blocks[self.block_of[step.start.seq]].recovered
-        spots = fork_spots(self.session, {e.seq: (e.type, placement[e.seq][0]) for e in events})
+        spots = fork_spots(self.session, {e.seq: (e.type, placement[e.seq][0]) for e in events}, known=events)
         for event in events:
             blocks[self.block_of[event.seq]].fork_spots[event.seq] = spots[event.seq]
         return sorted(blocks.values(), key=lambda b: b.first_seq)
@@ -569,7 +578,11 @@ class Builder:
         self.replaces = compactions(session)
         self.side_effects = selectors.side_effect_classes(call.get("name") for _, call in sighted.values())
         open_turn_in_view = any(e.type == "turn_start" and e.seq in session.turn_stack for e in events)
-        plan = selectors.recovery_plan(session) if open_turn_in_view else None
+        plan = None
+        if open_turn_in_view:
+            tail = selectors.complete_tail(session, events)
+            step_seqs = {e.seq: self.placement[e.seq][1] for e in tail} if tail is not None else None
+            plan = selectors.recovery_plan(session, tail=tail, tail_step_seqs=step_seqs)
         self.owed = {r.call.id: r.call for r in plan.repairs if r.call is not None} if plan else {}
         self.status = session.status
 

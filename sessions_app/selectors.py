@@ -161,7 +161,7 @@ def session_messages(session: Session) -> list[dict]:
     return fold.project(session_log(session))
 
 
-def recovery_plan(session: Session) -> recovery.Plan:
+def recovery_plan(session: Session, *, tail: list[log_events.Event] | None = None, tail_step_seqs: dict[int, int | None] | None = None) -> recovery.Plan:
     """The session's recovery plan, reading only the events that can matter.
 
     Everything from the outermost open turn on, plus, before it: tool_call /
@@ -170,15 +170,25 @@ def recovery_plan(session: Session) -> recovery.Plan:
     (warnings); and the steps still open where the open turn began. Each is
     an indexed lookup, so the cost follows the open turn, not the log. The
     result equals sessions_app.log.recovery.plan over the whole log.
+
+    A caller that has read every event from the outermost open turn on (a
+    page's live frame, which holds the open turn) passes them as `tail`, with
+    seq -> step_seq for each, and saves the three lookups they answer.
     """
     events = Event.objects.filter(session=session)
     if not session.turn_stack:
         return recovery.plan(to_log_events(events.filter(seq__in=session.stray_turn_ends).order_by("seq")))
     outermost = session.turn_stack[0]
-    tail = to_log_events(events.filter(seq__gte=outermost).order_by("seq"))
-    call_ids = set(
-        CallSighting.objects.filter(session=session, seq__gte=outermost).values_list("call_id", flat=True)
-    )
+    if tail is None or tail_step_seqs is None:
+        tail = to_log_events(events.filter(seq__gte=outermost).order_by("seq"))
+        call_ids = set(CallSighting.objects.filter(session=session, seq__gte=outermost).values_list("call_id", flat=True))
+        step_stack = steps_open_at(session, outermost)
+    else:
+        call_ids = {
+            cid for e in tail if e.type == "assistant_message" for call in log_events.tool_calls_of(e.data) if (cid := log_events.call_id(call)) is not None
+        }
+        closed_later = {tail_step_seqs[e.seq] for e in tail if e.type == "step_end"} - {None}
+        step_stack = sorted({s for s in session.step_stack if s < outermost} | {s for s in closed_later if s < outermost})
     call_ids |= {log_events.call_id(e.data) for e in tail if e.type == "tool_call"} - {None}
     # Looked up by call id alone (then cut at the turn in Python) so that the
     # planner has one obvious index, with or without statistics.
@@ -186,7 +196,17 @@ def recovery_plan(session: Session) -> recovery.Plan:
     sightings = CallSighting.objects.filter(session=session, call_id__in=call_ids).values_list("seq", flat=True)
     earlier_seqs = {seq for seq in [*session.stray_turn_ends, *by_call_id, *sightings] if seq < outermost}
     earlier = to_log_events(events.filter(seq__in=earlier_seqs).order_by("seq")) if earlier_seqs else []
-    return recovery.plan(earlier + tail, step_stack=steps_open_at(session, outermost))
+    return recovery.plan(earlier + tail, step_stack=step_stack)
+
+
+def complete_tail(session: Session, events: list[log_events.Event]) -> list[log_events.Event] | None:
+    """The events from the outermost open turn on, when `events` (in seq order) hold every one of them."""
+    if not session.turn_stack:
+        return None
+    tail = [e for e in events if e.seq >= session.turn_stack[0]]
+    if len(tail) < session.event_count - session.turn_stack[0] or any(e.seq != session.turn_stack[0] + i for i, e in enumerate(tail)):
+        return None
+    return tail
 
 
 def steps_open_at(session: Session, seq: int) -> list[int]:
@@ -206,6 +226,15 @@ def dangling_patch(session: Session) -> list[recovery.Repair]:
 
 def to_log_events(rows) -> list[log_events.Event]:
     return [log_events.Event(seq=r[0], type=r[1], time=r[2], data=r[3]) for r in rows.values_list("seq", "type", "time", "data")]
+
+
+def placed_log_events(rows) -> tuple[list[log_events.Event], dict[int, tuple[int | None, int | None]]]:
+    """The rows as log events, and where each stands: seq -> (turn_seq, step_seq). One query."""
+    events, placement = [], {}
+    for seq, type_, time, data, turn_seq, step_seq in rows.values_list("seq", "type", "time", "data", "turn_seq", "step_seq"):
+        events.append(log_events.Event(seq=seq, type=type_, time=time, data=data))
+        placement[seq] = (turn_seq, step_seq)
+    return events, placement
 
 
 def side_effect_classes(tool_names) -> dict[str | None, str]:

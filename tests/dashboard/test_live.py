@@ -91,6 +91,38 @@ async def test_a_late_result_re_renders_the_block_of_its_call(sid, session_cooki
     assert '<div hx-swap-oob="beforeend:#blocks"><section id="event-3"' in frame  # where the result arrived
 
 
+@database_sync_to_async
+def frame_and_queries(session_id: str) -> tuple[str, list[str]]:
+    """The live frame of the session's last event, and the SQL it ran."""
+    from django.test.utils import CaptureQueriesContext
+
+    from sessions_app.log.events import event_to_wire
+    from sessions_app.selectors import get_session, session_log
+
+    wires = [event_to_wire(session_log(get_session(session_id))[-1])]
+    with CaptureQueriesContext(connection) as captured:
+        frame = live.render_page_frame(session_id, wires, wires[0]["seq"] - 1, False)
+    return frame, [q["sql"] for q in captured.captured_queries]
+
+
+async def test_a_frame_in_the_open_turn_reads_that_turn_once(sid):
+    """Each event of a live turn re-renders the turn: its events are read once, for the rows and the plan alike."""
+    await create(sid, 1)
+    await append_events(sid, [
+        {"type": "turn_start", "data": {"turn": 1}},
+        {"type": "step_start", "data": {"turn": 1, "step": 1}},
+        {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "charge_card"}]}},
+        {"type": "tool_call", "data": {"id": "c1", "name": "charge_card"}},
+    ])  # fmt: skip
+    frame, queries = await frame_and_queries(sid)
+    assert "If recovered now: <strong>Outcome unknown: it may have run</strong> (rule 1)" in frame  # the plan's word on it
+    assert "Turn 1" in frame
+    turn_reads = [q for q in queries if '"sessions_app_event"."data"' in q and '"sessions_app_event"."turn_seq" IN' in q]
+    assert len(turn_reads) == 1
+    assert not [q for q in queries if '"sessions_app_event"."seq" >=' in q]  # no second read of the turn for the plan
+    assert len(queries) <= 12, queries  # 19 when the plan, the fork spots and the labels each read the turn again
+
+
 async def test_a_page_socket_is_closed_for_a_reconnect_before_it_gets_old(sid, session_cookie, settings):
     settings.TURNLOG_SOCKET_RENEW_SECONDS = 0.2
     await create(sid, 1)

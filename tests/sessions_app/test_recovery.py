@@ -29,6 +29,16 @@ def store(items_or_events, session_id=None, chunk=None) -> Session:
     return Session.objects.get(pk=session.id)
 
 
+def indexed_plan(session: Session) -> recovery.Plan:
+    """The plan read from storage, the same whether it reads the open turn itself or is handed it."""
+    whole, placement = selectors.placed_log_events(Event.objects.filter(session=session).order_by("seq"))
+    tail = selectors.complete_tail(session, whole)
+    planned = selectors.recovery_plan(session)
+    handed = selectors.recovery_plan(session, tail=tail, tail_step_seqs={e.seq: placement[e.seq][1] for e in tail or ()})
+    assert handed == planned
+    return planned
+
+
 @pytest.fixture
 def operator(django_user_model):
     return django_user_model.objects.create_user("operator", is_staff=True)
@@ -43,11 +53,34 @@ def test_the_indexed_plan_equals_the_plan_of_the_whole_log(events, chunk):
 
 
 @pytest.mark.django_db
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=logs(), chunk=st.integers(1, 7))
+def test_the_plan_from_a_tail_already_read_equals_the_plan_of_the_whole_log(events, chunk):
+    """The page's live frame hands over the open turn it read: the plan must not change."""
+    session = store(events, chunk=chunk)
+    whole, placement = selectors.placed_log_events(Event.objects.filter(session=session).order_by("seq"))
+    tail = selectors.complete_tail(session, whole)
+    assert (tail is None) == (not session.turn_stack)
+    steps = {e.seq: placement[e.seq][1] for e in tail or ()}
+    assert selectors.recovery_plan(session, tail=tail, tail_step_seqs=steps) == recovery.plan(whole)
+
+
+@pytest.mark.django_db
+def test_a_tail_with_a_gap_or_cut_short_is_not_complete():
+    session = store([("user_message", {"content": "hi"}), ("turn_start", {"turn": 1}), assistant("c1"), dispatch("c1")])
+    whole = selectors.session_log(session)
+    assert [e.seq for e in selectors.complete_tail(session, whole)] == [1, 2, 3]
+    assert selectors.complete_tail(session, [e for e in whole if e.seq != 2]) is None
+    assert selectors.complete_tail(session, whole[:-1]) is None
+    assert selectors.complete_tail(session, whole[2:]) is None  # the turn_start itself is missing
+
+
+@pytest.mark.django_db
 def test_an_earlier_sighting_of_a_call_keeps_it_out_of_the_open_turn():
     items = [("turn_start", {"turn": 1}), assistant("c1"), ("turn_end", {"turn": 1, "steps": 0, "reason": "complete"}),
              ("turn_start", {"turn": 2}), assistant("c1", "c2")]  # fmt: skip
     session = store(items)
-    planned = selectors.recovery_plan(session)
+    planned = indexed_plan(session)
     assert planned == recovery.plan(events_of(items))
     assert [r.data.get("tool_call_id") for r in planned.repairs] == ["c2", None]
 
@@ -55,7 +88,7 @@ def test_an_earlier_sighting_of_a_call_keeps_it_out_of_the_open_turn():
 @pytest.mark.django_db
 def test_a_step_opened_before_the_turn_still_decides_rule_3():
     items = [("step_start", {}), ("turn_start", {"turn": 1}), assistant("c1"), ("step_end", {"outcome": "ok"})]
-    planned = selectors.recovery_plan(store(items))
+    planned = indexed_plan(store(items))
     assert planned == recovery.plan(events_of(items))
     assert (planned.repairs[0].call.rule, planned.repairs[0].data["metadata"]["risk"]) == (3, "tool_not_started")
 
@@ -64,7 +97,7 @@ def test_a_step_opened_before_the_turn_still_decides_rule_3():
 def test_earlier_dispatches_results_and_stray_turn_ends_are_read():
     items = [("turn_end", {"reason": "complete"}), dispatch("c1"), result("c2"), ("turn_start", {"turn": 1}),
              assistant("c1", "c2", "c3")]  # fmt: skip
-    planned = selectors.recovery_plan(store(items))
+    planned = indexed_plan(store(items))
     assert planned == recovery.plan(events_of(items))
     assert planned.warnings == ["turn_end at seq 0 closes no open turn"]
     # c1 was first sighted (dispatched) outside any turn, c2 was answered: only c3 is owed.
@@ -73,7 +106,7 @@ def test_earlier_dispatches_results_and_stray_turn_ends_are_read():
 
 @pytest.mark.django_db
 def test_a_clean_session_keeps_its_warnings_and_an_empty_plan():
-    planned = selectors.recovery_plan(store([("turn_end", {"reason": "complete"})]))
+    planned = indexed_plan(store([("turn_end", {"reason": "complete"})]))
     assert (planned.repairs, planned.warnings) == ([], ["turn_end at seq 0 closes no open turn"])
 
 
