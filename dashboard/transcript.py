@@ -556,24 +556,14 @@ class Builder:
         }
         result_ids = {log_events.call_id(e.data) for e in events if e.type in ("tool_result", "tool_call")} - {None}
         ids = set(sighted) | result_ids
-        # call_id is set on tool_call and tool_result events only.
-        related = EventRow.objects.filter(session=session, call_id__in=ids)
+        calls = selectors.call_lookups(session, ids)
         self.results: dict[str, list[Event]] = defaultdict(list)
         self.dispatches: dict[str, list[Event]] = defaultdict(list)
-        # Sorted here, not by the query: ORDER BY seq would lure SQLite's
-        # planner onto the (session, seq) index and a scan of the whole log.
-        for event in sorted(selectors.to_log_events(related), key=lambda e: e.seq):
+        for event in calls.events:
             target = self.results if event.type == "tool_result" else self.dispatches
             target[log_events.call_id(event.data)].append(event)
         # Where each call was first sighted, so a result elsewhere can point at its card.
-        # Keyed by the ids themselves: the column holds a digest of an id too long for it.
-        id_of_column = {CallSighting._meta.get_field("call_id").get_prep_value(cid): cid for cid in ids}
-        self.sighted_at = {
-            id_of_column.get(stored, stored): seq
-            for stored, seq in CallSighting.objects.filter(session=session, call_id__in=ids)
-            .order_by("-seq")
-            .values_list("call_id", "seq")
-        }
+        self.sighted_at = {cid: seqs[0] for cid, seqs in calls.sightings.items()}
         self.sighted_in_window = {cid: event.seq for cid, (event, _) in sighted.items()}
         self.replaces = compactions(session)
         self.side_effects = selectors.side_effect_classes(call.get("name") for _, call in sighted.values())
@@ -582,7 +572,7 @@ class Builder:
         if open_turn_in_view:
             tail = selectors.complete_tail(session, events)
             step_seqs = {e.seq: self.placement[e.seq][1] for e in tail} if tail is not None else None
-            plan = selectors.recovery_plan(session, tail=tail, tail_step_seqs=step_seqs)
+            plan = selectors.recovery_plan(session, tail=tail, tail_step_seqs=step_seqs, calls=calls)
         self.owed = {r.call.id: r.call for r in plan.repairs if r.call is not None} if plan else {}
         self.status = session.status
 

@@ -161,7 +161,36 @@ def session_messages(session: Session) -> list[dict]:
     return fold.project(session_log(session))
 
 
-def recovery_plan(session: Session, *, tail: list[log_events.Event] | None = None, tail_step_seqs: dict[int, int | None] | None = None) -> recovery.Plan:
+@dataclass(frozen=True)
+class CallLookups:
+    """What the log holds, anywhere, about some call ids: their tool_call and tool_result events
+    (in seq order) and the seqs of the assistant messages that named them."""
+
+    ids: frozenset[str]
+    events: list[log_events.Event]
+    sightings: dict[str, list[int]]  # call id -> seqs, ascending
+
+
+def call_lookups(session: Session, ids: set[str]) -> CallLookups:
+    """Two indexed lookups by call id, whatever the length of the log."""
+    # Sorted here, not by the query: ORDER BY seq would lure SQLite's
+    # planner onto the (session, seq) index and a scan of the whole log.
+    events = sorted(to_log_events(Event.objects.filter(session=session, call_id__in=ids)), key=lambda e: e.seq)
+    # Keyed by the ids themselves: the column holds a digest of an id too long for it.
+    id_of_column = {CallSighting._meta.get_field("call_id").get_prep_value(cid): cid for cid in ids}
+    sightings: dict[str, list[int]] = {}
+    for stored, seq in sorted(CallSighting.objects.filter(session=session, call_id__in=ids).values_list("call_id", "seq"), key=lambda r: r[1]):
+        sightings.setdefault(id_of_column.get(stored, stored), []).append(seq)
+    return CallLookups(ids=frozenset(ids), events=events, sightings=sightings)
+
+
+def recovery_plan(
+    session: Session,
+    *,
+    tail: list[log_events.Event] | None = None,
+    tail_step_seqs: dict[int, int | None] | None = None,
+    calls: CallLookups | None = None,
+) -> recovery.Plan:
     """The session's recovery plan, reading only the events that can matter.
 
     Everything from the outermost open turn on, plus, before it: tool_call /
@@ -173,7 +202,8 @@ def recovery_plan(session: Session, *, tail: list[log_events.Event] | None = Non
 
     A caller that has read every event from the outermost open turn on (a
     page's live frame, which holds the open turn) passes them as `tail`, with
-    seq -> step_seq for each, and saves the three lookups they answer.
+    seq -> step_seq for each, and the `calls` it looked up (covering the
+    tail's call ids), and saves the lookups they answer.
     """
     events = Event.objects.filter(session=session)
     if not session.turn_stack:
@@ -181,22 +211,22 @@ def recovery_plan(session: Session, *, tail: list[log_events.Event] | None = Non
     outermost = session.turn_stack[0]
     if tail is None or tail_step_seqs is None:
         tail = to_log_events(events.filter(seq__gte=outermost).order_by("seq"))
-        call_ids = set(CallSighting.objects.filter(session=session, seq__gte=outermost).values_list("call_id", flat=True))
         step_stack = steps_open_at(session, outermost)
     else:
-        call_ids = {
-            cid for e in tail if e.type == "assistant_message" for call in log_events.tool_calls_of(e.data) if (cid := log_events.call_id(call)) is not None
-        }
         closed_later = {tail_step_seqs[e.seq] for e in tail if e.type == "step_end"} - {None}
         step_stack = sorted({s for s in session.step_stack if s < outermost} | {s for s in closed_later if s < outermost})
+    # The calls the tail names (as its sightings and dispatches), which the rest of the log may answer.
+    call_ids = {
+        cid for e in tail if e.type == "assistant_message" for call in log_events.tool_calls_of(e.data) if (cid := log_events.call_id(call)) is not None
+    }
     call_ids |= {log_events.call_id(e.data) for e in tail if e.type == "tool_call"} - {None}
-    # Looked up by call id alone (then cut at the turn in Python) so that the
-    # planner has one obvious index, with or without statistics.
-    by_call_id = events.filter(call_id__in=call_ids).values_list("seq", flat=True)
-    sightings = CallSighting.objects.filter(session=session, call_id__in=call_ids).values_list("seq", flat=True)
-    earlier_seqs = {seq for seq in [*session.stray_turn_ends, *by_call_id, *sightings] if seq < outermost}
-    earlier = to_log_events(events.filter(seq__in=earlier_seqs).order_by("seq")) if earlier_seqs else []
-    return recovery.plan(earlier + tail, step_stack=step_stack)
+    if calls is None or not call_ids <= calls.ids:
+        calls = call_lookups(session, call_ids)
+    known = {e.seq: e for e in calls.events if e.seq < outermost and log_events.call_id(e.data) in call_ids}
+    sighted = {seq for cid in call_ids for seq in calls.sightings.get(cid, ()) if seq < outermost}
+    unread = ({seq for seq in session.stray_turn_ends if seq < outermost} | sighted) - known.keys()
+    earlier = to_log_events(events.filter(seq__in=unread)) if unread else []
+    return recovery.plan(sorted([*known.values(), *earlier], key=lambda e: e.seq) + tail, step_stack=step_stack)
 
 
 def complete_tail(session: Session, events: list[log_events.Event]) -> list[log_events.Event] | None:
@@ -250,7 +280,7 @@ def recovery_strategies(plan: recovery.Plan) -> list[strategy.TurnStrategy]:
 
 
 def recovery_history(session: Session) -> list[RecoveryRecord]:
-    return list(RecoveryRecord.objects.filter(session=session).select_related("user"))
+    return list(RecoveryRecord.objects.filter(session=session))  # the pages show the username column, not the user
 
 
 @dataclass(frozen=True)

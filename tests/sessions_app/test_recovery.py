@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessions_app import errors, selectors, services
+from sessions_app.log import events as log_events
 from sessions_app.log import recovery
 from sessions_app.log.events import event_to_wire, validate_batch
 from sessions_app.models import Event, RecoveryRecord, Session
@@ -34,9 +35,17 @@ def indexed_plan(session: Session) -> recovery.Plan:
     whole, placement = selectors.placed_log_events(Event.objects.filter(session=session).order_by("seq"))
     tail = selectors.complete_tail(session, whole)
     planned = selectors.recovery_plan(session)
-    handed = selectors.recovery_plan(session, tail=tail, tail_step_seqs={e.seq: placement[e.seq][1] for e in tail or ()})
-    assert handed == planned
+    steps = {e.seq: placement[e.seq][1] for e in tail or ()}
+    assert selectors.recovery_plan(session, tail=tail, tail_step_seqs=steps) == planned
+    calls = selectors.call_lookups(session, every_call_id(whole))
+    assert selectors.recovery_plan(session, tail=tail, tail_step_seqs=steps, calls=calls) == planned
+    assert selectors.recovery_plan(session, calls=calls) == planned
     return planned
+
+
+def every_call_id(events) -> set[str]:
+    named = {log_events.call_id(c) for e in events if e.type == "assistant_message" for c in log_events.tool_calls_of(e.data)}
+    return (named | {log_events.call_id(e.data) for e in events if e.type in ("tool_call", "tool_result")}) - {None}
 
 
 @pytest.fixture
@@ -63,6 +72,9 @@ def test_the_plan_from_a_tail_already_read_equals_the_plan_of_the_whole_log(even
     assert (tail is None) == (not session.turn_stack)
     steps = {e.seq: placement[e.seq][1] for e in tail or ()}
     assert selectors.recovery_plan(session, tail=tail, tail_step_seqs=steps) == recovery.plan(whole)
+    # With the call lookups a page made for every call it shows (here: all of the log's).
+    calls = selectors.call_lookups(session, every_call_id(whole))
+    assert selectors.recovery_plan(session, tail=tail, tail_step_seqs=steps, calls=calls) == recovery.plan(whole)
 
 
 @pytest.mark.django_db
@@ -83,6 +95,15 @@ def test_an_earlier_sighting_of_a_call_keeps_it_out_of_the_open_turn():
     planned = indexed_plan(session)
     assert planned == recovery.plan(events_of(items))
     assert [r.data.get("tool_call_id") for r in planned.repairs] == ["c2", None]
+
+
+@pytest.mark.django_db
+def test_calls_with_ids_longer_than_the_column_are_found_before_the_turn_too():
+    long_done, long_owed = "d" * 300, "o" * 300  # stored as digests
+    items = [assistant(long_done), dispatch(long_done), result(long_done), ("turn_start", {"turn": 1}), assistant(long_done, long_owed)]
+    planned = indexed_plan(store(items))
+    assert planned == recovery.plan(events_of(items))
+    assert [r.data.get("tool_call_id") for r in planned.repairs] == [long_owed, None]
 
 
 @pytest.mark.django_db
