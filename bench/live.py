@@ -162,14 +162,31 @@ def appender(port: int, token: str, plan: list[tuple[float, str, int]], connecti
         delay = due - time.time()
         if delay > 0:
             time.sleep(delay)
-        batch = [json.loads(json.dumps(events[(cursor + i) % len(events)])) for i in range(n)]
-        cursor = (cursor + n) % len(events)
+        batch = [next_lap(events[(cursor + i) % len(events)], (cursor + i) // len(events), runs) for i in range(n)]
+        cursor += n
         jobs.put((due, session_id, batch))
     for _ in threads:
         jobs.put(None)
     for t in threads:
         t.join()
     pipe.send({"records": records, "errors": errors, "elapsed": time.time() - start_at, "max_behind": behind})
+
+
+def next_lap(event: dict, lap: int, runs: int) -> dict:
+    """A copy of a cycled event as a live agent would write it on lap `lap` of the cycle: its turns
+    numbered on, and its call ids new. (Repeated ids made every tool_result re-render each earlier
+    turn that named the same call, as the page must: p99 grew with the run's length.)"""
+    event = json.loads(json.dumps(event))
+    if lap:
+        data = event["data"]
+        if isinstance(data.get("turn"), int):
+            data["turn"] += lap * runs
+        for call in data.get("tool_calls") or ():
+            call["id"] = f"{call['id']}_{lap}"
+        for key in ("id", "tool_call_id"):
+            if event["type"] in ("tool_call", "tool_result") and isinstance(data.get(key), str):
+                data[key] = f"{data[key]}_{lap}"
+    return event
 
 
 # The viewers (asyncio, autobahn) --------------------------------------------
