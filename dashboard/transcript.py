@@ -311,8 +311,9 @@ def blocks_touched(session: Session, events: list[Event]) -> list[Block]:
     turns = {t for t in placed.values() if t is not None}
     loose = {seq for seq, t in placed.items() if t is None}
     # Two index lookups (by turn, by seq), merged here: an OR would scan the log.
+    # A turn_start is in its own turn (turn_seq = seq): only events outside any turn need a second lookup.
     in_turns, in_turns_placed = selectors.placed_log_events(EventRow.objects.filter(session=session, turn_seq__in=turns))
-    own, own_placed = selectors.placed_log_events(EventRow.objects.filter(session=session, seq__in=turns | loose))
+    own, own_placed = selectors.placed_log_events(EventRow.objects.filter(session=session, seq__in=loose)) if loose else ([], {})
     events = {e.seq: e for e in [*in_turns, *own]}
     return Builder(session).build(sorted(events.values(), key=lambda e: e.seq), {**in_turns_placed, **own_placed})
 
