@@ -183,9 +183,10 @@ def next_lap(event: dict, lap: int, runs: int) -> dict:
             data["turn"] += lap * runs
         for call in data.get("tool_calls") or ():
             call["id"] = f"{call['id']}_{lap}"
-        for key in ("id", "tool_call_id"):
-            if event["type"] in ("tool_call", "tool_result") and isinstance(data.get(key), str):
-                data[key] = f"{data[key]}_{lap}"
+        if event["type"] in ("tool_call", "tool_result"):
+            for key in ("id", "tool_call_id"):
+                if isinstance(data.get(key), str):
+                    data[key] = f"{data[key]}_{lap}"
     return event
 
 

@@ -572,8 +572,7 @@ class Builder:
         plan = None
         if open_turn_in_view:
             tail = selectors.complete_tail(session, events)
-            step_seqs = {e.seq: self.placement[e.seq][1] for e in tail} if tail is not None else None
-            plan = selectors.recovery_plan(session, tail=tail, tail_step_seqs=step_seqs, calls=calls)
+            plan = selectors.recovery_plan(session, tail=tail, placement=self.placement, calls=calls)
         self.owed = {r.call.id: r.call for r in plan.repairs if r.call is not None} if plan else {}
         self.status = session.status
 

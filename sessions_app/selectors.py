@@ -188,7 +188,7 @@ def recovery_plan(
     session: Session,
     *,
     tail: list[log_events.Event] | None = None,
-    tail_step_seqs: dict[int, int | None] | None = None,
+    placement: dict[int, tuple[int | None, int | None]] | None = None,
     calls: CallLookups | None = None,
 ) -> recovery.Plan:
     """The session's recovery plan, reading only the events that can matter.
@@ -202,19 +202,20 @@ def recovery_plan(
 
     A caller that has read every event from the outermost open turn on (a
     page's live frame, which holds the open turn) passes them as `tail`, with
-    seq -> step_seq for each, and the `calls` it looked up (covering the
-    tail's call ids), and saves the lookups they answer.
+    their `placement` (seq -> (turn_seq, step_seq), as placed_log_events
+    reads it) and the `calls` it looked up (covering the tail's call ids),
+    and saves the lookups they answer.
     """
     events = Event.objects.filter(session=session)
     if not session.turn_stack:
         return recovery.plan(to_log_events(events.filter(seq__in=session.stray_turn_ends).order_by("seq")))
     outermost = session.turn_stack[0]
-    if tail is None or tail_step_seqs is None:
+    if tail is None or placement is None:
         tail = to_log_events(events.filter(seq__gte=outermost).order_by("seq"))
         step_stack = steps_open_at(session, outermost)
-    else:
-        closed_later = {tail_step_seqs[e.seq] for e in tail if e.type == "step_end"} - {None}
-        step_stack = sorted({s for s in session.step_stack if s < outermost} | {s for s in closed_later if s < outermost})
+    else:  # steps_open_at, answered by the tail's step_ends
+        closed_later = {placement[e.seq][1] for e in tail if e.type == "step_end"}
+        step_stack = sorted(s for s in {*session.step_stack, *closed_later} if s is not None and s < outermost)
     # The calls the tail names (as its sightings and dispatches), which the rest of the log may answer.
     call_ids = {
         cid for e in tail if e.type == "assistant_message" for call in log_events.tool_calls_of(e.data) if (cid := log_events.call_id(call)) is not None

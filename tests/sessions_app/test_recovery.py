@@ -35,10 +35,10 @@ def indexed_plan(session: Session) -> recovery.Plan:
     whole, placement = selectors.placed_log_events(Event.objects.filter(session=session).order_by("seq"))
     tail = selectors.complete_tail(session, whole)
     planned = selectors.recovery_plan(session)
-    steps = {e.seq: placement[e.seq][1] for e in tail or ()}
-    assert selectors.recovery_plan(session, tail=tail, tail_step_seqs=steps) == planned
+    assert selectors.recovery_plan(session, tail=tail, placement=placement) == planned
+    # With the call lookups a page made for every call it shows (here: all of the log's).
     calls = selectors.call_lookups(session, every_call_id(whole))
-    assert selectors.recovery_plan(session, tail=tail, tail_step_seqs=steps, calls=calls) == planned
+    assert selectors.recovery_plan(session, tail=tail, placement=placement, calls=calls) == planned
     assert selectors.recovery_plan(session, calls=calls) == planned
     return planned
 
@@ -67,14 +67,9 @@ def test_the_indexed_plan_equals_the_plan_of_the_whole_log(events, chunk):
 def test_the_plan_from_a_tail_already_read_equals_the_plan_of_the_whole_log(events, chunk):
     """The page's live frame hands over the open turn it read: the plan must not change."""
     session = store(events, chunk=chunk)
-    whole, placement = selectors.placed_log_events(Event.objects.filter(session=session).order_by("seq"))
-    tail = selectors.complete_tail(session, whole)
-    assert (tail is None) == (not session.turn_stack)
-    steps = {e.seq: placement[e.seq][1] for e in tail or ()}
-    assert selectors.recovery_plan(session, tail=tail, tail_step_seqs=steps) == recovery.plan(whole)
-    # With the call lookups a page made for every call it shows (here: all of the log's).
-    calls = selectors.call_lookups(session, every_call_id(whole))
-    assert selectors.recovery_plan(session, tail=tail, tail_step_seqs=steps, calls=calls) == recovery.plan(whole)
+    whole = selectors.session_log(session)
+    assert (selectors.complete_tail(session, whole) is None) == (not session.turn_stack)
+    assert indexed_plan(session) == recovery.plan(whole)
 
 
 @pytest.mark.django_db
