@@ -236,19 +236,20 @@ def free_port() -> int:
 
 
 class Server:
-    """One `daphne dashboard.asgi:application` subprocess on a free port."""
+    """One `daphne dashboard.asgi:application` subprocess on a free port (or another app, from `cwd`)."""
 
-    def __init__(self, env: dict, log_path: Path):
+    def __init__(self, env: dict, log_path: Path, *, application: str = "dashboard.asgi:application", cwd: Path = ROOT):
         self.env = env
         self.log_path = log_path
+        self.application, self.cwd = application, cwd
         self.port = free_port()
         self.process: subprocess.Popen | None = None
 
     def start(self, token: str) -> Server:
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
-                cwd=ROOT,
+                [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(self.port), self.application],
+                cwd=self.cwd,
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import DEFAULT_REDIS_URL, ROOT, Client, Target, batches, make_events, run_children, torn_down
+from _common import DEFAULT_REDIS_URL, ROOT, Client, Server, Target, batches, make_events, run_children, torn_down
 
 # API(1000) / raw executemany, per database vendor.
 TARGET_RATIO = {"sqlite": 0.20, "postgres": 0.50}
@@ -55,6 +55,7 @@ REFERENCE_BULK_RATIO = 0.40  # the earlier target against bulk_create, shown for
 TARGET_SINGLE = 300.0  # events/s, batches of 1, one sequential client
 TARGET_CONCURRENT = 800.0  # events/s, batches of 1, CONCURRENT_CLIENTS clients on as many sessions
 CONCURRENT_CLIENTS = 8
+NOOP, ONE_EVENT_TX = "noop daphne", "one-event tx"  # the ceilings' rows
 
 
 # Results ------------------------------------------------------------------
@@ -105,6 +106,18 @@ class DbResult:
     def passed(self) -> bool:
         return all(met for *_, met in self.checks())
 
+    def ceilings(self) -> list[tuple[str, float]]:
+        """What this machine allows single appends in this run (reference lines, not targets)."""
+        server, server_x = self.row(NOOP, 1).rate, self.row(f"{NOOP} x{CONCURRENT_CLIENTS}", 1).rate
+        database = self.row(ONE_EVENT_TX, 1).rate
+        return [
+            ("no-op app, same daphne, 1 client", server),
+            (f"no-op app, same daphne, {CONCURRENT_CLIENTS} clients", server_x),
+            ("driver's one-event transactions", database),
+            # Sequential, so their costs add: a server that added nothing to the two gets this.
+            ("the two together, one client", 1 / (1 / server + 1 / database)),
+        ]
+
 
 def print_table(result: DbResult) -> None:
     print(f"\n== {result.db}: {result.version}, channel layer {result.channel_layer} ==")
@@ -119,6 +132,8 @@ def print_table(result: DbResult) -> None:
         shown = f"{figure:.2f}" if figure < 10 else f"{figure:,.0f}"
         print(f"{what:<34} {shown:>8}  target {target:<8} {'met' if met else 'MISSES'}")
     print(f"{'(reference) API(1000) / bulk_create':<34} {result.bulk_ratio:>8.2f}  (the earlier target was {REFERENCE_BULK_RATIO:.2f})")
+    for what, figure in result.ceilings():
+        print(f"{'(ceiling) ' + what:<44} {figure:>8,.0f} events/s")
 
 
 # Streams ------------------------------------------------------------------
@@ -279,6 +294,50 @@ class ExecutemanyStream:
         return self.model.objects.filter(session_id=session_id).count()
 
 
+class OneEventTransactions(ExecutemanyStream):
+    """The database's own share of a single append: per event one transaction, through the driver.
+
+    Each reads the session's row under its lock (FOR UPDATE on PostgreSQL;
+    SQLite's IMMEDIATE transaction), inserts the event's row (adapted
+    beforehand) into bench_raw_event and updates the session's event count,
+    as an append does with fewer columns and no token check: a ceiling, not
+    the same work.
+    """
+
+    def __init__(self, model, session_id: str, events: list[dict]):
+        from django.db import connection
+
+        from sessions_app.models import Session
+
+        super().__init__(model, session_id, events, 1)
+        self.session_id = session_id
+        table, quote = connection.ops.quote_name(Session._meta.db_table), connection.ops.quote_name
+        mark = "?" if connection.vendor == "sqlite" else "%s"
+        lock = "" if connection.vendor == "sqlite" else " FOR UPDATE"
+        self.lock_sql = f"SELECT {quote('event_count')} FROM {table} WHERE {quote('id')} = {mark}{lock}"
+        self.update_sql = f"UPDATE {table} SET {quote('event_count')} = {mark} WHERE {quote('id')} = {mark}"
+
+    def run(self, n_batches: int) -> tuple[int, float]:
+        from django.db import connection, transaction
+
+        todo = self.batches[self.pos : self.pos + n_batches]
+        self.pos += len(todo)
+        connection.ensure_connection()
+        driver = connection.connection
+        t0 = time.perf_counter()
+        for (row,) in todo:
+            with transaction.atomic():
+                cursor = driver.cursor()
+                cursor.execute(self.lock_sql, [self.session_id])
+                (count,) = cursor.fetchone()
+                cursor.execute(self.sql, row)
+                cursor.execute(self.update_sql, [count + 1, self.session_id])
+                cursor.close()
+        elapsed = time.perf_counter() - t0
+        connection.close()
+        return len(todo), elapsed
+
+
 class RawStream:
     """The same rows written with Event.objects.bulk_create, a transaction per batch (a reference line)."""
 
@@ -369,7 +428,10 @@ def measure(target: Target, n_events: int) -> DbResult:
     RawStream(f"warm-raw-{tag}", warm, 1000).run(2)
     ExecutemanyStream(raw_model, f"warm-em-{tag}", warm, 1000).run(2)
 
-    keys = [("api", 1), (f"api x{CONCURRENT_CLIENTS}", 1), ("api", 100), ("api", 1000), ("executemany", 1000), ("bulk_create", 1000)]
+    keys = [
+        ("api", 1), (f"api x{CONCURRENT_CLIENTS}", 1), ("api", 100), ("api", 1000), ("executemany", 1000), ("bulk_create", 1000),
+        (NOOP, 1), (f"{NOOP} x{CONCURRENT_CLIENTS}", 1), (ONE_EVENT_TX, 1),
+    ]
     rows = {key: Row(*key) for key in keys}
 
     def record(key, result):
@@ -402,6 +464,27 @@ def measure(target: Target, n_events: int) -> DbResult:
         order.shuffle(trio)
         for mode, stream in trio:
             record((mode, 1000), stream.run(1))
+
+    # The ceilings: the same requests from the same clients to a no-op app under the same daphne
+    # command, and the database's own one-event transactions.
+    noop = Server(target.env, target.tmpdir / "daphne-noop.log", application="noop_asgi:application", cwd=Path(__file__).parent)
+    try:
+        noop.start(target.token)
+        noop_clients = [Client(noop.port, target.token) for _ in range(CONCURRENT_CLIENTS + 1)]
+        n1 = ApiStream(noop_clients[0], f"noop-1-{tag}", make_events(n_single, seed=1, start=start), 1)
+        record((NOOP, 1), n1.run(len(n1.bodies)))
+        noop_concurrent = [
+            ApiStream(c, f"noop-1x{i}-{tag}", make_events(n_concurrent, seed=10 + i, start=start), 1) for i, c in enumerate(noop_clients[1:])
+        ]
+        record((f"{NOOP} x{CONCURRENT_CLIENTS}", 1), run_concurrent(noop_concurrent))
+        for c in noop_clients:
+            c.conn.close()
+    finally:
+        noop.stop()
+    one = OneEventTransactions(raw_model, f"bench-one-{tag}", make_events(n_single, seed=1, start=start))
+    record((ONE_EVENT_TX, 1), one.run(len(one.batches)))
+    if (one_count := one.count(f"bench-one-{tag}")) != n_single:
+        raise RuntimeError(f"the one-event transactions stored {one_count} events, expected {n_single}")
 
     for stream in (s1, s100, s1000, *concurrent):
         stream.verify()
@@ -462,7 +545,7 @@ def main(argv=None) -> int:
         print(f"({args.db} took {time.perf_counter() - t0:.0f} s)")
         if args.json_out:
             Path(args.json_out).write_text(
-                json.dumps({"db": result.db, "checks": result.checks(), "rows": [asdict(r) | {"rate": r.rate} for r in result.rows]})
+                json.dumps({"db": result.db, "checks": result.checks(), "ceilings": result.ceilings(), "rows": [asdict(r) | {"rate": r.rate} for r in result.rows]})
             )
         return 0 if result.passed else 1
 
@@ -478,6 +561,8 @@ def main(argv=None) -> int:
         for what, figure, target, met in data["checks"]:
             shown = f"{figure:.2f}" if figure < 10 else f"{figure:,.0f}"
             print(f"{db:<9} {what:<34} {shown:>8}  target {target:<8} {'met' if met else 'MISSES'}")
+        for what, figure in data["ceilings"]:
+            print(f"{db:<9} {'(ceiling) ' + what:<44} {figure:>8,.0f} events/s")
     if failed:
         print("FAILED: a target is missed (or a run failed) on at least one database.")
     return 1 if failed else 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -60,7 +60,7 @@ class Forbidden(Exception):
 @dataclass
 class Actor:
     user: object
-    token: ApiToken | None = None
+    token: ApiToken | GrantedToken | None = None
     _roles: dict[int, str] | None = field(default=None, repr=False)
 
     @property
@@ -111,13 +111,26 @@ def roles_of(user_ids) -> dict[int, dict[int, str]]:
     return roles
 
 
+@dataclass(slots=True)
+class GrantedToken:
+    """What an Actor and mark_used read of a token: its id, project and scopes, and
+    last_used_at, now when it was used within the last LAST_USED_RESOLUTION_SECONDS
+    (so mark_used writes nothing), else None. (An ApiToken instance cost more to
+    build than the rest of the check.)"""
+
+    pk: int
+    project_id: int | None
+    scopes: list[str]
+    last_used_at: datetime | None
+    LAST_USED_RESOLUTION_SECONDS = ApiToken.LAST_USED_RESOLUTION_SECONDS
+    mark_used = ApiToken.mark_used  # one rule for both
+
+
 @dataclass(frozen=True, slots=True)
 class TokenGrant:
     """What `token_grant` read about a bearer token and a session."""
 
-    # Its id, project and scopes; last_used_at is now when it was used within the last
-    # LAST_USED_RESOLUTION_SECONDS (so mark_used writes nothing), else None.
-    token: ApiToken
+    token: GrantedToken
     allowed: bool
 
 
@@ -146,12 +159,7 @@ def token_grant(secret: str, session_id: str, capability: str) -> TokenGrant | N
     if row is None:
         return None
     token_id, token_project, scopes, superuser, session_project, role, used_recently = row
-    token = ApiToken(
-        id=token_id,
-        project_id=token_project,
-        scopes=_SCOPES_FIELD.from_db_value(scopes, None, connection),
-        last_used_at=now if used_recently else None,
-    )
+    token = GrantedToken(token_id, token_project, _SCOPES_FIELD.from_db_value(scopes, None, connection), now if used_recently else None)
     allowed = session_project is not None and Actor(
         user=None, token=token, _roles={session_project: Role.ADMIN if superuser else role}
     ).can(session_project, capability)

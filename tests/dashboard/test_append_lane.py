@@ -200,6 +200,36 @@ async def test_a_stored_batch_is_answered_by_the_lane_alone(world):
     assert "content-security-policy" in headers
 
 
+async def test_the_lane_records_a_tokens_use_at_most_once_a_minute(world):
+    from datetime import timedelta
+
+    from asgiref.sync import sync_to_async
+    from django.utils import timezone
+
+    tokens = await world()
+    await sync_to_async(create)("used")
+    row = await sync_to_async(ApiToken.usable_for)(tokens["member"])
+    assert row.last_used_at is None
+
+    async def django_must_not_answer(scope, receive, send):
+        raise AssertionError("Django was asked")
+
+    lane = append_lane.AppendLane(django_must_not_answer)
+
+    async def append_and_read_last_use():
+        body = json.dumps({"events": [user_message("hi")]}).encode()
+        status, _, _ = await call(lane, "/api/v1/sessions/used/events", body, {"Authorization": f"Bearer {tokens['member']}"})
+        assert status == 201
+        return (await sync_to_async(ApiToken.objects.get)(pk=row.pk)).last_used_at
+
+    first = await append_and_read_last_use()
+    assert first is not None and (timezone.now() - first).total_seconds() < 30
+    assert await append_and_read_last_use() == first  # used within the minute: nothing written
+    an_hour_ago = timezone.now() - timedelta(hours=1)
+    await sync_to_async(ApiToken.objects.filter(pk=row.pk).update)(last_used_at=an_hour_ago)
+    assert await append_and_read_last_use() > an_hour_ago + timedelta(minutes=59)
+
+
 @pytest.mark.parametrize("chunk", [None, 7])
 async def test_what_the_lane_leaves_to_django_reaches_it_with_the_whole_body(chunk, world, settings):
     from asgiref.sync import sync_to_async
