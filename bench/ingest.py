@@ -19,7 +19,12 @@ database) this script:
    adapted beforehand) into `bench_raw_event`, a table created here with the
    events table's columns, its unique (session, seq) index and its secondary
    indexes; batches of 1000, one transaction per batch. `Event.objects.bulk_create`
-   of the same rows is measured too, as a second reference line.
+   of the same rows is measured too, as a second reference line;
+5. measures this run's ceilings for single appends (reference lines, not
+   targets): the same requests from the same clients to bench/noop_asgi.py
+   under the same `daphne` command, and the driver's own one-event
+   transactions (the session's row read under its lock, the row inserted into
+   bench_raw_event, the session's count updated).
 
 API(1000), executemany and bulk_create are measured batch by batch in
 interleaved rounds (shuffled order per round) so that all see the same table
@@ -121,13 +126,13 @@ class DbResult:
 
 def print_table(result: DbResult) -> None:
     print(f"\n== {result.db}: {result.version}, channel layer {result.channel_layer} ==")
-    print(f"{'mode':<13}{'batch':>6}{'events':>9}{'seconds':>10}{'events/s':>11}   per batch of 1000: min / median / max events/s")
+    print(f"{'mode':<15}{'batch':>6}{'events':>9}{'seconds':>10}{'events/s':>11}   per batch of 1000: min / median / max events/s")
     for r in result.rows:
         spread = ""
         if len(r.rounds) > 1 and r.batch == 1000:
             lo, mid, hi = min(r.rounds), statistics.median(r.rounds), max(r.rounds)
             spread = f"{lo:,.0f} / {mid:,.0f} / {hi:,.0f}"
-        print(f"{r.mode:<13}{r.batch:>6}{r.events:>9,}{r.seconds:>10.3f}{r.rate:>11,.0f}   {spread}")
+        print(f"{r.mode:<15}{r.batch:>6}{r.events:>9,}{r.seconds:>10.3f}{r.rate:>11,.0f}   {spread}")
     for what, figure, target, met in result.checks():
         shown = f"{figure:.2f}" if figure < 10 else f"{figure:,.0f}"
         print(f"{what:<34} {shown:>8}  target {target:<8} {'met' if met else 'MISSES'}")
