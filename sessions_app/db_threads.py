@@ -22,13 +22,15 @@ request sees the test's open transaction.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
+import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
-from asgiref.sync import sync_to_async
+from asgiref.sync import SyncToAsync, sync_to_async
 from django.conf import settings
 from django.db import connections
 
@@ -73,8 +75,11 @@ async def run(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
     """fn(*args, **kwargs) on a database thread; its exceptions propagate."""
     if not settings.TURNLOG_DB_THREADS:
         return await sync_to_async(fn)(*args, **kwargs)
-    call = functools.partial(_call_and_keep_connections, asyncio.get_running_loop(), fn, args, kwargs)
-    return await sync_to_async(call, thread_sensitive=False, executor=executor())()
+    loop = asyncio.get_running_loop()
+    call = functools.partial(_call_and_keep_connections, loop, fn, args, kwargs)
+    # Straight to the executor: sync_to_async's own bookkeeping per call (its wrapper, futures
+    # and context restoring) cost more than a single append's SQL on SQLite (docs/benchmarks.md).
+    return await loop.run_in_executor(executor(), contextvars.copy_context().run, call)
 
 
 def caller_loop() -> asyncio.AbstractEventLoop | None:
@@ -89,6 +94,9 @@ def _call_and_keep_connections(loop, fn, args, kwargs):
     for connection in connections.all(initialized_only=True):
         connection.health_check_done = False  # checked again before its first query of this call
     _calling.loop = loop
+    # What sync_to_async would set: async_to_sync on this thread runs coroutines on the caller's loop.
+    SyncToAsync.threadlocal.main_event_loop = loop
+    SyncToAsync.threadlocal.main_event_loop_pid = os.getpid()
     try:
         return fn(*args, **kwargs)
     finally:

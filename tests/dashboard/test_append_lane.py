@@ -300,3 +300,23 @@ async def test_https_settings_apply_to_the_lane_as_to_django(redirect, world, se
     assert answers[:2] == answers[2:]
     assert [status for _, status, _, _ in answers[:2]] == ([301, 201] if redirect else [201, 201])
     assert "strict-transport-security" in answers[1][2] and "strict-transport-security" not in answers[0][2]
+
+
+async def test_a_policy_changed_after_a_201_reaches_the_lanes_next_answer_as_djangos(world, settings):
+    """The lane keeps its 201 headers between requests: a settings change must not leave them stale."""
+    from asgiref.sync import sync_to_async
+
+    tokens = await world()
+    lane_id, django_id = twin("policy")
+    for session_id in (lane_id, django_id):
+        await sync_to_async(create)(session_id)
+    lane = append_lane.AppendLane(django_asgi_app)
+    body, headers = json.dumps({"events": [user_message("hi")]}).encode(), {"Authorization": f"Bearer {tokens['member']}"}
+    _, before, _ = await call(lane, f"/api/v1/sessions/{lane_id}/events", body, headers)
+    assert "default-src 'self'" in before["content-security-policy"]
+
+    settings.CONTENT_SECURITY_POLICY = {"DIRECTIVES": {"default-src": ["'none'"]}}
+    answers = [await call(app, f"/api/v1/sessions/{session_id}/events", body, headers) for app, session_id in ((lane, lane_id), (django_asgi_app, django_id))]
+    assert [status for status, _, _ in answers] == [201, 201]
+    assert answers[0][1] == answers[1][1]
+    assert answers[0][1]["content-security-policy"] == "default-src 'none'"

@@ -113,3 +113,18 @@ def test_a_connection_the_server_dropped_is_replaced_before_the_next_query(datab
     for _ in range(20):
         name, pid = run(backend_pid)  # none of them fails
         assert pid != pids.get(name)
+
+
+def test_async_to_sync_on_a_database_thread_runs_on_the_callers_event_loop(database_threads):
+    """As under sync_to_async: a coroutine a database thread waits for runs on the loop awaiting the call
+    (the in-memory channel layer's queues belong to that loop), not on a loop of its own."""
+    import asyncio
+
+    async def the_loop():
+        return asyncio.get_running_loop()
+
+    async def caller():
+        return asyncio.get_running_loop(), await db_threads.run(async_to_sync(the_loop))
+
+    callers_loop, loop_it_ran_on = async_to_sync(caller)()
+    assert loop_it_ran_on is callers_loop
