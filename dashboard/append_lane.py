@@ -134,7 +134,7 @@ class AppendLane:
                 raise Refused from None
 
         try:
-            return await db_threads.run(store)
+            return await db_threads.run_append(store)
         except dashboard_middleware.DATABASE_UNAVAILABLE as error:
             return self.unavailable.process_exception(request, error)
 

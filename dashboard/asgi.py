@@ -1,4 +1,6 @@
+import functools
 import os
+import sys
 
 from django.core.asgi import get_asgi_application
 
@@ -29,6 +31,18 @@ class StaticFiles(ASGIStaticFilesHandler):
             return await sync_to_async(self.serve, thread_sensitive=False)(request)
         except (Http404, SuspiciousOperation):
             return await sync_to_async(response_for_exception, thread_sensitive=False)(request, Http404())
+
+def cache_twisted_content_type_parsing() -> None:
+    """Under Daphne, Twisted parses every POST's Content-Type through the email package (a new
+    EmailMessage each time), for its form arguments: 13% of the server's CPU under single appends
+    (docs/benchmarks.md). The answer depends on the header's bytes alone, and clients send the same few."""
+    http = sys.modules.get("twisted.web.http")  # imported by Daphne before it loads this module
+    parse = getattr(http, "_parseContentType", None)
+    if parse is not None and not hasattr(parse, "cache_info"):
+        http._parseContentType = functools.lru_cache(maxsize=64)(parse)
+
+
+cache_twisted_content_type_parsing()
 
 application = ProtocolTypeRouter(
     {

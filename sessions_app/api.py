@@ -537,7 +537,7 @@ async def append_events(request, session_id: str, payload: AppendIn):
         access.session_for(access.actor_of(request), session_id, access.APPEND)
         return prepared.store(session_id)
 
-    return Status(201, (await db_threads.run(append)).as_response())
+    return Status(201, (await db_threads.run_append(append)).as_response())
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

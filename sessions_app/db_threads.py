@@ -32,54 +32,76 @@ from typing import ParamSpec, TypeVar
 
 from asgiref.sync import SyncToAsync, sync_to_async
 from django.conf import settings
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections
 
 P = ParamSpec("P")
 R = TypeVar("R")
 
-_executor: ThreadPoolExecutor | None = None
-_executor_threads = 0
+# name -> (executor, its number of threads): "read" has TURNLOG_DB_THREADS, "write" (SQLite's appends) one.
+_executors: dict[str, tuple[ThreadPoolExecutor, int]] = {}
 _executor_lock = threading.Lock()
 
 
-def executor() -> ThreadPoolExecutor:
-    global _executor, _executor_threads
+def executor(name: str = "read") -> ThreadPoolExecutor:
     with _executor_lock:
-        if _executor is None:
-            _executor_threads = settings.TURNLOG_DB_THREADS
-            _executor = ThreadPoolExecutor(max_workers=_executor_threads, thread_name_prefix="turnlog-db")
-        return _executor
+        if name not in _executors:
+            threads = settings.TURNLOG_DB_THREADS if name == "read" else 1
+            prefix = "turnlog-db" if name == "read" else f"turnlog-db-{name}"
+            _executors[name] = (ThreadPoolExecutor(max_workers=threads, thread_name_prefix=prefix), threads)
+        return _executors[name][0]
 
 
 def stop() -> None:
     """Close every database thread's connections and stop the threads; the next call starts new ones.
     (A server just exits; tests stop them so that no connection outlives the test database.)"""
-    global _executor
     with _executor_lock:
-        stopping, _executor = _executor, None
-    if stopping is None:
-        return
-    # One task per thread: each waits for the others, so every thread closes its own connections.
-    everyone = threading.Barrier(_executor_threads)
+        stopping = list(_executors.values())
+        _executors.clear()
+    for pool, threads in stopping:
+        # One task per thread: each waits for the others, so every thread closes its own connections.
+        everyone = threading.Barrier(threads)
 
-    def close_own_connections():
-        everyone.wait(timeout=30)
-        connections.close_all()
+        def close_own_connections():
+            everyone.wait(timeout=30)
+            connections.close_all()
 
-    for closed in [stopping.submit(close_own_connections) for _ in range(_executor_threads)]:
-        closed.result()
-    stopping.shutdown()
+        for closed in [pool.submit(close_own_connections) for _ in range(threads)]:
+            closed.result()
+        pool.shutdown()
 
 
 async def run(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
     """fn(*args, **kwargs) on a database thread; its exceptions propagate."""
     if not settings.TURNLOG_DB_THREADS:
         return await sync_to_async(fn)(*args, **kwargs)
+    return await _run_on(executor(), fn, args, kwargs)
+
+
+async def run_append(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
+    """fn(*args, **kwargs), an append, on a database thread: on SQLite always the same one.
+
+    SQLite lets one writer in at a time. Appends from several threads of a
+    process queued for its lock in SQLite's busy handler, and each thread's
+    turn cost GIL and lock hand-offs: with 8 clients a single append took
+    ~50% more CPU than with one (docs/benchmarks.md). One writer thread
+    queues them in the process instead; reads keep the other threads.
+    PostgreSQL locks each session's row, so its appends run on any thread.
+    """
+    if not settings.TURNLOG_DB_THREADS:
+        return await sync_to_async(fn)(*args, **kwargs)
+    return await _run_on(executor("write" if _one_writer_at_a_time() else "read"), fn, args, kwargs)
+
+
+async def _run_on(pool: ThreadPoolExecutor, fn, args, kwargs):
     loop = asyncio.get_running_loop()
     call = functools.partial(_call_and_keep_connections, loop, fn, args, kwargs)
     # Straight to the executor: sync_to_async's own bookkeeping per call (its wrapper, futures
     # and context restoring) cost more than a single append's SQL on SQLite (docs/benchmarks.md).
-    return await loop.run_in_executor(executor(), contextvars.copy_context().run, call)
+    return await loop.run_in_executor(pool, contextvars.copy_context().run, call)
+
+
+def _one_writer_at_a_time() -> bool:
+    return connections[DEFAULT_DB_ALIAS].vendor == "sqlite"
 
 
 def caller_loop() -> asyncio.AbstractEventLoop | None:

@@ -26,3 +26,34 @@ async def test_a_static_path_leaving_the_static_root_is_404(path):
 async def test_static_files_are_still_served():
     status, body = await get("/static/turnlog/turnlog.css")
     assert status == 200 and body
+
+
+CONTENT_TYPES = [
+    b"application/json",
+    b"application/json; charset=utf-8",
+    b"Application/JSON",
+    b"multipart/form-data; boundary=xyz",
+    b"application/x-www-form-urlencoded",
+    b"text/plain; charset=\"latin-1\"",
+    b"",
+    b"nonsense",
+    b"\xff\xfe/\x00",
+]
+
+
+def test_twisteds_content_type_parsing_is_cached_with_the_same_answers(monkeypatch):
+    from twisted.web import http
+
+    from dashboard import asgi
+
+    original = getattr(http._parseContentType, "__wrapped__", http._parseContentType)
+    monkeypatch.setattr(http, "_parseContentType", original)
+    monkeypatch.setitem(asgi.sys.modules, "twisted.web.http", http)
+    asgi.cache_twisted_content_type_parsing()
+    cached = http._parseContentType
+    assert cached is not original and cached.__wrapped__ is original
+    for line in CONTENT_TYPES * 2:
+        assert cached(line) == original(line), line
+    assert cached.cache_info().hits == len(CONTENT_TYPES)
+    asgi.cache_twisted_content_type_parsing()  # once only: a second call does not wrap the cache
+    assert http._parseContentType is cached

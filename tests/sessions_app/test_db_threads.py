@@ -128,3 +128,20 @@ def test_async_to_sync_on_a_database_thread_runs_on_the_callers_event_loop(datab
 
     callers_loop, loop_it_ran_on = async_to_sync(caller)()
     assert loop_it_ran_on is callers_loop
+
+
+def test_appends_on_sqlite_run_on_one_writer_thread_and_on_postgresql_on_any(database_threads):
+    """SQLite admits one writer at a time: its appends queue on one thread instead of in its busy handler."""
+
+    async def many_at_once():
+        import asyncio
+
+        return await asyncio.gather(*(db_threads.run_append(where_it_ran) for _ in range(12)))
+
+    threads = {name for name, _ in async_to_sync(many_at_once)()}
+    if connection.vendor == "sqlite":
+        assert threads == {"turnlog-db-write_0"}
+    else:
+        assert threads <= {f"turnlog-db_{i}" for i in range(THREADS)}, threads
+    reads = {run(where_it_ran)[0] for _ in range(4)}
+    assert reads <= {f"turnlog-db_{i}" for i in range(THREADS)}, reads
