@@ -24,7 +24,7 @@ from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from sessions_app import selectors
+from sessions_app import selectors, statements
 from sessions_app.errors import SessionNotFound
 from sessions_app.models import ApiToken, AuditEntry, Membership, Project, Role, Scope, Session, hash_token
 
@@ -144,18 +144,11 @@ def token_grant(secret: str, session_id: str, capability: str) -> TokenGrant | N
     Nothing is written, and a refusal is not audited: the lane leaves refusals to the API.
     """
     now = timezone.now()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            _token_grant_sql(),
-            [
-                connection.ops.adapt_datetimefield_value(now - timedelta(seconds=ApiToken.LAST_USED_RESOLUTION_SECONDS)),
-                session_id,
-                hash_token(secret),
-                True,
-                connection.ops.adapt_datetimefield_value(now),
-            ],
-        )
-        row = cursor.fetchone()
+    adapt_time = connection.ops.adapt_datetimefield_value
+    row = statements.fetch_one(
+        _token_grant_sql(),
+        [adapt_time(now - timedelta(seconds=ApiToken.LAST_USED_RESOLUTION_SECONDS)), session_id, hash_token(secret), True, adapt_time(now)],
+    )
     if row is None:
         return None
     token_id, token_project, scopes, superuser, session_project, role, used_recently = row

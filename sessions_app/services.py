@@ -150,12 +150,11 @@ def _count_for_agent(session: Session, *, at: datetime, **counts: int) -> None:
     table = quote(AgentHour._meta.db_table)
     hour = AgentHour._meta.get_field("hour").get_db_prep_value(hour_of(at), connection)
     additions = ", ".join(f"{quote(name)} = {table}.{quote(name)} + excluded.{quote(name)}" for name in AGENT_COUNTS)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {table} (project_id, agent_name, hour, {', '.join(map(quote, AGENT_COUNTS))})"
-            f" VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (project_id, agent_name, hour) DO UPDATE SET {additions}",
-            [session.project_id, session.agent_name, hour, *(counts.get(name, 0) for name in AGENT_COUNTS)],
-        )
+    statements.execute(
+        f"INSERT INTO {table} (project_id, agent_name, hour, {', '.join(map(quote, AGENT_COUNTS))})"
+        f" VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (project_id, agent_name, hour) DO UPDATE SET {additions}",
+        [session.project_id, session.agent_name, hour, *(counts.get(name, 0) for name in AGENT_COUNTS)],
+    )
 
 
 def append_events(
@@ -512,17 +511,16 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Stor
         return rows
     adapt_time = _sqlite_utc_text if _stores_utc_text() else connection.ops.adapt_datetimefield_value
     adapt_json = connection.ops.adapt_json_value
-    with connection.cursor() as cursor:
-        cursor.executemany(
-            statements.insert_sql(Event, EVENT_COLUMNS),
-            [
-                (r.session_id, r.seq, r.type, adapt_time(r.time), adapt_json(r.data, None), r.call_id, r.turn_seq, r.step_seq, r.replace_start, r.replace_stop)
-                for r in rows
-            ],
-        )
-        sightings = list(_sightings(session, rows))
-        if sightings:
-            cursor.executemany(statements.insert_sql(CallSighting, SIGHTING_COLUMNS), sightings)
+    statements.execute_many(
+        statements.insert_sql(Event, EVENT_COLUMNS),
+        [
+            (r.session_id, r.seq, r.type, adapt_time(r.time), adapt_json(r.data, None), r.call_id, r.turn_seq, r.step_seq, r.replace_start, r.replace_stop)
+            for r in rows
+        ],
+    )
+    sightings = list(_sightings(session, rows))
+    if sightings:
+        statements.execute_many(statements.insert_sql(CallSighting, SIGHTING_COLUMNS), sightings)
     session.event_count += len(rows)
     session.turn_stack = turn_stack
     session.step_stack = step_stack

@@ -6,20 +6,77 @@ session, a fifth of a single append; docs/benchmarks.md). These run the
 ORM's own SQL and converters, compiled once per database connection, and
 give the same instances and stored values as the calls they stand for
 (tests/sessions_app/test_statements.py compares them on each backend).
+
+They go to the driver's own connection (`execute`, `execute_many`): Django's
+cursor wrapper converted each statement's placeholders again and looked its
+connection up again on every call, about a third of an append's database
+call on SQLite. Errors are still Django's (`wrap_database_errors`), and
+while queries are being logged (DEBUG, a test capturing them) they take
+Django's cursor as before, so they are counted and shown.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import weakref
 from collections.abc import Sequence
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections
+from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 from django.db.models import Model
+
+
+def fetch_one(sql: str, params: Sequence) -> tuple | None:
+    """Run one statement (Django's `%s` placeholders) on the default connection; its first row, or None."""
+    with _cursor() as (cursor, driver):
+        cursor.execute(_driver_sql(sql, driver), params)
+        return cursor.fetchone()
+
+
+def execute(sql: str, params: Sequence) -> None:
+    """Run one statement that returns no rows."""
+    with _cursor() as (cursor, driver):
+        cursor.execute(_driver_sql(sql, driver), params)
+
+
+def execute_many(sql: str, rows: Sequence[Sequence]) -> None:
+    """Run one statement once per row of parameters, as `cursor.executemany`."""
+    with _cursor() as (cursor, driver):
+        cursor.executemany(_driver_sql(sql, driver), rows)
+
+
+@contextlib.contextmanager
+def _cursor():
+    """(cursor, paramstyle): the driver's own, or Django's while queries are logged."""
+    db = connections[DEFAULT_DB_ALIAS]
+    if db.queries_logged:
+        with db.cursor() as cursor:
+            yield cursor, "django"
+        return
+    db.close_if_health_check_failed()  # what Django's cursor() does first
+    db.ensure_connection()
+    with db.wrap_database_errors:
+        cursor = db.connection.cursor()
+        try:
+            yield cursor, db.vendor
+        finally:
+            cursor.close()
+
+
+@functools.lru_cache(maxsize=256)
+def _driver_sql(sql: str, driver: str) -> str:
+    """The statement for `driver`'s cursor: on SQLite's own, what Django's converts it to on each call."""
+    return FORMAT_QMARK_REGEX.sub("?", sql).replace("%%", "%") if driver == "sqlite" else sql
 
 
 def insert_sql(model, fields: Sequence[str]) -> str:
     """INSERT INTO the model's table (the fields' columns) VALUES (%s, ...), quoted for this database."""
+    return _insert_sql(model, tuple(fields), connection.vendor)
+
+
+@functools.lru_cache(maxsize=64)
+def _insert_sql(model, fields: tuple[str, ...], vendor: str) -> str:
     quote = connection.ops.quote_name
     columns = ", ".join(quote(model._meta.get_field(name).column) for name in fields)
     return f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
@@ -27,23 +84,22 @@ def insert_sql(model, fields: Sequence[str]) -> str:
 
 def get_for_update(model: type[Model], pk):
     """`model.objects.select_for_update().get(pk=pk)` inside the caller's transaction, or None for no such row."""
+    db = connections[DEFAULT_DB_ALIAS]
     reader = _locked_reader(model, pk)
-    with connection.cursor() as cursor:
-        cursor.execute(reader.sql, [model._meta.pk.get_db_prep_value(pk, connection)])
-        row = cursor.fetchone()
+    row = fetch_one(reader.sql, [model._meta.pk.get_db_prep_value(pk, db)])
     if row is None:
         return None
     (values,) = reader.compiler.apply_converters([row], reader.converters)
-    return model.from_db(connection.alias, reader.attnames, values)
+    return model.from_db(db.alias, reader.attnames, values)
 
 
 def save_fields(instance: Model, fields: Sequence[str]) -> None:
     """`instance.save(update_fields=fields)` for a row that exists, on a model whose save sends
     nothing anyone listens to and whose fields compute nothing on save (no auto_now)."""
-    sql, columns = _update_statement(type(instance), tuple(fields), connection.vendor)
-    values = [field.get_db_prep_save(getattr(instance, field.attname), connection) for field in columns]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*values, instance._meta.pk.get_db_prep_value(instance.pk, connection)])
+    db = connections[DEFAULT_DB_ALIAS]
+    sql, columns = _update_statement(type(instance), tuple(fields), db.vendor)
+    values = [field.get_db_prep_save(getattr(instance, field.attname), db) for field in columns]
+    execute(sql, [*values, instance._meta.pk.get_db_prep_value(instance.pk, db)])
 
 
 class _Reader:

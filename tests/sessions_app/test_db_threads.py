@@ -61,7 +61,8 @@ def test_a_kept_postgresql_connection_whose_server_spoke_goes_back_to_the_pool_b
     first, quiet_after_use = run(kept)
     assert quiet_after_use
     with connection.cursor() as cursor:  # the server sends the kept connection something unasked: a notice it is going away
-        cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND datname = current_database() AND application_name = ''")
+        cursor.execute("SELECT pg_terminate_backend(%s)", [first])
+    gone([first])
     for _ in range(THREADS * 3):
         again, _ = run(kept)  # none fails, and none reuses the connection the server closed
         assert again != first
@@ -113,6 +114,21 @@ def test_a_call_waiting_for_the_write_lock_does_not_hold_up_the_others(database_
 
 
 @pytest.mark.postgres
+def gone(pids, timeout: float = 10.0) -> None:
+    """Wait until the terminated backends have exited: a server going away has said so and hung up by then.
+    (The kept connections' check reads that from their sockets, and cannot see a termination still on its way.)"""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", [list(pids)])
+            if cursor.fetchone()[0] == 0:
+                return
+        assert time.monotonic() < deadline, f"backends {sorted(pids)} still there after {timeout} s"
+        time.sleep(0.01)
+
+
 def test_a_connection_the_server_dropped_is_replaced_before_the_next_query(database_threads):
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL only (the suite's PostgreSQL pass runs it)")
@@ -126,6 +142,7 @@ def test_a_connection_the_server_dropped_is_replaced_before_the_next_query(datab
     with connection.cursor() as cursor:
         for pid in pids.values():
             cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+    gone(pids.values())
     for _ in range(20):
         name, pid = run(backend_pid)  # none of them fails
         assert pid != pids.get(name)

@@ -89,3 +89,31 @@ def test_save_fields_stores_what_save_with_update_fields_stores():
         cursor.execute("SELECT id, turn_stack, metadata, last_event_at FROM sessions_app_session WHERE id IN ('orm', 'statement') ORDER BY id")
         raw = cursor.fetchall()
     assert raw[0][1:] == raw[1][1:]
+
+
+def test_statements_on_the_drivers_connection_fail_with_djangos_errors():
+    from django.db import IntegrityError, ProgrammingError, OperationalError
+
+    make("s")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        statements.execute_many("INSERT INTO sessions_app_session (id) VALUES (%s)", [["s"]])  # the key is taken
+    with pytest.raises((ProgrammingError, OperationalError)):
+        statements.fetch_one("SELECT no_such_column FROM sessions_app_session WHERE id = %s", ["s"])
+    assert statements.fetch_one("SELECT id FROM sessions_app_session WHERE id = %s", ["s"]) == ("s",)
+    assert statements.fetch_one("SELECT id FROM sessions_app_session WHERE id = %s", ["nope"]) is None
+
+
+def test_while_queries_are_logged_the_appends_statements_are_among_them():
+    """DEBUG and the tests' query counters see the append's statements, as they saw Django's cursor run them."""
+    from django.test.utils import CaptureQueriesContext
+
+    from sessions_app.log.events import validate_batch
+
+    make("s")
+    with CaptureQueriesContext(connection) as captured:
+        services.append_events(session_id="s", events=validate_batch([{"type": "turn_start", "data": {"turn": 1}}]))
+    text = "\n".join(query["sql"] for query in captured.captured_queries)
+    assert "FOR UPDATE" in text or connection.vendor == "sqlite"  # the locked read (SQLite locks at BEGIN)
+    for table in ("sessions_app_event", "sessions_app_agenthour", "sessions_app_session"):
+        assert table in text, (table, text)
+    assert any(query["sql"].startswith("UPDATE") for query in captured.captured_queries), text
