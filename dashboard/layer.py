@@ -52,6 +52,7 @@ import contextvars
 import logging
 import time
 
+from channels.exceptions import ChannelFull
 from channels.layers import InMemoryChannelLayer as ChannelsInMemoryChannelLayer
 from channels_redis.core import RedisChannelLayer
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -80,6 +81,18 @@ class InMemoryChannelLayer(ChannelsInMemoryChannelLayer):
         if now >= self._next_sweep:
             self._next_sweep = now + SWEEP_SECONDS
             super()._clean_expired()
+
+    async def group_send(self, group, message):
+        """channels' group_send without a task per member and an as_completed over them (6% of a
+        single append's CPU, mostly for groups nobody watches): each send only puts a copy in a queue."""
+        assert isinstance(message, dict), "Message is not a dict"
+        self.require_valid_group_name(group)
+        self._clean_expired()
+        for channel in list(self.groups.get(group, ())):
+            try:
+                await self.send(channel, message)
+            except ChannelFull:
+                pass
 
 
 class ResilientRedisChannelLayer(RedisChannelLayer):

@@ -203,3 +203,28 @@ async def test_a_receive_left_waiting_does_not_stop_the_reader(redis_server, mon
     assert len(here._pumps) == 1 and not next(iter(here._pumps.values())).done()
     waiting_receive.cancel()
     await stop(here, there)
+
+
+async def test_the_in_memory_layer_sends_a_group_each_its_own_copy_in_order_past_a_full_member():
+    from dashboard.layer import InMemoryChannelLayer
+
+    layer = InMemoryChannelLayer(capacity=2)
+    members = [await layer.new_channel() for _ in range(3)]
+    for channel in members:
+        await layer.group_add("g", channel)
+    await layer.send(members[0], {"type": "filler"})
+    await layer.send(members[0], {"type": "filler"})  # full from now on
+    await layer.group_send("nobody", {"type": "lost"})  # a group nobody joined: nothing, no error
+    sent = {"type": "m", "payload": {"n": 1}}
+    await layer.group_send("g", sent)
+    await layer.group_send("g", {"type": "m", "payload": {"n": 2}})
+    sent["payload"]["n"] = 99  # the sender's dict is its own: receivers got copies
+    for channel in members[1:]:
+        first, second = await layer.receive(channel), await layer.receive(channel)
+        assert [first["payload"]["n"], second["payload"]["n"]] == [1, 2]
+    got = [await layer.receive(members[0]) for _ in range(2)]
+    assert [m["type"] for m in got] == ["filler", "filler"]
+    assert await layer.group_send("g", {"type": "m"}) is None
+    first = await layer.receive(members[1])
+    first["type"] = "changed"  # and each receiver its own copy
+    assert (await layer.receive(members[2]))["type"] == "m"
