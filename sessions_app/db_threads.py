@@ -26,6 +26,7 @@ import asyncio
 import contextvars
 import functools
 import os
+import queue
 import select
 import threading
 from collections.abc import Callable
@@ -56,9 +57,13 @@ def executor(name: str = "read") -> ThreadPoolExecutor:
 def stop() -> None:
     """Close every database thread's connections and stop the threads; the next call starts new ones.
     (A server just exits; tests stop them so that no connection outlives the test database.)"""
+    global _writer_thread
     with _executor_lock:
         stopping = list(_executors.values())
         _executors.clear()
+        writer, _writer_thread = _writer_thread, None
+    if writer is not None:
+        writer.stop()
     for pool, threads in stopping:
         # One task per thread: each waits for the others, so every thread closes its own connections.
         everyone = threading.Barrier(threads)
@@ -91,7 +96,97 @@ async def run_append(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -
     """
     if not settings.TURNLOG_DB_THREADS:
         return await sync_to_async(fn)(*args, **kwargs)
-    return await _run_on(executor("write" if _one_writer_at_a_time() else "read"), fn, args, kwargs)
+    if not _one_writer_at_a_time():
+        return await _run_on(executor(), fn, args, kwargs)
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    _writer().put((loop, future, contextvars.copy_context(), functools.partial(fn, *args, **kwargs)))
+    return await future
+
+
+_writer_thread: _Writer | None = None
+
+
+def _writer() -> _Writer:
+    global _writer_thread
+    with _executor_lock:
+        if _writer_thread is None:
+            _writer_thread = _Writer()
+        return _writer_thread
+
+
+class _Writer(threading.Thread):
+    """SQLite's one writer: the appends queued while it was busy go in one transaction, each in a savepoint.
+
+    SQLite commits one transaction at a time; with 8 clients, appends arrive
+    while one commits. Taking them together saves a BEGIN, a COMMIT and a
+    thread hand-off each (docs/benchmarks.md). Each still succeeds or fails
+    alone (its own savepoint), and each is answered after the commit that made it durable.
+    """
+
+    BATCH = 64
+
+    def __init__(self):
+        super().__init__(name="turnlog-db-write_0", daemon=True)
+        self.calls: queue.SimpleQueue = queue.SimpleQueue()
+        self.start()
+
+    def put(self, call) -> None:
+        self.calls.put(call)
+
+    def run(self) -> None:
+        while (call := self.calls.get()) is not None:
+            batch = [call]
+            while len(batch) < self.BATCH:
+                try:
+                    call = self.calls.get_nowait()
+                except queue.Empty:
+                    break
+                if call is None:
+                    self.calls.put(None)  # stop after this batch
+                    break
+                batch.append(call)
+            self.serve(batch)
+        connections.close_all()
+
+    def serve(self, batch) -> None:
+        from django.db import transaction
+
+        outcomes: list[tuple[bool, object]] = []
+
+        def each():
+            for loop, _, context, fn in batch:
+                try:
+                    outcomes.append((True, context.run(_call_and_keep_connections, loop, fn, (), {})))
+                except BaseException as error:  # answered to its caller below
+                    outcomes.append((False, error))
+
+        if len(batch) == 1:
+            each()
+        else:
+            try:
+                with transaction.atomic():
+                    each()
+            except BaseException as error:  # the commit itself failed: nothing of the batch is stored
+                outcomes = [(False, error)] * len(batch)
+        for (loop, future, _, _), (ok, value) in zip(batch, outcomes):
+            try:
+                loop.call_soon_threadsafe(_settle, future, ok, value)
+            except RuntimeError:  # the caller's loop closed meanwhile
+                pass
+
+    def stop(self) -> None:
+        self.calls.put(None)
+        self.join(timeout=30)
+
+
+def _settle(future: asyncio.Future, ok: bool, value) -> None:
+    if future.cancelled():
+        return
+    if ok:
+        future.set_result(value)
+    else:
+        future.set_exception(value)
 
 
 async def _run_on(pool: ThreadPoolExecutor, fn, args, kwargs):

@@ -178,3 +178,80 @@ def test_appends_on_sqlite_run_on_one_writer_thread_and_on_postgresql_on_any(dat
         assert threads <= {f"turnlog-db_{i}" for i in range(THREADS)}, threads
     reads = {run(where_it_ran)[0] for _ in range(4)}
     assert reads <= {f"turnlog-db_{i}" for i in range(THREADS)}, reads
+
+
+def queued_behind_a_held_writer(calls):
+    """Run `calls` through run_append while an earlier append holds the writer, so that they queue
+    and go together; each outcome (a value or the exception), in order."""
+    import asyncio
+
+    started, release = threading.Event(), threading.Event()
+
+    def hold():
+        started.set()
+        release.wait(10)
+
+    async def all_of_them():
+        held = asyncio.ensure_future(db_threads.run_append(hold))
+        await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+        queued = [asyncio.ensure_future(db_threads.run_append(call)) for call in calls]
+        await asyncio.sleep(0.05)  # every call is in the writer's queue
+        release.set()
+        await held
+        return await asyncio.gather(*queued, return_exceptions=True)
+
+    return async_to_sync(all_of_them)()
+
+
+def one_event(session_id, **extra):
+    from sessions_app.log.events import validate_batch
+
+    def append():
+        result = services.append_events(session_id=session_id, events=validate_batch([{"type": "user_message", "data": {"content": "hi"}}]), **extra)
+        return result.first_seq, connection.in_atomic_block  # in_atomic_block: inside the batch's transaction
+
+    return append
+
+
+def test_sqlite_appends_queued_together_commit_together_and_each_succeeds_or_fails_alone(database_threads):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite only: PostgreSQL's appends run on any database thread")
+    for session_id in ("s1", "s2"):
+        services.create_session(session_id=session_id)
+
+    def written_then_failed():
+        with transaction.atomic():
+            one_event("s1")()
+            raise RuntimeError("after writing")
+
+    outcomes = queued_behind_a_held_writer([one_event("s1"), one_event("s1", expected_seq=99), written_then_failed, one_event("s2"), one_event("s1")])
+    assert outcomes[0] == (0, True) and outcomes[3] == (0, True) and outcomes[4] == (1, True), outcomes
+    assert isinstance(outcomes[1], errors.SeqConflict) and isinstance(outcomes[2], RuntimeError), outcomes
+    assert Session.objects.get(pk="s1").event_count == 2 and Session.objects.get(pk="s2").event_count == 1
+    assert list(Session.objects.get(pk="s1").events.values_list("seq", flat=True).order_by("seq")) == [0, 1]
+
+
+def test_a_batch_whose_commit_fails_stores_nothing_and_answers_each_call_with_the_failure(database_threads, monkeypatch):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite only: PostgreSQL's appends run on any database thread")
+    from django.db import OperationalError
+    from django.db.backends.sqlite3.base import DatabaseWrapper
+
+    services.create_session(session_id="s1")
+    real_commit = DatabaseWrapper._commit
+
+    def commit(self):
+        if threading.current_thread().name == "turnlog-db-write_0":
+            raise OperationalError("disk I/O error")
+        return real_commit(self)
+
+    monkeypatch.setattr(DatabaseWrapper, "_commit", commit)
+    outcomes = queued_behind_a_held_writer([one_event("s1"), one_event("s1")])
+    assert [type(o) for o in outcomes] == [OperationalError, OperationalError], outcomes
+    monkeypatch.undo()
+    assert Session.objects.get(pk="s1").event_count == 0
+    assert run_append_now(one_event("s1")) == (0, False)  # the writer goes on (alone: no batch transaction)
+
+
+def run_append_now(call):
+    return async_to_sync(db_threads.run_append)(call)
