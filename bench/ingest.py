@@ -13,7 +13,9 @@ database) this script:
    connections, in batches of 1, 100 and 1000 events, each batch size into
    its own session; every answer must be 201 with the right seqs. Batch 1 is
    measured with one sequential client and with 8 concurrent clients on 8
-   sessions;
+   sessions, in 4 rounds where the two take turns (2,000 and 8 x 400 events
+   by default: the machine's speed drifts within minutes, and a short series
+   measured the drift);
 4. measures, in this process (django.setup() on the same DATABASE_URL), the
    limit: the driver's own `executemany` of the same rows (every column
    adapted beforehand) into `bench_raw_event`, a table created here with the
@@ -60,6 +62,7 @@ REFERENCE_BULK_RATIO = 0.40  # the earlier target against bulk_create, shown for
 TARGET_SINGLE = 300.0  # events/s, batches of 1, one sequential client
 TARGET_CONCURRENT = 800.0  # events/s, batches of 1, CONCURRENT_CLIENTS clients on as many sessions
 CONCURRENT_CLIENTS = 8
+SINGLE_ROUNDS = 4  # batch-1 series are sent in this many rounds, one client's and eight clients' alternating
 NOOP, ONE_EVENT_TX = "noop daphne", "one-event tx"  # the ceilings' rows
 
 
@@ -126,10 +129,10 @@ class DbResult:
 
 def print_table(result: DbResult) -> None:
     print(f"\n== {result.db}: {result.version}, channel layer {result.channel_layer} ==")
-    print(f"{'mode':<15}{'batch':>6}{'events':>9}{'seconds':>10}{'events/s':>11}   per batch of 1000: min / median / max events/s")
+    print(f"{'mode':<15}{'batch':>6}{'events':>9}{'seconds':>10}{'events/s':>11}   per round: min / median / max events/s")
     for r in result.rows:
         spread = ""
-        if len(r.rounds) > 1 and r.batch == 1000:
+        if len(r.rounds) > 1:
             lo, mid, hi = min(r.rounds), statistics.median(r.rounds), max(r.rounds)
             spread = f"{lo:,.0f} / {mid:,.0f} / {hi:,.0f}"
         print(f"{r.mode:<15}{r.batch:>6}{r.events:>9,}{r.seconds:>10.3f}{r.rate:>11,.0f}   {spread}")
@@ -376,15 +379,15 @@ class RawStream:
         return sent, elapsed
 
 
-def run_concurrent(streams: list[ApiStream]) -> tuple[int, float]:
-    """Every stream sends all its bodies from its own thread (and connection) at once; (events, seconds)."""
+def run_concurrent(streams: list[ApiStream], n_batches: int) -> tuple[int, float]:
+    """Every stream sends its next n_batches bodies from its own thread (and connection) at once; (events, seconds)."""
     errors: list[BaseException] = []
     start = threading.Barrier(len(streams) + 1)
 
     def send(stream: ApiStream) -> None:
         start.wait()
         try:
-            stream.run(len(stream.bodies))
+            stream.run(n_batches)
         except BaseException as exc:  # reported below
             errors.append(exc)
 
@@ -416,9 +419,10 @@ def measure(target: Target, n_events: int) -> DbResult:
     client = Client(target.port, target.token)
     tag = uuid.uuid4().hex[:6]
 
-    # Sizes: batch 1 is bound by per-request cost, so it gets fewer events.
-    n_single = max(50, n_events // 100)
-    n_concurrent = max(10, n_events // 400)  # per client
+    # Sizes: batch 1 is bound by per-request cost, so it gets fewer events, sent in SINGLE_ROUNDS
+    # rounds (each a few seconds at the targets' rates: the machine's speed drifts within minutes).
+    n_single = max(SINGLE_ROUNDS * 10, n_events // 20)
+    n_concurrent = max(SINGLE_ROUNDS * 5, n_events // 100)  # per client
     n_hundred = max(200, n_events // 200 * 100)
     n_rounds = max(2, n_events // 1000)  # one batch of 1000 each for API, executemany and bulk_create per round
     n_big = n_rounds * 1000
@@ -447,12 +451,13 @@ def measure(target: Target, n_events: int) -> DbResult:
         row.rounds.append(events / seconds)
 
     s1 = ApiStream(client, f"bench-1-{tag}", make_events(n_single, seed=1, start=start), 1)
-    record(("api", 1), s1.run(len(s1.bodies)))
     clients = [Client(target.port, target.token) for _ in range(CONCURRENT_CLIENTS)]
     concurrent = [
         ApiStream(c, f"bench-1x{i}-{tag}", make_events(n_concurrent, seed=10 + i, start=start), 1) for i, c in enumerate(clients)
     ]
-    record((f"api x{CONCURRENT_CLIENTS}", 1), run_concurrent(concurrent))
+    for _ in range(SINGLE_ROUNDS):  # one client and eight take turns, so both see the same machine
+        record(("api", 1), s1.run(n_single // SINGLE_ROUNDS))
+        record((f"api x{CONCURRENT_CLIENTS}", 1), run_concurrent(concurrent, n_concurrent // SINGLE_ROUNDS))
     s100 = ApiStream(client, f"bench-100-{tag}", make_events(n_hundred, seed=2, start=start), 100)
     record(("api", 100), s100.run(len(s100.bodies)))
 
@@ -477,11 +482,12 @@ def measure(target: Target, n_events: int) -> DbResult:
         noop.start(target.token)
         noop_clients = [Client(noop.port, target.token) for _ in range(CONCURRENT_CLIENTS + 1)]
         n1 = ApiStream(noop_clients[0], f"noop-1-{tag}", make_events(n_single, seed=1, start=start), 1)
-        record((NOOP, 1), n1.run(len(n1.bodies)))
         noop_concurrent = [
             ApiStream(c, f"noop-1x{i}-{tag}", make_events(n_concurrent, seed=10 + i, start=start), 1) for i, c in enumerate(noop_clients[1:])
         ]
-        record((f"{NOOP} x{CONCURRENT_CLIENTS}", 1), run_concurrent(noop_concurrent))
+        for _ in range(SINGLE_ROUNDS):
+            record((NOOP, 1), n1.run(n_single // SINGLE_ROUNDS))
+            record((f"{NOOP} x{CONCURRENT_CLIENTS}", 1), run_concurrent(noop_concurrent, n_concurrent // SINGLE_ROUNDS))
         for c in noop_clients:
             c.conn.close()
     finally:

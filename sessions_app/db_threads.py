@@ -8,7 +8,8 @@ endpoints (append, read events, read a session) are async instead and send
 their database work here: `TURNLOG_DB_THREADS` threads, each with its own
 connection, kept across requests (on PostgreSQL one taken from the pool of
 settings.py). Several threads, so that a slow query does not hold up the
-others; SQLite's appends all go to one more thread of their own (run_append).
+others; SQLite's appends all go to one more thread of their own, which
+commits the appends queued together in one transaction (run_append).
 
 A kept connection is checked before its first query of each call (Django's
 health check; for a PostgreSQL pool connection, `quiet`, which sends it back
@@ -40,41 +41,42 @@ from django.db import DEFAULT_DB_ALIAS, connections
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# name -> (executor, its number of threads): "read" has TURNLOG_DB_THREADS, "write" (SQLite's appends) one.
-_executors: dict[str, tuple[ThreadPoolExecutor, int]] = {}
+_executor: ThreadPoolExecutor | None = None
+_executor_threads = 0
+_writer_thread: _Writer | None = None
 _executor_lock = threading.Lock()
 
 
-def executor(name: str = "read") -> ThreadPoolExecutor:
+def executor() -> ThreadPoolExecutor:
+    global _executor, _executor_threads
     with _executor_lock:
-        if name not in _executors:
-            threads = settings.TURNLOG_DB_THREADS if name == "read" else 1
-            prefix = "turnlog-db" if name == "read" else f"turnlog-db-{name}"
-            _executors[name] = (ThreadPoolExecutor(max_workers=threads, thread_name_prefix=prefix), threads)
-        return _executors[name][0]
+        if _executor is None:
+            _executor_threads = settings.TURNLOG_DB_THREADS
+            _executor = ThreadPoolExecutor(max_workers=_executor_threads, thread_name_prefix="turnlog-db")
+        return _executor
 
 
 def stop() -> None:
     """Close every database thread's connections and stop the threads; the next call starts new ones.
     (A server just exits; tests stop them so that no connection outlives the test database.)"""
-    global _writer_thread
+    global _executor, _writer_thread
     with _executor_lock:
-        stopping = list(_executors.values())
-        _executors.clear()
+        stopping, _executor = _executor, None
         writer, _writer_thread = _writer_thread, None
     if writer is not None:
-        writer.stop()
-    for pool, threads in stopping:
-        # One task per thread: each waits for the others, so every thread closes its own connections.
-        everyone = threading.Barrier(threads)
+        writer.stop()  # it closes its own connections
+    if stopping is None:
+        return
+    # One task per thread: each waits for the others, so every thread closes its own connections.
+    everyone = threading.Barrier(_executor_threads)
 
-        def close_own_connections():
-            everyone.wait(timeout=30)
-            connections.close_all()
+    def close_own_connections():
+        everyone.wait(timeout=30)
+        connections.close_all()
 
-        for closed in [pool.submit(close_own_connections) for _ in range(threads)]:
-            closed.result()
-        pool.shutdown()
+    for closed in [stopping.submit(close_own_connections) for _ in range(_executor_threads)]:
+        closed.result()
+    stopping.shutdown()
 
 
 async def run(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -85,7 +87,7 @@ async def run(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
 
 
 async def run_append(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
-    """fn(*args, **kwargs), an append, on a database thread: on SQLite always the same one.
+    """fn(*args, **kwargs), an append, on a database thread: on SQLite always the same one (_Writer).
 
     SQLite lets one writer in at a time. Appends from several threads of a
     process queued for its lock in SQLite's busy handler, and each thread's
@@ -102,9 +104,6 @@ async def run_append(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -
     future = loop.create_future()
     _writer().put((loop, future, contextvars.copy_context(), functools.partial(fn, *args, **kwargs)))
     return await future
-
-
-_writer_thread: _Writer | None = None
 
 
 def _writer() -> _Writer:
