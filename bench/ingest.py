@@ -391,6 +391,7 @@ def run_concurrent(streams: list[ApiStream], n_batches: int) -> tuple[int, float
         except BaseException as exc:  # reported below
             errors.append(exc)
 
+    sent_before = sum(s.next_seq for s in streams)
     threads = [threading.Thread(target=send, args=(s,)) for s in streams]
     for t in threads:
         t.start()
@@ -401,7 +402,7 @@ def run_concurrent(streams: list[ApiStream], n_batches: int) -> tuple[int, float
     elapsed = time.perf_counter() - t0
     if errors:
         raise errors[0]
-    return sum(s.next_seq for s in streams), elapsed
+    return sum(s.next_seq for s in streams) - sent_before, elapsed
 
 
 # One database ---------------------------------------------------------------
