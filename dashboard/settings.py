@@ -248,8 +248,8 @@ TURNLOG_MAX_REQUEST_BYTES = int(os.environ.get("TURNLOG_MAX_REQUEST_BYTES", str(
 DATA_UPLOAD_MAX_MEMORY_SIZE = TURNLOG_MAX_REQUEST_BYTES
 
 # Threads that run the database work of the append, events and session endpoints
-# (sessions_app/db_threads.py: each keeps its SQLite connection, or takes a pooled
-# PostgreSQL one per call); 0 runs it on the request's own thread, as the in-process tests do.
+# (sessions_app/db_threads.py: each keeps its connection, on PostgreSQL one from the pool;
+# SQLite's appends get one more thread); 0 runs it on the request's own thread, as the in-process tests do.
 TURNLOG_DB_THREADS = int(os.environ.get("TURNLOG_DB_THREADS", "4"))
 if TURNLOG_DB_THREADS < 0:
     raise ImproperlyConfigured(f"TURNLOG_DB_THREADS must be 0 or more, not {TURNLOG_DB_THREADS!r}")
