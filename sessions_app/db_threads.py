@@ -149,7 +149,7 @@ class _Writer(threading.Thread):
         connections.close_all()
 
     def serve(self, batch) -> None:
-        from django.db import transaction
+        from django.db import DatabaseError, transaction
 
         outcomes: list[tuple[bool, object]] = []
 
@@ -166,7 +166,9 @@ class _Writer(threading.Thread):
             try:
                 with transaction.atomic():
                     each()
-            except BaseException as error:  # the commit itself failed: nothing of the batch is stored
+                    if transaction.get_rollback():  # a call left the batch to be rolled back: nobody's writes stand
+                        raise DatabaseError("an append of this batch left its transaction to be rolled back; nothing was stored")
+            except BaseException as error:  # the commit failed, or the above: nothing of the batch is stored
                 outcomes = [(False, error)] * len(batch)
         for (loop, future, _, _), (ok, value) in zip(batch, outcomes):
             try:

@@ -188,5 +188,20 @@ def test_a_batch_whose_commit_fails_stores_nothing_and_answers_each_call_with_th
     assert run_append_now(one_event("s1")) == (0, False)  # the writer goes on (alone: no batch transaction)
 
 
+def test_a_call_that_leaves_the_batch_to_be_rolled_back_fails_the_whole_batch_rather_than_answer_stored(database_threads):
+    if connection.vendor != "sqlite":
+        pytest.skip("SQLite only: PostgreSQL's appends run on any database thread")
+    from django.db import DatabaseError
+
+    services.create_session(session_id="s1")
+
+    def leaves_it_to_roll_back():
+        transaction.set_rollback(True)
+
+    outcomes = queued_behind_a_held_writer([one_event("s1"), leaves_it_to_roll_back, one_event("s1")])
+    assert all(isinstance(o, DatabaseError) for o in outcomes), outcomes
+    assert Session.objects.get(pk="s1").event_count == 0
+
+
 def run_append_now(call):
     return async_to_sync(db_threads.run_append)(call)
