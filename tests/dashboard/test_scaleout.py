@@ -266,3 +266,53 @@ def test_a_request_that_cannot_reach_the_database_gets_a_503_with_retry_after(st
     with pytest.raises(InvalidStatus):
         browser_socket(server, "some-session", f"/ws/sessions/{sid}/live")
     assert "Traceback" not in server.log_path.read_text(), server.log_path.read_text()
+
+
+def test_single_appends_of_eight_clients_at_once_mixed_with_refusals_each_read_back_or_store_nothing(start_daphne, token):
+    """Through a real Daphne: on SQLite the writer commits the appends queued together in one transaction,
+    so refusals and stored batches share it. Every 201 reads back in order; every refusal stores nothing."""
+    import random
+    import threading
+    import uuid
+
+    server = start_daphne()
+    auth = {"Authorization": f"Bearer {token}"}
+    sessions = [f"mix-{i}-{uuid.uuid4().hex[:8]}" for i in range(8)]
+    for session_id in sessions:
+        services.create_session(session_id=session_id)
+    refusals = [
+        ({"events": []}, 422),
+        ({"events": [{"type": "bogus"}]}, 422),
+        ({"events": [f.user("\ud800")]}, 422),
+        ({"events": [f.user("late")], "expected_seq": 10**6}, 409),
+    ]
+    stored: dict[str, list[str]] = {session_id: [] for session_id in sessions}
+    problems: list[str] = []
+
+    def client(session_id: str, seed: int) -> None:
+        rng = random.Random(seed)
+        for i in range(40):
+            if rng.random() < 0.3:
+                body, expected = rng.choice(refusals)
+                status, _, text = http(server, f"/api/v1/sessions/{session_id}/events", method="POST", body=body, headers=auth)
+                if status != expected or "error" not in json.loads(text):
+                    problems.append(f"{session_id}: {status} {text[:200]} for {body}")
+            else:
+                content = f"<b>{i}</b>\u2028{seed}"
+                status, _, text = http(server, f"/api/v1/sessions/{session_id}/events", method="POST", body={"events": [f.user(content)]}, headers=auth)
+                n = len(stored[session_id])
+                if status != 201 or json.loads(text) != {"first_seq": n, "next_seq": n + 1}:
+                    problems.append(f"{session_id}: {status} {text[:200]}, expected seq {n}")
+                stored[session_id].append(content)
+
+    threads = [threading.Thread(target=client, args=(session_id, seed)) for seed, session_id in enumerate(sessions)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not problems, problems
+    for session_id in sessions:
+        status, _, text = http(server, f"/api/v1/sessions/{session_id}/events?limit=5000", headers=auth)
+        assert [e["data"]["content"] for e in json.loads(text)["events"]] == stored[session_id]
+        assert list(Event.objects.filter(session_id=session_id).order_by("seq").values_list("seq", flat=True)) == list(range(len(stored[session_id])))
+    assert "Traceback" not in server.log_path.read_text()
