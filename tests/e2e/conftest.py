@@ -39,6 +39,13 @@ def chromium_path():
     return find_chromium()
 
 
+@pytest.fixture(autouse=True)
+def no_publishing_from_this_process(settings):
+    """This process writes without publishing: async_to_sync refuses to run in a thread with an
+    event loop (Playwright's). The servers follow its writes as they follow any other process's."""
+    settings.CHANNEL_LAYERS = {}
+
+
 @pytest.fixture
 def server(transactional_db, tmp_path):
     daphne = DaphneServer(connection.settings_dict, tmp_path / "daphne.log").start()

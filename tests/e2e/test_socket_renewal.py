@@ -32,10 +32,12 @@ def renewing_server(transactional_db, tmp_path):
     daphne.stop()
 
 
-def watch_sockets(page) -> list[str]:
-    """The URLs of the sockets the page opens from now on."""
+def watch_sockets(page, path: str) -> list[str]:
+    """The URLs of the sockets to path the page opens from now on.
+
+    Only those: the page it was on may still open (or renew) its own socket meanwhile."""
     urls = []
-    page.on("websocket", lambda socket: urls.append(socket.url))
+    page.on("websocket", lambda socket: urls.append(socket.url) if path in socket.url else None)
     return urls
 
 
@@ -47,7 +49,7 @@ def test_a_renewed_session_page_socket_reconnects_from_its_cursor_and_misses_not
     store([("user_message", {"content": "before"})], session_id="renewed")
     page = open_page(browser, renewing_server, plain_user, "/")
     page.add_init_script(RECORD_SOCKETS)
-    urls = watch_sockets(page)
+    urls = watch_sockets(page, "/ws/sessions/renewed/live")
     page.goto(f"{renewing_server.url}/sessions/renewed/")
     wait_for_opens(page, 1)
     api_post(renewing_server, plain_user, "/api/v1/sessions/renewed/events", {"events": [{"type": "user_message", "data": {"content": "m1"}}]})
