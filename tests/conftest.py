@@ -32,6 +32,23 @@ def database_work_on_the_test_thread(settings):
     settings.TURNLOG_DB_THREADS = 0
 
 
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """pytest-django's test databases, dropped at the end even on PostgreSQL.
+
+    Threads the tests started (the database threads keep theirs by design, a test's
+    concurrent writers) leave connections open, and PostgreSQL refuses to drop a
+    database in use: the run ended with a warning and left the database behind."""
+    yield
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+
+
 def running_in_ci() -> bool:
     return os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
