@@ -4,8 +4,8 @@ Single-event appends are what most agent runtimes send, and under Daphne
 Django's handler and django-ninja cost more than the append itself (about
 6 ms of a 9.6 ms request, docs/benchmarks.md: per-request cost). This lane
 serves the common case, a bearer-token request whose batch is stored, without
-them: the body read once, the same checks (api.prepare_append), the token,
-access check and append in one database-thread call, and a 201 that passes
+them: the body read once, the same checks (api.prepare_append), the token's
+access checked in the append's own locked read, and a 201 that passes
 through the response hooks of the same security middleware as every other
 response.
 
@@ -13,7 +13,7 @@ Anything else goes to Django unchanged, with the body replayed: a request the
 middleware would refuse (a disallowed Host or user agent, the HTTPS redirect),
 no token or another kind of credentials, a refused token, a bad body, a
 refused batch, no access, a sequence conflict. The lane stores nothing in those cases (a refusal
-is decided before the append's transaction, or rolls it back), so Django
+rolls the append's transaction back), so Django
 answers them exactly as it would have, with its error codes, audit entries
 and logs. A database that cannot be reached gets the middleware's 503.
 """
@@ -32,7 +32,7 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 
 from dashboard import middleware as dashboard_middleware
-from sessions_app import access, db_threads, errors, services
+from sessions_app import db_threads, errors, services
 from sessions_app.api import PreparedAppend, prepare_append
 from sessions_app.log import values as log_values
 from sessions_app.models import SESSION_ID_PATTERN
@@ -40,7 +40,7 @@ from sessions_app.models import SESSION_ID_PATTERN
 PATH = re.compile("/api/v1/sessions/(" + SESSION_ID_PATTERN.removeprefix("^").removesuffix("$") + ")/events")
 BODY_KEYS = frozenset({"events", "expected_seq"})
 # Refusals Django answers: each is raised before the append writes or rolls its transaction back.
-REFUSED = (errors.SessionNotFound, errors.SeqConflict, errors.IdempotencyKeyReused)
+REFUSED = (errors.NotGranted, errors.SessionNotFound, errors.SeqConflict, errors.IdempotencyKeyReused)
 
 
 class Refused(Exception):
@@ -124,12 +124,8 @@ class AppendLane:
 
     async def append(self, request: ASGIRequest, token: str, session_id: str, prepared: PreparedAppend) -> services.AppendResult | HttpResponse:
         def store():
-            grant = access.token_grant(token, session_id, access.APPEND)
-            if grant is None or not grant.allowed:
-                raise Refused
-            grant.token.mark_used()
             try:
-                return prepared.store(session_id)
+                return prepared.store(session_id, bearer=token)
             except REFUSED:
                 raise Refused from None
 

@@ -549,13 +549,14 @@ class PreparedAppend:
     idempotency_key: str | None
     request_sha256: str
 
-    def store(self, session_id: str) -> services.AppendResult:
+    def store(self, session_id: str, *, bearer: str | None = None) -> services.AppendResult:
         return services.append_events(
             session_id=session_id,
             events=self.events,
             expected_seq=self.expected_seq,
             idempotency_key=self.idempotency_key,
             request_sha256=self.request_sha256,
+            bearer=bearer,
         )
 
 

@@ -9,6 +9,14 @@ class SessionNotFound(Exception):
         self.session_id = session_id
 
 
+class NotGranted(Exception):
+    """The API token may not do this with the session, or one of them does not exist: the API says which."""
+
+    def __init__(self, session_id: str):
+        super().__init__(f"the token may not do this with session {session_id!r}")
+        self.session_id = session_id
+
+
 class SessionExists(Exception):
     def __init__(self, session_id: str):
         super().__init__(f"session {session_id!r} already exists")

@@ -32,6 +32,7 @@ from sessions_app.log import structure
 from sessions_app.log import values as log_values
 from sessions_app.errors import (
     IdempotencyKeyReused,
+    NotGranted,
     RecoveryFirst,
     SeqConflict,
     SessionExists,
@@ -164,15 +165,24 @@ def append_events(
     expected_seq: int | None = None,
     idempotency_key: str | None = None,
     request_sha256: str = "",
+    bearer: str | None = None,
 ) -> AppendResult:
     """Append a validated batch atomically and publish it after commit.
 
     Seqs are assigned under the session's row lock (select_for_update on
     PostgreSQL; SQLite's IMMEDIATE transactions serialise all writers), so
-    concurrent writers get gapless, unique seqs.
+    concurrent writers get gapless, unique seqs. With `bearer` (an API token's
+    secret) the append is that token's: checked in the same read as the lock
+    (NotGranted unless it may append there) and its use recorded.
     """
     with transaction.atomic():
-        session = _locked_session(session_id)
+        if bearer is None:
+            session = _locked_session(session_id)
+        else:
+            if (granted := access.locked_session_for_token(bearer, session_id, access.APPEND)) is None:
+                raise NotGranted(session_id)
+            session, token = granted
+            token.mark_used()
         if idempotency_key:
             prior = IdempotentRequest.objects.filter(session=session, key=idempotency_key).first()
             if prior is not None:

@@ -84,13 +84,30 @@ def _insert_sql(model, fields: tuple[str, ...], vendor: str) -> str:
 
 def get_for_update(model: type[Model], pk):
     """`model.objects.select_for_update().get(pk=pk)` inside the caller's transaction, or None for no such row."""
-    db = connections[DEFAULT_DB_ALIAS]
     reader = _locked_reader(model, pk)
-    row = fetch_one(reader.sql, [model._meta.pk.get_db_prep_value(pk, db)])
+    found = _read_locked(reader, reader.sql, pk, [])
+    return None if found is None else found[0]
+
+
+def get_for_update_joined(model: type[Model], pk, *, columns: str, joins: str, params: Sequence) -> tuple[Model, tuple] | None:
+    """`get_for_update` with more columns from other tables, read in the same statement.
+
+    `columns` and `joins` are SQL that name the model's table by its name, with
+    `%s` placeholders for `params` in that order. Only the model's row is locked.
+    The instance and the values of `columns` (as the driver gives them), or None
+    for no such row."""
+    reader = _locked_reader(model, pk)
+    return _read_locked(reader, reader.joined_sql(columns, joins), pk, params)
+
+
+def _read_locked(reader: _Reader, sql: str, pk, params: Sequence) -> tuple[Model, tuple] | None:
+    db = connections[DEFAULT_DB_ALIAS]
+    row = fetch_one(sql, [*params, reader.model._meta.pk.get_db_prep_value(pk, db)])
     if row is None:
         return None
-    (values,) = reader.compiler.apply_converters([row], reader.converters)
-    return model.from_db(db.alias, reader.attnames, values)
+    width = len(reader.attnames)
+    (values,) = reader.compiler.apply_converters([row[:width]], reader.converters)
+    return reader.model.from_db(db.alias, reader.attnames, values), row[width:]
 
 
 def save_fields(instance: Model, fields: Sequence[str]) -> None:
@@ -104,13 +121,27 @@ def save_fields(instance: Model, fields: Sequence[str]) -> None:
 
 class _Reader:
     def __init__(self, model: type[Model], pk):
+        db = connections[DEFAULT_DB_ALIAS]
+        self.model = model
         queryset = model.objects.select_for_update().filter(pk=pk)
-        self.compiler = queryset.query.get_compiler(connection=connections[DEFAULT_DB_ALIAS])
+        self.compiler = queryset.query.get_compiler(connection=db)
         self.sql, params = self.compiler.as_sql()
         assert len(params) == 1, params  # the key, bound anew on each call
         columns = [column for column, _, _ in self.compiler.select]
         self.attnames = [column.target.attname for column in columns]
         self.converters = self.compiler.get_converters(columns)
+        # The joined statement's parts: the same columns, and a lock on this table's row only.
+        quote = db.ops.quote_name
+        self.table, self.key = quote(model._meta.db_table), quote(model._meta.pk.column)
+        self.columns = ", ".join(sql for _, (sql, _), _ in self.compiler.select)
+        self.lock = " " + db.ops.for_update_sql(of=(self.table,)) if db.features.has_select_for_update else ""
+        self.joined: dict[tuple[str, str], str] = {}
+
+    def joined_sql(self, columns: str, joins: str) -> str:
+        if (sql := self.joined.get((columns, joins))) is None:
+            sql = f"SELECT {self.columns}, {columns} FROM {self.table} {joins} WHERE {self.table}.{self.key} = %s{self.lock}"
+            self.joined[columns, joins] = sql
+        return sql
 
 
 # Per connection object: converters are bound to their connection, and each database thread has its own.

@@ -18,7 +18,7 @@ from django.db import OperationalError
 
 from dashboard import append_lane
 from dashboard.asgi import application, django_asgi_app
-from sessions_app import services
+from sessions_app import access, services
 from sessions_app.models import ApiToken, AuditEntry, Event, Project, Role
 from tests.access import member, token_for
 from tests.asgi import response_of
@@ -267,7 +267,7 @@ async def test_a_database_that_cannot_be_reached_is_a_503_with_retry_after(world
     def unreachable(*args, **kwargs):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(append_lane.access, "token_grant", unreachable)
+    monkeypatch.setattr(access, "locked_session_for_token", unreachable)
     status, headers, content = await call(
         application, "/api/v1/sessions/down/events", json.dumps({"events": [user_message("hi")]}).encode(), {"Authorization": f"Bearer {tokens['member']}"}
     )

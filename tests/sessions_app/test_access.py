@@ -2,6 +2,7 @@
 
 import pytest
 from django.contrib.auth.models import AnonymousUser
+from django.db import transaction
 
 from sessions_app import access, services
 from sessions_app.errors import SessionNotFound
@@ -324,10 +325,10 @@ def test_actor_of_keeps_one_actor_per_request_user(rf, person, alpha):
     assert access.actor_of(request) is not first and access.actor_of(request).project_ids() == []
 
 
-# The append lane's one-query check ----------------------------------------------
+# The append lane's check, in the append's locked read -----------------------------
 
 
-def test_token_grant_answers_as_usable_for_and_actor_can_for_every_kind_of_token(django_user_model, alpha, beta):
+def test_locked_session_for_token_answers_as_usable_for_and_actor_can_for_every_kind_of_token(django_user_model, alpha, beta):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -371,15 +372,21 @@ def test_token_grant_answers_as_usable_for_and_actor_can_for_every_kind_of_token
         row = ApiToken.usable_for(secret)
         for session_id in ("in-alpha", "in-beta", "nowhere"):
             for capability in EVERY_CAPABILITY:
-                grant = access.token_grant(secret, session_id, capability)
-                assert (grant is None) == (row is None), (secret, session_id)
-                if row is None:
-                    continue
+                with transaction.atomic():
+                    granted = access.locked_session_for_token(secret, session_id, capability)
                 session = Session.objects.filter(pk=session_id).first()
-                expected = session is not None and access.Actor(user=row.user, token=row).can(session.project_id, capability)
-                assert grant.allowed == expected, (row.user.username, session_id, capability)
-                assert (grant.token.pk, grant.token.project_id, sorted(grant.token.scopes)) == (row.pk, row.project_id, sorted(row.scopes))
+                expected = (
+                    row is not None and session is not None and access.Actor(user=row.user, token=row).can(session.project_id, capability)
+                )
+                assert (granted is not None) == expected, (secret, session_id, capability)
+                if granted is None:
+                    continue
+                locked, token = granted
+                assert [getattr(locked, f.attname) for f in Session._meta.concrete_fields] == [
+                    getattr(session, f.attname) for f in Session._meta.concrete_fields
+                ]
+                assert (token.pk, token.project_id, sorted(token.scopes)) == (row.pk, row.project_id, sorted(row.scopes))
                 recent = row.last_used_at is not None and (now - row.last_used_at).total_seconds() <= ApiToken.LAST_USED_RESOLUTION_SECONDS
-                assert (grant.token.last_used_at is not None) == recent
-                checked += grant.allowed
+                assert (token.last_used_at is not None) == recent
+                checked += 1
     assert checked > 10  # the matrix holds grants as well as refusals

@@ -49,6 +49,51 @@ def test_get_for_update_of_no_such_row_is_none():
         assert statements.get_for_update(Session, "nowhere") is None
 
 
+JOIN_PARENT = "LEFT JOIN sessions_app_session p ON p.id = sessions_app_session.parent_id AND p.agent_name = %s"
+
+
+def test_get_for_update_joined_reads_the_row_as_get_for_update_does_and_the_joined_columns():
+    make("parent", event_count=7)
+    make("s", parent_id="parent", turn_stack=[3], event_count=4)
+    make("orphan")
+    with transaction.atomic():
+        read, extra = statements.get_for_update_joined(Session, "s", columns="p.event_count, %s", joins=JOIN_PARENT, params=["x", "agent"])
+        assert field_values(read) == field_values(statements.get_for_update(Session, "s"))
+        assert extra == (7, "x")
+        # A join that finds nothing still gives the row, with the joined columns empty.
+        read, extra = statements.get_for_update_joined(Session, "orphan", columns="p.event_count", joins=JOIN_PARENT, params=["agent"])
+        assert read.pk == "orphan" and extra == (None,)
+        assert statements.get_for_update_joined(Session, "nowhere", columns="p.event_count", joins=JOIN_PARENT, params=["agent"]) is None
+
+
+@pytest.mark.skipif("connection.vendor != 'postgresql'", reason="PostgreSQL only: SQLite locks the whole database at BEGIN")
+def test_get_for_update_joined_locks_the_models_row_and_not_the_joined_ones():
+    """Two appends with one token on two sessions must not wait on each other for the token's row."""
+    make("parent")
+    make("s", parent_id="parent")
+    outcome = {}
+
+    def from_another_connection():
+        try:
+            with transaction.atomic():
+                for session_id in ("parent", "s"):
+                    try:
+                        with transaction.atomic():
+                            statements.fetch_one("SELECT id FROM sessions_app_session WHERE id = %s FOR UPDATE NOWAIT", [session_id])
+                        outcome[session_id] = "free"
+                    except Exception as error:  # noqa: BLE001 - the lock's refusal is what is looked for
+                        outcome[session_id] = type(error).__name__
+        finally:
+            connection.close()
+
+    with transaction.atomic():
+        statements.get_for_update_joined(Session, "s", columns="p.event_count", joins=JOIN_PARENT, params=["agent"])
+        other = threading.Thread(target=from_another_connection)
+        other.start()
+        other.join()
+    assert outcome == {"parent": "free", "s": "OperationalError"}
+
+
 def test_each_thread_reads_through_its_own_connection():
     make("s")
     seen = []
