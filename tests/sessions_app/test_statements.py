@@ -6,7 +6,7 @@ import threading
 from datetime import UTC, datetime
 
 import pytest
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from sessions_app import services, statements
 from sessions_app.models import Session
@@ -137,7 +137,7 @@ def test_save_fields_stores_what_save_with_update_fields_stores():
 
 
 def test_statements_on_the_drivers_connection_fail_with_djangos_errors():
-    from django.db import IntegrityError, ProgrammingError, OperationalError
+    from django.db import OperationalError, ProgrammingError
 
     make("s")
     with pytest.raises(IntegrityError), transaction.atomic():
@@ -146,6 +146,25 @@ def test_statements_on_the_drivers_connection_fail_with_djangos_errors():
         statements.fetch_one("SELECT no_such_column FROM sessions_app_session WHERE id = %s", ["s"])
     assert statements.fetch_one("SELECT id FROM sessions_app_session WHERE id = %s", ["s"]) == ("s",)
     assert statements.fetch_one("SELECT id FROM sessions_app_session WHERE id = %s", ["nope"]) is None
+
+
+@pytest.fixture
+def scratch_table():
+    with connection.cursor() as cursor:
+        cursor.execute("CREATE TABLE test_scratch_rows (id varchar(20) PRIMARY KEY, n integer NOT NULL)")
+    yield "test_scratch_rows"
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE test_scratch_rows")
+
+
+@pytest.mark.parametrize("ids", [["one"], ["a", "b", "c"]])
+def test_execute_many_stores_each_row_once_whether_one_or_several(scratch_table, ids):
+    """One row takes the cursor's execute (no pipeline on psycopg), several its executemany: the same rows either way."""
+    statements.execute_many(f"INSERT INTO {scratch_table} (id, n) VALUES (%s, %s)", [[key, len(key)] for key in ids])
+    assert statements.fetch_one(f"SELECT count(*), sum(n) FROM {scratch_table}", []) == (len(ids), sum(map(len, ids)))
+    with pytest.raises(IntegrityError), transaction.atomic():
+        statements.execute_many(f"INSERT INTO {scratch_table} (id, n) VALUES (%s, %s)", [["new", 1], [ids[-1], 0]])
+    assert statements.fetch_one(f"SELECT count(*) FROM {scratch_table}", []) == (len(ids),)
 
 
 def test_while_queries_are_logged_the_appends_statements_are_among_them():
