@@ -21,7 +21,7 @@ def field_values(session: Session) -> dict:
 
 
 def make(session_id: str, **changes) -> Session:
-    session = services.create_session(session_id=session_id, agent_name="agent", metadata=ODD_METADATA)
+    services.create_session(session_id=session_id, agent_name="agent", metadata=ODD_METADATA)
     Session.objects.filter(pk=session_id).update(**changes)
     return Session.objects.get(pk=session_id)
 
