@@ -154,7 +154,17 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Tests that exercise concurrency need a real file, never :memory:; one per
     # test process so that parallel runs never share it.
     DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test_turnlog_{os.getpid()}.sqlite3")}
-elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and not DATABASES["default"]["CONN_MAX_AGE"]:
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # The statements every append runs (sessions_app/statements.py, on cursors
+    # that bind on the server) are prepared once per connection after psycopg's
+    # default 5 runs: planning the append's locked read was half the database's
+    # CPU per single append. Django's own queries bind on the client and are
+    # never prepared. PgBouncer in transaction mode before 1.21 cannot keep
+    # prepared statements: TURNLOG_DB_PREPARED_STATEMENTS=0 turns them off.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
+        5 if env_flag("TURNLOG_DB_PREPARED_STATEMENTS", True) else None
+    )
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and not DATABASES["default"]["CONN_MAX_AGE"]:
     # Under ASGI every request and every socket's database call would open a
     # new connection (Django closes them after each); a pool keeps them open.
     # Sockets and views share one sync thread per process; the headroom is

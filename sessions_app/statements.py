@@ -10,7 +10,10 @@ give the same instances and stored values as the calls they stand for
 They go to the driver's own connection (`execute`, `execute_many`): Django's
 cursor wrapper converted each statement's placeholders again and looked its
 connection up again on every call, about a third of an append's database
-call on SQLite. Errors are still Django's (`wrap_database_errors`), and
+call on SQLite. On PostgreSQL they take a cursor that binds parameters on the
+server, so that they are prepared once per connection (the settings'
+`prepare_threshold`) instead of parsed and planned on every append; Django's
+cursors bind on the client and cannot be prepared. Errors are still Django's (`wrap_database_errors`), and
 while queries are being logged (DEBUG, a test capturing them) they take
 Django's cursor as before, so they are counted and shown.
 """
@@ -22,6 +25,7 @@ import functools
 import weakref
 from collections.abc import Sequence
 
+import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 from django.db.models import Model
@@ -60,7 +64,7 @@ def _cursor():
     db.close_if_health_check_failed()  # what Django's cursor() does first
     db.ensure_connection()
     with db.wrap_database_errors:
-        cursor = db.connection.cursor()
+        cursor = psycopg.Cursor(db.connection) if db.vendor == "postgresql" else db.connection.cursor()
         try:
             yield cursor, db.vendor
         finally:

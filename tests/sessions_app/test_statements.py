@@ -181,3 +181,46 @@ def test_while_queries_are_logged_the_appends_statements_are_among_them():
     for table in ("sessions_app_event", "sessions_app_agenthour", "sessions_app_session"):
         assert table in text, (table, text)
     assert any(query["sql"].startswith("UPDATE") for query in captured.captured_queries), text
+
+
+APPEND_AND_LIST_PREPARED = """
+import django, json
+django.setup()
+from django.db import connection
+from sessions_app import services
+from sessions_app.log.events import validate_batch
+services.create_session(session_id="prepared", agent_name="agent")
+for n in range(8):
+    services.append_events(session_id="prepared", events=validate_batch([{"type": "user_message", "data": {"content": str(n)}}]))
+with connection.cursor() as cursor:
+    cursor.execute("SELECT statement FROM pg_prepared_statements WHERE NOT from_sql")
+    print(json.dumps([row[0] for row in cursor.fetchall()]))
+"""
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL only: SQLite has no prepared statements")
+@pytest.mark.parametrize("switch", [None, "0"])
+def test_on_postgresql_the_appends_statements_are_prepared_unless_turned_off(switch):
+    """Each connection plans the append's statements once (its locked read was half the database's CPU per
+    single append); TURNLOG_DB_PREPARED_STATEMENTS=0, for PgBouncer before 1.21, prepares nothing."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.servers import PROJECT_DIR, database_url
+
+    env = {k: v for k, v in os.environ.items() if k != "TURNLOG_DB_PREPARED_STATEMENTS"}
+    env.update(DATABASE_URL=database_url(connection.settings_dict), DJANGO_SETTINGS_MODULE="dashboard.settings")
+    if switch is not None:
+        env["TURNLOG_DB_PREPARED_STATEMENTS"] = switch
+    run = subprocess.run([sys.executable, "-c", APPEND_AND_LIST_PREPARED], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    prepared = json.loads(run.stdout.strip().splitlines()[-1])
+    assert Session.objects.get(pk="prepared").event_count == 8  # stored either way
+    if switch == "0":
+        assert prepared == []
+    else:
+        assert any(sql.startswith("SELECT") and "FOR UPDATE" in sql for sql in prepared), prepared
+        assert any(sql.startswith('INSERT INTO "sessions_app_event"') for sql in prepared), prepared
+        assert any(sql.startswith('UPDATE "sessions_app_session"') for sql in prepared), prepared
