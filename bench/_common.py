@@ -290,8 +290,9 @@ class Server:
 class Target:
     """A fresh database plus a migrated schema, a token and (optionally) running daphnes."""
 
-    def __init__(self, db: str, redis_url: str | None, *, prefix: str = "turnlog-bench"):
+    def __init__(self, db: str, redis_url: str | None, *, prefix: str = "turnlog-bench", root: Path = ROOT):
         self.db = db
+        self.root = root  # the source tree whose manage.py and daphne run (bench/append_cpu.py compares trees)
         self.redis_url = redis_url
         self.tmpdir = Path(tempfile.mkdtemp(prefix=f"{prefix}-{db}-"))
         self.pg_name: str | None = None
@@ -319,7 +320,7 @@ class Target:
 
     def manage(self, *args: str) -> str:
         proc = subprocess.run(
-            [sys.executable, "manage.py", *args], cwd=ROOT, env=self.env, capture_output=True, text=True
+            [sys.executable, "manage.py", *args], cwd=self.root, env=self.env, capture_output=True, text=True
         )
         if proc.returncode != 0:
             raise RuntimeError(f"manage.py {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
@@ -338,7 +339,7 @@ class Target:
             self.start_server()
 
     def start_server(self) -> Server:
-        server = Server(self.env, self.tmpdir / f"daphne-{len(self.servers)}.log")
+        server = Server(self.env, self.tmpdir / f"daphne-{len(self.servers)}.log", cwd=self.root)
         self.servers.append(server)
         return server.start(self.token)
 

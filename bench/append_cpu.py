@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import PG_ADMIN_URL, Client, Server, Target, make_events
+from _common import Client, Target, make_events
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -70,29 +69,18 @@ def own_cpu() -> float:
 
 @dataclass
 class Side:
-    """One tree (and its environment) with its database, daphne and clients."""
+    """One tree (and its settings) with its own database, daphne and clients."""
 
     label: str
-    tree: Path
-    env: dict
     target: Target
-    server: Server | None = None
     streams: list = field(default_factory=list)  # (client, path, iterator of bodies)
     rounds: list = field(default_factory=list)  # (events/s, ms of server, postgres, clients, machine per append)
 
     def start(self, clients: int, events_per_client: int) -> None:
-        env = {**self.target.env, **self.env}
-        for command in (["migrate", "--noinput"], ["create_token", "bench"]):
-            run = subprocess.run([sys.executable, "manage.py", *command], cwd=self.tree, env=env, capture_output=True, text=True)
-            if run.returncode != 0:
-                raise RuntimeError(f"{self.label}: manage.py {' '.join(command)} failed:\n{run.stderr}")
-        self.target.token = run.stdout.strip().splitlines()[-1]
-        self.server = Server(env, self.target.tmpdir / "daphne.log", cwd=self.tree)
-        self.target.servers.append(self.server)
-        self.server.start(self.target.token)
+        self.target.setup()
         start = datetime(2025, 1, 1, tzinfo=UTC)
         for n in range(clients):
-            client = Client(self.server.port, self.target.token)
+            client = Client(self.target.port, self.target.token)
             session_id = f"cpu-{n}"
             client.create_session(session_id)
             bodies = [json.dumps({"events": [event]}).encode() for event in make_events(events_per_client, seed=n, start=start)]
@@ -115,12 +103,12 @@ class Side:
                 errors.append(exc)
 
         threads = [threading.Thread(target=append, args=(n,)) for n in range(len(self.streams))]
-        before = (time.monotonic(), process_cpu(self.server.process.pid), postgres_cpu(), own_cpu(), machine_cpu())
+        before = (time.monotonic(), process_cpu(self.target.server.pid), postgres_cpu(), own_cpu(), machine_cpu())
         for thread in threads:
             thread.start()
         for thread in threads:
             thread.join()
-        after = (time.monotonic(), process_cpu(self.server.process.pid), postgres_cpu(), own_cpu(), machine_cpu())
+        after = (time.monotonic(), process_cpu(self.target.server.pid), postgres_cpu(), own_cpu(), machine_cpu())
         if errors:
             raise errors[0]
         count = sum(answered)
@@ -147,15 +135,12 @@ def main(argv=None) -> int:
     sides = []
     for spec in args.trees:
         tree, *settings = spec.split("@")
-        sides.append(Side(spec, Path(tree).resolve(), dict(s.split("=", 1) for s in settings), Target(args.db, None, prefix="turnlog-cpu")))
+        target = Target(args.db, None, prefix="turnlog-cpu", root=Path(tree).resolve())
+        target.env.update(setting.split("=", 1) for setting in settings)
+        sides.append(Side(spec, target))
     print(f"{args.db}, {args.clients} clients, {args.rounds} rounds of {args.seconds:g} s per tree, {os.cpu_count()} CPUs")
     try:
         for side in sides:
-            if side.target.pg_name:
-                import psycopg
-
-                with psycopg.connect(f"{PG_ADMIN_URL}/postgres", autocommit=True) as conn:
-                    conn.execute(f'CREATE DATABASE "{side.target.pg_name}"')
             # Enough bodies for the fastest rate seen here, with room to spare.
             side.start(args.clients, int(3000 * args.rounds * args.seconds / args.clients) + 100)
         for n in range(args.rounds):

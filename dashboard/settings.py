@@ -164,18 +164,18 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = (
         5 if env_flag("TURNLOG_DB_PREPARED_STATEMENTS", True) else None
     )
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and not DATABASES["default"]["CONN_MAX_AGE"]:
-    # Under ASGI every request and every socket's database call would open a
-    # new connection (Django closes them after each); a pool keeps them open.
-    # Sockets and views share one sync thread per process; the headroom is
-    # for threads of management commands and tests.
-    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": 1,
-        "max_size": int(os.environ.get("TURNLOG_DB_POOL_SIZE", "16")),
-        # Seconds a request waits for a connection (all in use, or the
-        # database down) before its 503 (dashboard/middleware.py).
-        "timeout": float(os.environ.get("TURNLOG_DB_POOL_TIMEOUT", "20")),
-    }
+    if not DATABASES["default"]["CONN_MAX_AGE"]:
+        # Under ASGI every request and every socket's database call would open a
+        # new connection (Django closes them after each); a pool keeps them open.
+        # Sockets and views share one sync thread per process; the headroom is
+        # for threads of management commands and tests.
+        DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+            "min_size": 1,
+            "max_size": int(os.environ.get("TURNLOG_DB_POOL_SIZE", "16")),
+            # Seconds a request waits for a connection (all in use, or the
+            # database down) before its 503 (dashboard/middleware.py).
+            "timeout": float(os.environ.get("TURNLOG_DB_POOL_TIMEOUT", "20")),
+        }
 
 
 def redis_channel_layer(url: str) -> dict:

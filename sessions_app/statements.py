@@ -13,8 +13,8 @@ connection up again on every call, about a third of an append's database
 call on SQLite. On PostgreSQL they take a cursor that binds parameters on the
 server, so that they are prepared once per connection (the settings'
 `prepare_threshold`) instead of parsed and planned on every append; Django's
-cursors bind on the client and cannot be prepared. Errors are still Django's (`wrap_database_errors`), and
-while queries are being logged (DEBUG, a test capturing them) they take
+cursors bind on the client and cannot be prepared. Errors are still Django's
+(`wrap_database_errors`), and while queries are being logged (DEBUG, a test capturing them) they take
 Django's cursor as before, so they are counted and shown.
 """
 

@@ -212,7 +212,8 @@ def server_connections(database: str) -> list[int]:
 @pytest.mark.postgres
 @on_postgresql
 def test_requests_after_the_database_dropped_every_connection_all_succeed(start_daphne, token, sid):
-    """Each pooled connection is checked on checkout: a dropped one is replaced, and no request fails."""
+    """Each pooled connection is checked on checkout: a dropped one is replaced, and no request fails,
+    appends included, whose statements the dropped connections had prepared."""
     services.create_session(session_id=sid)
     database = connection.settings_dict["NAME"]
     # This process's own idle pool connections (left by earlier tests) are not the Daphne's:
@@ -221,7 +222,10 @@ def test_requests_after_the_database_dropped_every_connection_all_succeed(start_
     server = start_daphne()
     auth = {"Authorization": f"Bearer {token}"}
     # Several at once, so the pool holds several connections that all get dropped.
-    api_append(server, token, sid, 1, start=0)
+    # One event per request, more than the 4 database threads times the prepare threshold (5):
+    # some connection has prepared the append's statements before it is dropped.
+    for seq in range(24):
+        api_append(server, token, sid, 1, start=seq)
     for _ in range(3):
         assert [http(server, f"/api/v1/sessions/{sid}", headers=auth)[0] for _ in range(6)] == [200] * 6
 
@@ -233,8 +237,9 @@ def test_requests_after_the_database_dropped_every_connection_all_succeed(start_
 
     statuses = [http(server, f"/api/v1/sessions/{sid}", headers=auth)[0] for _ in range(20)]
     assert statuses == [200] * 20
-    api_append(server, token, sid, 2, start=1)
-    assert stored_seqs(sid) == [0, 1, 2]
+    for seq in range(24, 30):
+        api_append(server, token, sid, 1, start=seq)
+    assert stored_seqs(sid) == list(range(30))
     assert "Traceback" not in server.log_path.read_text()
 
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from datetime import UTC, datetime
 
@@ -10,6 +14,7 @@ from django.db import IntegrityError, connection, transaction
 
 from sessions_app import services, statements
 from sessions_app.models import Session
+from tests.servers import PROJECT_DIR, database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -203,13 +208,6 @@ with connection.cursor() as cursor:
 def test_on_postgresql_the_appends_statements_are_prepared_unless_turned_off(switch):
     """Each connection plans the append's statements once (its locked read was half the database's CPU per
     single append); TURNLOG_DB_PREPARED_STATEMENTS=0, for PgBouncer before 1.21, prepares nothing."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from tests.servers import PROJECT_DIR, database_url
-
     env = {k: v for k, v in os.environ.items() if k != "TURNLOG_DB_PREPARED_STATEMENTS"}
     env.update(DATABASE_URL=database_url(connection.settings_dict), DJANGO_SETTINGS_MODULE="dashboard.settings")
     if switch is not None:
