@@ -66,7 +66,7 @@ class SetPasswordView(auth_views.PasswordResetConfirmView):
 
     def dispatch(self, *args, **kwargs):
         response = super().dispatch(*args, **kwargs)
-        if not self.validlink:
+        if not self.validlink and response.status_code == 200:  # (a good link first redirects to the form's address)
             response.status_code = 410
         return response
 
