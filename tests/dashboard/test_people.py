@@ -248,7 +248,8 @@ def test_a_refused_admin_page_is_the_styled_page(django_user_model):
 def test_a_failed_csrf_check_is_the_styled_page_and_changes_nothing(admin, team):
     client = Client(enforce_csrf_checks=True)
     client.force_login(admin)
-    assert_styled_refusal(client.post("/projects/team/invite", {"username": "vera", "role": Role.MEMBER}), "This form could not be accepted", "Nothing was done")
+    assert_styled_refusal(client.post("/projects/team/", {"username": "alice", "role": Role.VIEWER}), "This form could not be accepted", "Nothing was done")
+    assert_styled_refusal(client.post("/projects/team/invite", {"username": "vera", "role": Role.MEMBER}), "This form could not be accepted")
     assert_styled_refusal(client.post("/account/password/", {}), "This form could not be accepted")
     assert not get_user_model().objects.filter(username="vera").exists()
 
