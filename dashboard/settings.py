@@ -242,6 +242,8 @@ CSRF_FAILURE_VIEW = "dashboard.refusals.csrf_failure"
 
 # An invitation's set-password link (sessions_app/invitations.py) works once, for this long.
 PASSWORD_RESET_TIMEOUT = int(os.environ.get("TURNLOG_INVITATION_LINK_SECONDS", str(3 * 24 * 3600)))
+if PASSWORD_RESET_TIMEOUT <= 0:
+    raise ImproperlyConfigured(f"TURNLOG_INVITATION_LINK_SECONDS must be above 0, not {PASSWORD_RESET_TIMEOUT!r}")
 # Email is off unless a server is named: then invitation links are emailed too (they are always shown once).
 EMAIL_HOST = os.environ.get("DJANGO_EMAIL_HOST", "")
 EMAIL_PORT = int(os.environ.get("DJANGO_EMAIL_PORT", "25"))

@@ -89,6 +89,7 @@ def test_an_admin_invites_a_person_who_sets_a_password_once_and_logs_in(as_admin
     assert (entry.actor, entry.detail["role"], entry.detail["invited"]) == (admin, "viewer", "new account")
     link = invitation_link(page)
     assert link.startswith("http://testserver/account/set-password/")
+    assert re.search(r'<tr id="member-%d">.*?no password yet' % vera.pk, text_of(as_admin.get("/projects/team/")), re.S)
 
     _, done = set_password(link)
     assert done.redirect_chain[-1][0] == "/login/" and "Your password is set: log in as vera." in text_of(done)
