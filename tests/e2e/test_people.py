@@ -10,7 +10,7 @@ from sessions_app.models import AuditEntry, Membership, Project, Role
 from tests.access import member
 from tests.e2e.conftest import PASSWORD
 from tests.e2e.test_accessibility import axe_report
-from tests.e2e.test_csp import log_in, watched_page  # noqa: F401  (the fixture that records CSP violations)
+from tests.e2e.test_csp import REPORT_VIOLATIONS, log_in, watched_page  # noqa: F401  (the fixture that records CSP violations)
 from tests.sessions_app.test_fork import CRASHED
 from tests.sessions_app.test_recovery import store
 
@@ -49,6 +49,9 @@ def test_an_admin_invites_a_colleague_who_sets_a_password_logs_in_and_sees_what_
     # Vera, in a browser of her own, sets her password from the link and logs in.
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     theirs = context.new_page()
+    theirs.violations = []
+    theirs.expose_function("reportViolation", lambda text: theirs.violations.append(text))
+    theirs.add_init_script(REPORT_VIOLATIONS)
     theirs.goto(link)
     expect(theirs.locator("h1")).to_have_text("Set your password")
     reports.append(axe_report(axe, theirs, "set-password page"))
@@ -88,6 +91,7 @@ def test_an_admin_invites_a_colleague_who_sets_a_password_logs_in_and_sees_what_
     assert theirs.goto(link).status == 410
     expect(theirs.locator("main h1")).to_have_text("This link no longer works")
     reports.append(axe_report(axe, theirs, "used link"))
+    assert theirs.violations == []
     context.close()
 
     failures = "\n".join(report for report in reports if report)
