@@ -5,6 +5,7 @@ and refusals of pages as the site's styled pages, never Django's bare 403."""
 from __future__ import annotations
 
 import html
+import json
 import re
 from datetime import datetime, timedelta
 
@@ -180,14 +181,13 @@ def test_a_user_changes_their_own_password_and_stays_logged_in(admin):
 
 
 def test_the_account_page_lists_only_the_users_own_tokens(admin, django_user_model, team):
-    mine = token_for(admin, Role.ADMIN, team, name="my laptop")
+    token_for(admin, Role.ADMIN, team, name="my laptop")
     other = django_user_model.objects.create_user("bob")
     token_for(other, Role.MEMBER, team, name="bobs agent")
     page = text_of(logged_in(admin).get("/account/"))
     assert "my laptop" in page and ApiToken.objects.get(name="my laptop").prefix in page
     assert "bobs agent" not in page and ApiToken.objects.get(name="bobs agent").prefix not in page
     assert "The Team" in page and "admin" in page
-    assert mine
 
 
 def test_a_user_revokes_their_own_token_and_not_anyone_elses(admin, django_user_model, team):
@@ -235,10 +235,10 @@ def test_a_viewer_refused_a_page_gets_the_styled_page_saying_why(viewer):
     store(CRASHED[:6], session_id="p")
     assert_styled_refusal(viewer.get("/sessions/p/fork", {"boundary": "4"}), "You may not do this here", "Your role may not fork sessions", "Log out reader")
     assert_styled_refusal(viewer.post("/sessions/p/fork", {"boundary": "4", "id": "by-viewer"}), "may not fork sessions")
-    session = store(WORKED_EXAMPLE, session_id="crashed")
+    store(WORKED_EXAMPLE, session_id="crashed")
     assert_styled_refusal(viewer.post("/sessions/crashed/recovery", {"action": "recover"}), "may not apply recoveries")
     assert_styled_refusal(viewer.get("/projects/default/"), "Only admins manage")
-    assert not Session.objects.filter(parent_id="p").exists() and session
+    assert not Session.objects.filter(parent_id="p").exists()
 
 
 def test_a_refused_admin_page_is_the_styled_page(django_user_model):
@@ -260,3 +260,14 @@ def test_the_api_keeps_its_json_refusals(admin, team):
     client.force_login(admin)
     response = client.post("/api/v1/sessions", {"project": "team"}, content_type="application/json")
     assert response.status_code == 403 and response["Content-Type"].startswith("application/json")
+
+
+def test_a_refusal_under_the_api_stays_json(rf):
+    from django.core.exceptions import PermissionDenied
+
+    from dashboard import refusals
+
+    response = refusals.permission_denied(rf.get("/api/v1/sessions"), PermissionDenied("not yours"))
+    assert response.status_code == 403 and json.loads(response.content) == {"detail": "not yours", "error": "forbidden"}
+    response = refusals.csrf_failure(rf.post("/api/v1/sessions"), reason="CSRF token missing.")
+    assert response.status_code == 403 and json.loads(response.content)["error"] == "forbidden"
