@@ -14,14 +14,15 @@ from datetime import timedelta
 
 from django import forms
 from django.conf import settings
-from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
+from django.utils.text import capfirst
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.params import decimal_int
@@ -154,7 +155,7 @@ def invite_member(request, project):
     try:
         invitation = invitations.invite(project=project, username=data["username"], role=data["role"], email=data["email"], by=request.user)
     except invitations.InvitationRefused as refused:  # taken since the form was checked
-        form.add_error("username", f"{str(refused).capitalize()}.")
+        form.add_error("username", f"{capfirst(str(refused))}.")
         return members_page(request, project, AddMemberForm(project=project), status=409, invite_form=form)
     link = request.build_absolute_uri(reverse("set_password", args=[invitation.uid, invitation.token]))
     not_emailed = invitations.email_invitation(invitation=invitation, link=link, project=project, by=request.user) if data["email"] else None

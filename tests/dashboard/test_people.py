@@ -143,6 +143,17 @@ def test_a_bad_invitation_is_a_422_naming_the_field_and_stores_nothing(as_admin,
     assert get_user_model().objects.count() == users and AuditEntry.objects.count() == entries
 
 
+def test_a_name_taken_after_the_form_was_checked_is_a_409(as_admin, monkeypatch, django_user_model):
+    from sessions_app import selectors
+
+    django_user_model.objects.create_user("Vera")  # made by someone else between the form's check and the invitation
+    monkeypatch.setattr(selectors, "user_named_alike", lambda username: None)
+    users = django_user_model.objects.count()
+    response = invite(as_admin, "vera")
+    assert response.status_code == 409 and "There already is an account named &#x27;vera&#x27;." in text_of(response)
+    assert django_user_model.objects.count() == users and not AuditEntry.objects.filter(target="vera").exists()
+
+
 def test_adding_an_unknown_name_points_to_the_invitation(as_admin):
     page = text_of(as_admin.post("/projects/team/", {"username": "vera", "role": Role.MEMBER}))
     assert "invite them below, which creates their account" in page and "need an account first" not in page
