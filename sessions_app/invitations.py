@@ -55,7 +55,7 @@ def invite(*, project: Project, username: str, role: str, email: str = "", by) -
         raise InvitationRefused(f"unknown role {role!r}: one of {', '.join(Role.values)}")
     users = get_user_model()
     try:
-        users.username_validator(username)
+        users._meta.get_field(users.USERNAME_FIELD).clean(username, None)  # its length and characters
         if email:
             validate_email(email)
     except ValidationError as invalid:

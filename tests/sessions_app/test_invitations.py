@@ -49,6 +49,8 @@ def test_invite_creates_the_account_without_a_password_the_membership_and_an_aud
         ("alice", Role.MEMBER, "", "there already is an account named 'alice'"),
         ("ALICE", Role.MEMBER, "", "there already is an account named 'ALICE'"),  # usernames differing by case only confuse people
         ("vera smith", Role.MEMBER, "", "Enter a valid username"),
+        ("v" * 151, Role.MEMBER, "", "at most 150 characters"),
+        ("", Role.MEMBER, "", "cannot be blank"),
         ("vera", "owner", "", "unknown role 'owner'"),
         ("vera", Role.MEMBER, "not an address", "Enter a valid email address"),
     ],
