@@ -13,16 +13,20 @@ import json
 from datetime import timedelta
 
 from django import forms
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.cache import add_never_cache_headers
+from django.utils.text import capfirst
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.params import decimal_int
-from sessions_app import access, selectors, services
+from sessions_app import access, invitations, selectors, services
 from sessions_app.models import AuditEntry, Role, Scope
 
 TOKEN_SCOPES = [(value, label) for value, label in Scope.choices if value in access.PROJECT_SCOPES]
@@ -86,7 +90,7 @@ class AddMemberForm(forms.Form):
         username = self.cleaned_data["username"]
         user = selectors.user_named(username)
         if user is None:
-            raise forms.ValidationError(f"There is no user named {username!r}: they need an account first.")
+            raise forms.ValidationError(f"There is no user named {username!r}: invite them below, which creates their account.")
         held = selectors.project_member(self.project, user.pk)
         if held is not None:
             raise forms.ValidationError(f"{username} already is a member of this project (role: {held.role}): change their role in the list.")
@@ -109,16 +113,57 @@ def project_members(request, project):
     return members_page(request, project, form)
 
 
-def members_page(request, project, form, *, status: int = 200, refusal: str = ""):
+def members_page(request, project, form, *, status: int = 200, refusal: str = "", invite_form=None):
     context = {
         "project": project,
         "tab": "members",
         "members": selectors.project_members(project),
         "roles": Role.choices,
         "form": form,
+        "invite_form": invite_form or InviteForm(),
+        "email_configured": invitations.email_configured(),
+        "link_hours": round(settings.PASSWORD_RESET_TIMEOUT / 3600),
         "refusal": refusal,
     }
     return render(request, "projects/members.html", context, status=status)
+
+
+class InviteForm(forms.Form):
+    username = forms.CharField(max_length=150, strip=True, validators=[UnicodeUsernameValidator()])
+    email = forms.EmailField(required=False, max_length=254)
+    role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
+
+    def clean_username(self):
+        username = self.cleaned_data["username"]
+        existing = selectors.user_named_alike(username)
+        if existing is not None:
+            raise forms.ValidationError(f"There already is an account named {existing.get_username()!r}: add them with the form above.")
+        return username
+
+
+@project_admin_page
+@require_http_methods(["GET", "POST"])
+def invite_member(request, project):
+    """POST: create the person's account as a member with the chosen role, and show the link to set
+    their password, once (emailed too when an email server is configured). GET: the members page."""
+    if request.method != "POST":
+        return redirect("project_members", project.slug)
+    form = InviteForm(request.POST)
+    if not form.is_valid():
+        return members_page(request, project, AddMemberForm(project=project), status=422, invite_form=form)
+    data = form.cleaned_data
+    try:
+        invitation = invitations.invite(project=project, username=data["username"], role=data["role"], email=data["email"], by=request.user)
+    except invitations.InvitationRefused as refused:  # taken since the form was checked
+        form.add_error("username", f"{capfirst(str(refused))}.")
+        return members_page(request, project, AddMemberForm(project=project), status=409, invite_form=form)
+    link = request.build_absolute_uri(reverse("set_password", args=[invitation.uid, invitation.token]))
+    not_emailed = invitations.email_invitation(invitation=invitation, link=link, project=project, by=request.user) if data["email"] else None
+    context = {"project": project, "tab": "members", "invitation": invitation, "link": link, "emailed": data["email"] and not_emailed is None,
+               "not_emailed": not_emailed}  # fmt: skip
+    response = render(request, "projects/invited.html", context)
+    add_never_cache_headers(response)  # the only copy of the link: no cache keeps it
+    return response
 
 
 @project_admin_page

@@ -237,6 +237,23 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 
+# A page's refusal (403) and a failed CSRF check render the site's own pages (dashboard/refusals.py).
+CSRF_FAILURE_VIEW = "dashboard.refusals.csrf_failure"
+
+# An invitation's set-password link (sessions_app/invitations.py) works once, for this long.
+PASSWORD_RESET_TIMEOUT = int(os.environ.get("TURNLOG_INVITATION_LINK_SECONDS", str(3 * 24 * 3600)))
+if PASSWORD_RESET_TIMEOUT <= 0:
+    raise ImproperlyConfigured(f"TURNLOG_INVITATION_LINK_SECONDS must be above 0, not {PASSWORD_RESET_TIMEOUT!r}")
+# Email is off unless a server is named: then invitation links are emailed too (they are always shown once).
+EMAIL_HOST = os.environ.get("DJANGO_EMAIL_HOST", "")
+EMAIL_PORT = int(os.environ.get("DJANGO_EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("DJANGO_EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("DJANGO_EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_flag("DJANGO_EMAIL_USE_TLS", False)
+EMAIL_USE_SSL = env_flag("DJANGO_EMAIL_USE_SSL", False)
+DEFAULT_FROM_EMAIL = os.environ.get("DJANGO_DEFAULT_FROM_EMAIL", "turnlog@localhost")
+EMAIL_TIMEOUT = 10
+
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = False

@@ -3,7 +3,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path, re_path
 
 import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
-from dashboard import agents, projects, views
+from dashboard import account, agents, projects, views
 from sessions_app import api
 
 urlpatterns = [
@@ -18,14 +18,22 @@ urlpatterns = [
     path("agents/agent", agents.agent_detail, name="agent_detail"),
     path("projects/", projects.project_list, name="project_list"),
     path("projects/<slug:slug>/", projects.project_members, name="project_members"),
+    path("projects/<slug:slug>/invite", projects.invite_member, name="invite_member"),
     path("projects/<slug:slug>/members/<int:user_id>", projects.project_member, name="project_member"),
     path("projects/<slug:slug>/tokens", projects.project_tokens, name="project_tokens"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", projects.revoke_token, name="revoke_token"),
     path("projects/<slug:slug>/audit", projects.project_audit, name="project_audit"),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path("account/", account.account, name="account"),
+    path("account/tokens/<int:token_id>/revoke", account.revoke_own_token, name="revoke_own_token"),
+    path("account/password/", account.PasswordChangeView.as_view(), name="password_change"),
+    path("account/set-password/<uidb64>/<token>/", account.SetPasswordView.as_view(), name="set_password"),
     path("admin/", admin.site.urls),
     path("api/v1/", api.urls()),
     # Last: whatever no endpoint above serves under /api/ is a JSON 404, not an HTML page.
     re_path(r"^api/", api.not_found),
 ]
+
+# A refused page is the site's styled page (JSON under /api/), not Django's bare 403.
+handler403 = "dashboard.refusals.permission_denied"

@@ -396,6 +396,21 @@ def project_tokens(project: Project) -> list[ApiToken]:
     return list(ApiToken.objects.filter(project=project).select_related("user", "created_by").order_by("-created_at", "-id"))
 
 
+def user_tokens(user) -> list[ApiToken]:
+    """The user's own tokens in every project (site-level ones too), newest first, revoked and expired ones included."""
+    return list(ApiToken.objects.filter(user=user).select_related("project", "created_by").order_by("-created_at", "-id"))
+
+
+def user_token(user, token_id: int) -> ApiToken | None:
+    """One of the user's own tokens (None for anyone else's: a person revokes only their own here)."""
+    return ApiToken.objects.filter(user=user, pk=token_id).select_related("user", "project").first()
+
+
+def user_named_alike(username: str):
+    """An account whose username differs from this one by case only (or is it), or None."""
+    return get_user_model().objects.filter(username__iexact=username).first()
+
+
 @dataclass(frozen=True)
 class AuditPage:
     items: list[AuditEntry]

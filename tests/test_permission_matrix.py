@@ -147,6 +147,22 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         page_admin("POST", "/projects/alpha/tokens/{viewer_token_pk}/revoke", "302 /projects/alpha/tokens stored"),
     ],
     "project_audit": [page_admin("GET", "/projects/alpha/audit", "200")],
+    "invite_member": [
+        page_admin("GET", "/projects/alpha/invite", "302 /projects/alpha/"),
+        page_admin("POST", "/projects/alpha/invite", "200 stored +set-password", {"username": "matrix-invitee", "role": "viewer"}),
+    ],
+    # A person's own account: every logged-in actor has one; a token is revoked there by its owner only.
+    "account": [Probe("GET", "/account/", by_role(LOGIN, "200", "200"))],
+    "revoke_own_token": [
+        Probe("GET", "/account/tokens/{viewer_token_pk}/revoke", {**everyone("404"), "anonymous": LOGIN, "viewer": "200"}),
+        Probe("POST", "/account/tokens/{viewer_token_pk}/revoke", {**everyone("404"), "anonymous": LOGIN, "viewer": "302 /account/ stored"}),
+    ],
+    "password_change": [
+        Probe("GET", "/account/password/", by_role(LOGIN, "200", "200")),
+        Probe("POST", "/account/password/", by_role(LOGIN, "200", "200"), data={"old_password": "wrong"}),
+    ],
+    # An invitation's link, here a made-up one: the page saying it no longer works, for anyone.
+    "set_password": [Probe("GET", "/account/set-password/MQ/abc-123/", everyone("410"))],
     "login": [Probe("GET", "/login/", everyone("200"))],
     "logout": [Probe("GET", "/logout/", everyone("405")), Probe("POST", "/logout/", everyone(LOGIN))],
     # API ---------------------------------------------------------------

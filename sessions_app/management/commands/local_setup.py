@@ -1,15 +1,13 @@
-import json
 import secrets
-from pathlib import Path
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
+from django.db import transaction
 
 from sessions_app import access, services
-from sessions_app.models import ApiToken, Project, Role, hash_token
+from sessions_app.models import Project, Role
 
-CREDENTIALS_FILE = Path(settings.BASE_DIR) / "var" / "local-admin.json"
+ADMIN_USERNAME = "admin"
 
 
 def served_url(host: str, port: int) -> str:
@@ -20,48 +18,47 @@ def served_url(host: str, port: int) -> str:
 
 
 class Command(BaseCommand):
-    help = "Create the local admin user once and print its login and API token (for `make run`)."
+    help = (
+        "Create the local admin user on the first start and print its login and an API token (for `make run`);"
+        " later starts change nothing and say how to get another token."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1", help="the address the server listens on (default 127.0.0.1)")
         parser.add_argument("--port", type=int, default=8000, help="the port it listens on (default 8000)")
 
     def handle(self, *args, host: str, port: int, **options):
-        credentials = self.credentials()
         url = served_url(host, port)
-        self.stdout.write(
-            "\n".join(
-                [
-                    "",
-                    f"Turnlog is starting on {url}",
-                    f"  log in as:  {credentials['username']} / {credentials['password']}",
-                    f"  API token:  {credentials['token']}",
-                    f"  try:        curl -H 'Authorization: Bearer {credentials['token']}' {url}/api/v1/sessions",
-                    "",
-                ]
-            )
-        )
+        created = self.create_admin()
+        if created is not None:
+            password, token = created
+            lines = [
+                f"  log in as:  {ADMIN_USERNAME} / {password}",
+                f"  API token:  {token}",
+                f"  try:        curl -H 'Authorization: Bearer {token}' {url}/api/v1/sessions",
+                "  Both are shown this once: Turnlog keeps only hashes. Change the password on your account page",
+                f"  ({url}/account/password/).",
+            ]
+        else:
+            # Nothing is reset: a changed password stays, and no new full-scope token piles up per start.
+            project = Project.default()
+            lines = [
+                f"  log in as:  {ADMIN_USERNAME}, with your password (unchanged; forgot it? .venv/bin/python manage.py changepassword {ADMIN_USERNAME})",
+                f"  API tokens: yours are listed on {url}/account/; a new one: {url}/projects/{project.slug}/tokens",
+                f"              or .venv/bin/python manage.py tokens create --user {ADMIN_USERNAME} --project {project.slug}",
+            ]
+        self.stdout.write("\n".join(["", f"Turnlog is starting on {url}", *lines, ""]))
 
-    def credentials(self) -> dict:
-        """The stored local credentials, recreated if the database lost them."""
-        if CREDENTIALS_FILE.exists():
-            stored = json.loads(CREDENTIALS_FILE.read_text())
-            user = get_user_model().objects.filter(username=stored["username"]).first()
-            if user and user.check_password(stored["password"]) and ApiToken.objects.usable().filter(
-                token_sha256=hash_token(stored["token"])
-            ).exists():
-                return stored
-        username = "admin"
+    @transaction.atomic
+    def create_admin(self) -> tuple[str, str] | None:
+        """On the first start (no user `admin` yet): the superuser admin of the default project
+        and a token of it, returned with its password; None (changing nothing) afterwards."""
+        users = get_user_model()
+        if users.objects.filter(username=ADMIN_USERNAME).exists():
+            return None
         password = secrets.token_urlsafe(12)
-        user = get_user_model().objects.filter(username=username).first() or get_user_model()(username=username)
-        user.is_staff = user.is_superuser = True
-        user.set_password(password)
-        user.save()
+        user = users.objects.create_superuser(username=ADMIN_USERNAME, email="", password=password)
         project = Project.default()
         services.set_membership(project=project, user=user, role=Role.ADMIN)
         _, token = services.issue_token(user=user, project=project, scopes=access.role_scopes(Role.ADMIN), name="local admin")
-        stored = {"username": username, "password": password, "token": token}
-        CREDENTIALS_FILE.parent.mkdir(parents=True, exist_ok=True)
-        CREDENTIALS_FILE.write_text(json.dumps(stored))
-        CREDENTIALS_FILE.chmod(0o600)
-        return stored
+        return password, token

@@ -1,5 +1,5 @@
 import io
-import json
+import re
 import subprocess
 
 import pytest
@@ -9,7 +9,6 @@ from django.core.management import call_command
 from django.http import HttpRequest
 
 from sessions_app import services
-from sessions_app.management.commands import local_setup
 from sessions_app.models import ApiToken, AuditEntry, Membership, Project, Role, hash_token
 from tests.conftest import ApiClient
 
@@ -65,28 +64,43 @@ def test_create_token_staff_says_how_to_give_the_user_a_password():
     assert "manage.py changepassword ops" in err.getvalue()
 
 
-def test_local_setup_prints_the_same_working_login_each_time(tmp_path, monkeypatch, client):
-    monkeypatch.setattr(local_setup, "CREDENTIALS_FILE", tmp_path / "local-admin.json")
-    first = run("local_setup")
-    assert run("local_setup") == first
-    stored = json.loads((tmp_path / "local-admin.json").read_text())
-    assert stored["password"] in first and stored["token"] in first
+def first_login(output: str) -> tuple[str, str, str]:
+    """The username, password and token the first start printed."""
+    username, password = re.search(r"log in as: +(\S+) / (\S+)", output).groups()
+    return username, password, re.search(r"API token: +(\S+)", output).group(1)
+
+
+def test_local_setup_prints_a_working_login_and_token_on_the_first_start(client):
+    username, password, token = first_login(run("local_setup"))
     # A request: django-axes counts logins per client address.
-    assert client.login(request=HttpRequest(), username=stored["username"], password=stored["password"])
-    assert ApiClient(stored["token"]).get("/api/v1/sessions").status_code == 200
+    assert client.login(request=HttpRequest(), username=username, password=password)
+    assert ApiClient(token).get("/api/v1/sessions").status_code == 200
     # `make run`'s admin administers the default project (not only as a superuser), with a token that may recover.
-    assert Membership.objects.get(user__username=stored["username"]).role == Role.ADMIN
-    token = ApiToken.objects.get(token_sha256=hash_token(stored["token"]))
-    assert token.project == Project.default() and "recover" in token.scopes
+    assert Membership.objects.get(user__username=username).role == Role.ADMIN
+    row = token_row(token)
+    assert row.project == Project.default() and "recover" in row.scopes
 
 
-def test_local_setup_prints_the_address_actually_served(tmp_path, monkeypatch):
-    monkeypatch.setattr(local_setup, "CREDENTIALS_FILE", tmp_path / "local-admin.json")
+def test_local_setup_later_starts_keep_a_changed_password_and_mint_no_token(client):
+    username, password, token = first_login(run("local_setup"))
+    admin = get_user_model().objects.get(username=username)
+    admin.set_password("changed by its owner")
+    admin.save()
+    later = run("local_setup")
+    assert password not in later and token not in later and "API token:" not in later
+    assert "unchanged" in later and "manage.py tokens create --user admin --project default" in later and "/account/" in later
+    assert run("local_setup") == later
+    assert client.login(request=HttpRequest(), username=username, password="changed by its owner")
+    assert ApiToken.objects.count() == 1 and ApiClient(token).get("/api/v1/sessions").status_code == 200
+    assert get_user_model().objects.count() == 1 and Membership.objects.count() == 1
+
+
+def test_local_setup_prints_the_address_actually_served():
     output = run("local_setup", "--host", "127.0.0.1", "--port", "8123")
     assert "Turnlog is starting on http://127.0.0.1:8123\n" in output
     assert "http://127.0.0.1:8123/api/v1/sessions" in output
     assert ":8000" not in output
-    assert "http://[::1]:9000/api/v1/sessions" in run("local_setup", "--host", "::1", "--port", "9000")
+    assert "http://[::1]:9000/account/" in run("local_setup", "--host", "::1", "--port", "9000")  # a later start
     assert "starting on http://127.0.0.1:8001\n" in run("local_setup", "--host", "0.0.0.0", "--port", "8001")
 
 

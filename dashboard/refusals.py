@@ -1,0 +1,27 @@
+"""Refusals of pages as pages: a 403 (PermissionDenied anywhere, the admin's included) and a
+failed CSRF check render the site's styled page, with the header and a way on, instead of
+Django's bare ones. Under /api/ they stay JSON in the API's error shape (docs/api.md)."""
+
+from __future__ import annotations
+
+from django.http import JsonResponse
+from django.shortcuts import render
+
+
+def is_api(request) -> bool:
+    return request.path.startswith("/api/")
+
+
+def permission_denied(request, exception=None):
+    """handler403: why (the refusal's words, e.g. "your role in project x may not fork sessions"), and where to go."""
+    detail = str(exception or "") or "you may not use this page"
+    if is_api(request):
+        return JsonResponse({"detail": detail, "error": "forbidden"}, status=403)
+    return render(request, "403.html", {"detail": detail}, status=403)
+
+
+def csrf_failure(request, reason: str = ""):
+    """CSRF_FAILURE_VIEW: a form posted from a page that is too old (or not this site's), which nothing was done for."""
+    if is_api(request):
+        return JsonResponse({"detail": f"CSRF check failed: {reason}", "error": "forbidden"}, status=403)
+    return render(request, "403_csrf.html", {"reason": reason}, status=403)
