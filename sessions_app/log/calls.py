@@ -9,14 +9,17 @@ data is never rewritten.
 Two more shapes are read for display and tool policies only, never by
 recovery (the spec does not define how they pair): Anthropic `tool_use`
 content blocks and OpenAI Responses `function_call` items, found in an
-assistant message's `content` list (`content_calls`). A Responses item
-inside `tool_calls` is read like any other entry there.
+assistant message's `content` list (`content_calls`). Either one inside
+`tool_calls` is read like any other entry there (by its `id`; a `tool_use`
+call's arguments are its `input`).
 """
 
 from collections.abc import Mapping
 
 from . import values
 from .events import call_id, tool_calls_of
+
+TOOL_USE, FUNCTION_CALL = "tool_use", "function_call"  # the `type` of Anthropic's and OpenAI Responses' call shapes
 
 
 def _usable(value: object) -> bool:
@@ -47,13 +50,18 @@ def name_text(name: object) -> str:
 
 
 def raw_arguments(call: object) -> object:
-    """The call's arguments as stored: its `arguments` when present, else its `function`'s; None when neither."""
+    """The call's arguments as stored: its `arguments` when present, else its `function`'s; None when neither.
+
+    An Anthropic `tool_use` call, which has neither, names them `input` (read for display only).
+    """
     if not isinstance(call, Mapping):
         return None
     if "arguments" in call:
         return call["arguments"]
     function = call.get("function")
-    return function.get("arguments") if isinstance(function, Mapping) else None
+    if isinstance(function, Mapping) and "arguments" in function:
+        return function["arguments"]
+    return call.get("input") if call.get("type") == TOOL_USE else None
 
 
 def parsed_json_text(value: object) -> object:
@@ -69,7 +77,7 @@ def parsed_json_text(value: object) -> object:
 
 
 def call_arguments(call: object) -> object:
-    """The call's arguments for display and search: `raw_arguments`, a valid JSON text parsed."""
+    """The call's arguments for display: `raw_arguments`, a valid JSON text parsed."""
     return parsed_json_text(raw_arguments(call))
 
 
@@ -86,8 +94,6 @@ def sighting_names(data: Mapping) -> dict[str, str]:
 
 
 # Display only: calls written as content blocks -------------------------------
-
-TOOL_USE, FUNCTION_CALL = "tool_use", "function_call"
 
 
 def content_calls(data: Mapping) -> list[dict]:
@@ -107,11 +113,8 @@ def content_calls(data: Mapping) -> list[dict]:
         if not isinstance(block, Mapping):
             continue
         kind = block.get("type")
-        if kind == TOOL_USE:
-            cid, arguments = call_id({"id": block.get("id")}), block.get("input")
-        elif kind == FUNCTION_CALL:
-            cid, arguments = call_id({"id": block.get("call_id")}), parsed_json_text(block.get("arguments"))
-        else:
+        if kind not in (TOOL_USE, FUNCTION_CALL):
             continue
-        found.append({"kind": kind, "id": cid, "name": call_name(block), "arguments": arguments})
+        cid = call_id({"id": block.get("id" if kind == TOOL_USE else "call_id")})
+        found.append({"kind": kind, "id": cid, "name": call_name(block), "arguments": call_arguments(block)})
     return found

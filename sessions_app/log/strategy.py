@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .calls import name_text
 from .recovery import COMPLETED, TOOL_OUTCOME_UNKNOWN, Plan, TurnCall, open_turn_label
 
 READ_ONLY, IDEMPOTENT, EXTERNAL_EFFECT, UNKNOWN = "read_only", "idempotent", "external_effect", "unknown"
@@ -140,7 +141,7 @@ def _short(value: object) -> str:
 
 
 def _call_name(call: TurnCall) -> str:
-    return call.name if isinstance(call.name, str) else "an unnamed tool"
+    return name_text(call.name) or "an unnamed tool"
 
 
 def context_content(turns: Sequence[TurnStrategy], *, abandoned: bool) -> str:

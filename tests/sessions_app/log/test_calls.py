@@ -79,6 +79,9 @@ def test_a_name_reads_as_text_the_way_ids_do(name, text):
         ({"arguments": None, "function": {"arguments": "{}"}}, None),  # present, even null: its own
         ({"arguments": "{\"a\": 1}"}, {"a": 1}),  # a JSON text at the top is read the same way
         ({"function": {"arguments": {"already": "an object"}}}, {"already": "an object"}),
+        ({"type": "tool_use", "id": "toolu_1", "name": "f", "input": {"a": 1}}, {"a": 1}),  # Anthropic's shape
+        ({"type": "function", "input": {"a": 1}}, None),  # `input` names arguments in that shape only
+        ({"type": "tool_use", "arguments": {"own": 1}, "input": {"a": 1}}, {"own": 1}),
         ({"function": {}}, None),
         ({"function": "x"}, None),
         ({}, None),
