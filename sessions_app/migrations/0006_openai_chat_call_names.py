@@ -69,6 +69,8 @@ def _fix_record(CallSighting, Event, record) -> bool:
     names = {}
     for call in nameless:
         seq = call.get("seq")
+        if not isinstance(seq, int) or isinstance(seq, bool):
+            continue
         event = Event.objects.filter(session_id=record.session_id, seq=seq).values_list("type", "data").first()
         if event is None or not isinstance(event[1], dict):
             continue
