@@ -11,6 +11,7 @@ they were decided. Events are never changed.
 from django.db import migrations
 
 from sessions_app.log import calls as log_calls
+from sessions_app.log import events as log_events
 
 CHUNK = 2000
 
@@ -38,7 +39,7 @@ def recompute_call_names(apps, schema_editor):
     _fix_sightings(CallSighting, Event, chunk, longest, prep_call_id)
 
     for record in RecoveryRecord.objects.exclude(strategies=[]).iterator(chunk_size=CHUNK):
-        if _fix_record(CallSighting, Event, record):
+        if _fix_record(Event, record):
             record.save(update_fields=["strategies"])
 
 
@@ -58,7 +59,7 @@ def _fix_sightings(CallSighting, Event, rows: list[tuple], longest: int, prep_ca
             CallSighting.objects.filter(pk=pk).update(tool_name=name)
 
 
-def _fix_record(CallSighting, Event, record) -> bool:
+def _fix_record(Event, record) -> bool:
     """Fill in the name of each recorded call read as having none; True when one changed."""
     nameless = [
         call for turn in record.strategies if isinstance(turn, dict) and isinstance(turn.get("calls"), list)
@@ -76,9 +77,9 @@ def _fix_record(CallSighting, Event, record) -> bool:
             continue
         type_, data = event
         sighted = data if type_ == "tool_call" else next(
-            (c for c in log_calls.tool_calls_of(data) if log_calls.call_id(c) == call["id"]), None
+            (c for c in log_events.tool_calls_of(data) if log_events.call_id(c) == call["id"]), None
         )
-        if type_ in ("tool_call", "assistant_message") and log_calls.call_id(sighted) == call["id"]:
+        if type_ in ("tool_call", "assistant_message") and log_events.call_id(sighted) == call["id"]:
             if (name := log_calls.call_name(sighted)) is not None:
                 names[id(call)] = name
     for call in nameless:
