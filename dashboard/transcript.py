@@ -19,6 +19,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from sessions_app import selectors
+from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery
@@ -152,6 +153,26 @@ class ToolCard:
 
 
 @dataclass
+class BlockCall:
+    """A call written as a content block (log.calls.content_calls): shown with its tool's class,
+    never paired with results (recovery does not track these shapes)."""
+
+    kind: str  # "tool_use" or "function_call"
+    id: str | None
+    name: object
+    arguments: Value | None
+    side_effect: str
+
+    @property
+    def side_effect_label(self) -> str:
+        return SIDE_EFFECT_LABELS[self.side_effect]
+
+    @property
+    def shape(self) -> str:
+        return {log_calls.TOOL_USE: "Anthropic tool_use block", log_calls.FUNCTION_CALL: "OpenAI Responses function_call item"}[self.kind]
+
+
+@dataclass
 class Row:
     """One event as a transcript row: a message, a tool card's anchor, or a marker."""
 
@@ -160,6 +181,7 @@ class Row:
     content: Value | None = None
     reasoning: Value | None = None
     cards: list[ToolCard] = field(default_factory=list)
+    block_calls: list[BlockCall] = field(default_factory=list)  # calls written as content blocks
     shadowed_by: int | None = None  # seq of the compaction summary hiding it
     summary_of: tuple[int, int] | None = None  # the range a compaction summary stands for
     # A summary shown in its place (in the block where its range begins) rather than here.
@@ -171,6 +193,12 @@ class Row:
     @property
     def kind(self) -> str:
         return "message" if self.role else self.event.type
+
+    @property
+    def shown_name(self) -> object:
+        """The name beside the row's kind: a message's `name`, a dispatch's tool (in either call shape)."""
+        data = self.event.data
+        return log_calls.call_name(data) if self.event.type == "tool_call" else data.get("name")
 
 
 @dataclass
@@ -567,7 +595,10 @@ class Builder:
         self.sighted_at = {cid: seqs[0] for cid, seqs in calls.sightings.items()}
         self.sighted_in_window = {cid: event.seq for cid, (event, _) in sighted.items()}
         self.replaces = compactions(session)
-        self.side_effects = selectors.side_effect_classes(call.get("name") for _, call in sighted.values())
+        block_calls = [c for e in events if e.type == "assistant_message" for c in log_calls.content_calls(e.data)]
+        self.side_effects = selectors.side_effect_classes(
+            [*(log_calls.call_name(call) for _, call in sighted.values()), *(c["name"] for c in block_calls)]
+        )
         open_turn_in_view = any(e.type == "turn_start" and e.seq in session.turn_stack for e in events)
         plan = None
         if open_turn_in_view:
@@ -586,6 +617,7 @@ class Builder:
             row.summary_of = log_events.replace_range(data)
         if event.type == "assistant_message":
             row.cards = [self.card(event, call) for call in log_events.tool_calls_of(data) if log_events.call_id(call) is not None]
+            row.block_calls = [self.block_call(call) for call in log_calls.content_calls(data)]
         elif event.type in ("tool_result", "tool_call"):
             cid = log_events.call_id(data)
             card_seq = self.sighted_in_window.get(cid, self.sighted_at.get(cid))
@@ -593,6 +625,10 @@ class Builder:
                 return None  # the call's card, in this same block, shows it
             row.answers, row.card_seq = cid, card_seq
         return row
+
+    def block_call(self, call: dict) -> BlockCall:
+        side_effect = self.side_effects.get(log_events.tool_name(call["name"]), "unknown")
+        return BlockCall(call["kind"], call["id"], call["name"], Value.of(call["arguments"]), side_effect)
 
     def card(self, event: Event, call: dict) -> ToolCard:
         cid = log_events.call_id(call)
@@ -602,13 +638,13 @@ class Builder:
         dispatches = self.dispatches.get(cid, [])
         card = ToolCard(
             id=cid,
-            name=call.get("name"),
-            arguments=Value.of(call.get("arguments")),
+            name=log_calls.call_name(call),
+            arguments=Value.of(log_calls.call_arguments(call)),
             sighted_seq=event.seq,
             dispatch_seqs=[d.seq for d in dispatches],
             results=results,
             state=IN_FLIGHT,
-            side_effect=self.side_effects.get(log_events.tool_name(call.get("name")), "unknown"),
+            side_effect=self.side_effects.get(log_events.tool_name(log_calls.call_name(call)), "unknown"),
             synthetic=synthetic,
             real=real,
             started_at=dispatches[0].time if dispatches else event.time,

@@ -349,10 +349,18 @@ class RepairOut(Schema):
     data: dict[str, Any]
 
 
+CALL_NAME_DESCRIPTION = (
+    "the call's name (session-log.md section 1): its `name` when a string, integer or boolean (kept as sent),"
+    " else its `function`'s `name` (OpenAI's chat shape); null when neither"
+)
+
+
 class OwedCallOut(Schema):
     id: str = Field(..., description="the call id as section 1 reads it (an integer id as its decimal string)")
-    name: Any = Field(None, description="the call's name as sighted, whatever its type")
-    arguments: Any = None
+    name: Any = Field(None, description=CALL_NAME_DESCRIPTION)
+    arguments: Any = Field(
+        None, description="its `arguments`, else its `function`'s `arguments`; a JSON text that is valid JSON is given parsed"
+    )
     turn_seq: int
     step_seq: int | None
     sighted_seq: int
@@ -364,7 +372,7 @@ class OwedCallOut(Schema):
 
 class StrategyCallOut(Schema):
     id: str
-    name: Any = Field(None, description="the call's name as sighted, whatever its type")
+    name: Any = Field(None, description=CALL_NAME_DESCRIPTION)
     seq: int = Field(..., description="where the call was first sighted")
     class_: Literal["external_effect", "unknown"] = Field(..., alias="class")
     state: Literal["completed", "tool_not_started", "tool_outcome_unknown"]

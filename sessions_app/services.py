@@ -25,6 +25,7 @@ from django.utils import timezone
 
 from sessions_app import access, db_threads, statements
 from sessions_app.log import blob as log_blob
+from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery as log_recovery
 from sessions_app.log import strategy as log_strategy
@@ -60,6 +61,7 @@ logger = logging.getLogger(__name__)
 
 CALL_ID_TYPES = frozenset({"tool_call", "tool_result"})
 AGENT_NAME_MAX = Session._meta.get_field("agent_name").max_length
+TOOL_NAME_MAX = CallSighting._meta.get_field("tool_name").max_length
 # The channel-layer group of the session list page.
 SESSIONS_GROUP = "sessions"
 
@@ -563,17 +565,14 @@ def _sqlite_utc_text(moment: datetime) -> str:
 
 
 def _sightings(session: Session, rows: Sequence[StoredEvent]):
-    """One (session_id, seq, call_id, tool_name) row per distinct call id an assistant message names."""
+    """One (session_id, seq, call_id, tool_name) row per distinct call id an assistant message names
+    (the name as log.calls reads it, in either call shape)."""
     prep_call_id = CallSighting._meta.get_field("call_id").get_prep_value
     for row in rows:
         if row.type != "assistant_message":
             continue
-        names = {}
-        for call in log_events.tool_calls_of(row.data):
-            if (cid := log_events.call_id(call)) is not None:
-                names.setdefault(cid, call.get("name"))
-        for cid, name in names.items():
-            yield (session.id, row.seq, prep_call_id(cid), str(name or "")[:200])
+        for cid, name in log_calls.sighting_names(row.data).items():
+            yield (session.id, row.seq, prep_call_id(cid), name[:TOOL_NAME_MAX])
 
 
 def publish_events(session_id: str, events: Sequence[StoredEvent | Event]) -> None:

@@ -3,6 +3,7 @@
 from django import template
 
 from dashboard.templatetags.turnlog import seconds
+from sessions_app.log import strategy as log_strategy
 
 register = template.Library()
 
@@ -34,3 +35,9 @@ def agent_label(name: str) -> str:
 def strategy_counts(strategies) -> str:
     """(name, count) pairs as "restart_turn ×2, abandon ×1"; "—" when none."""
     return ", ".join(f"{name} ×{count}" for name, count in strategies) or "—"
+
+
+@register.filter
+def deciding_calls(recorded_strategy) -> list[dict]:
+    """The calls that decided a recorded strategy (its `calls` in api.md's wire form), for naming them."""
+    return log_strategy.deciding_in_wire(recorded_strategy)

@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from .calls import call_arguments, call_name
 from .events import Event, call_id, is_integer, tool_calls_of
 from .fold import fold
 from .structure import Placement, place, place_all
@@ -57,8 +58,8 @@ class OwedCall:
     """A call an open turn still owes a result for, with the rule that classified it."""
 
     id: str
-    name: str | None
-    arguments: object  # as sighted; None when absent
+    name: str | int | bool | None  # calls.call_name: `name`, else `function.name`
+    arguments: object  # calls.call_arguments: a valid JSON text parsed; None when absent
     turn_seq: int
     step_seq: int | None
     sighted_seq: int  # the event where the id was first seen
@@ -124,8 +125,8 @@ def repairs_digest(next_seq: int, repairs: Sequence[Repair]) -> str:
 @dataclass(frozen=True)
 class _Sighting:
     id: str
-    name: str | None
-    arguments: object
+    name: str | int | bool | None
+    call: dict  # the call as stored (its arguments are read only if it is owed)
     turn_seq: int | None
     step_seq: int | None
     sighted_seq: int
@@ -173,9 +174,7 @@ class _Scan:
 
     def _sight(self, cid: str, call: dict, where: Placement, seq: int) -> None:
         if cid not in self.sightings:
-            self.sightings[cid] = _Sighting(
-                cid, call.get("name"), call.get("arguments"), where.turn_seq, where.step_seq, seq
-            )
+            self.sightings[cid] = _Sighting(cid, call_name(call), call, where.turn_seq, where.step_seq, seq)
 
 
 def is_synthetic(data: dict) -> bool:
@@ -217,7 +216,7 @@ def _classify(scan: _Scan, call: _Sighting) -> tuple[int, str, tuple[int, ...]]:
 def _owed_result(scan: _Scan, call: _Sighting) -> Repair:
     rule, risk, evidence = _classify(scan, call)
     owed = OwedCall(
-        call.id, call.name, call.arguments, call.turn_seq, call.step_seq, call.sighted_seq,
+        call.id, call.name, call_arguments(call.call), call.turn_seq, call.step_seq, call.sighted_seq,
         risk, rule, evidence,
     )  # fmt: skip
     text = NOT_STARTED_TEXT if risk == TOOL_NOT_STARTED else OUTCOME_UNKNOWN_TEXT
@@ -293,7 +292,7 @@ def patch_dangling_tool_calls(events: Sequence[Event]) -> list[Repair]:
             answered.add(cid)  # one patch per id, at its first sighting
             data = {
                 "tool_call_id": cid,
-                "name": call.get("name"),
+                "name": call_name(call),
                 "content": DANGLING_TEXT,
                 "metadata": {},
             }

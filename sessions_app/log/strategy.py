@@ -10,6 +10,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from .calls import name_text
 from .recovery import COMPLETED, TOOL_OUTCOME_UNKNOWN, Plan, TurnCall, open_turn_label
 
 READ_ONLY, IDEMPOTENT, EXTERNAL_EFFECT, UNKNOWN = "read_only", "idempotent", "external_effect", "unknown"
@@ -106,6 +107,15 @@ class TurnStrategy:
         }
 
 
+def deciding_in_wire(wire: object) -> list[dict]:
+    """The calls of a recorded strategy (TurnStrategy.as_wire, as RecoveryRecord keeps it) that
+    decided it: the unverified calls of manual_check, the completed effects of resume_after_effects."""
+    if not isinstance(wire, dict) or not isinstance(wire.get("calls"), list):
+        return []
+    state = {MANUAL_CHECK: TOOL_OUTCOME_UNKNOWN, RESUME_AFTER_EFFECTS: COMPLETED}.get(wire.get("strategy"))
+    return [c for c in wire["calls"] if isinstance(c, dict) and state is not None and c.get("state") == state]
+
+
 def choose(calls: Sequence[ClassedCall]) -> str:
     """The first row of section 8.1's table that matches."""
     if any(c.risky and c.outcome_unknown for c in calls):
@@ -131,7 +141,7 @@ def _short(value: object) -> str:
 
 
 def _call_name(call: TurnCall) -> str:
-    return call.name if isinstance(call.name, str) else "an unnamed tool"
+    return name_text(call.name) or "an unnamed tool"
 
 
 def context_content(turns: Sequence[TurnStrategy], *, abandoned: bool) -> str:

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sessions_app import services
+from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import structure
 from sessions_app.log import values
@@ -193,11 +194,8 @@ def reference_store(session: Session, events) -> list[Event]:
     for row in rows:
         if row.type != "assistant_message":
             continue
-        names = {}
-        for call in log_events.tool_calls_of(row.data):
-            if (cid := log_events.call_id(call)) is not None:
-                names.setdefault(cid, call.get("name"))
-        sightings += [CallSighting(session=session, seq=row.seq, call_id=cid, tool_name=str(name or "")[:200]) for cid, name in names.items()]
+        names = log_calls.sighting_names(row.data)
+        sightings += [CallSighting(session=session, seq=row.seq, call_id=cid, tool_name=name[:200]) for cid, name in names.items()]
     CallSighting.objects.bulk_create(sightings)
     session.event_count += len(rows)
     session.turn_stack, session.step_stack, session.interrupted, session.stray_turn_ends = turn_stack, step_stack, bool(turn_stack), strays
@@ -220,6 +218,7 @@ def varied_batch() -> list[dict]:
         f.event("step_start", turn=1, step=1),
         {"type": "assistant_message", "data": {"content": "", "tool_calls": [
             {"id": "a", "name": "search", "arguments": {"q": 1}}, {"id": 7, "name": 5}, {"id": long_id, "name": "n" * 300}, {"id": "a", "name": "dup"},
+            {"id": "oa", "type": "function", "function": {"name": "charge_card", "arguments": "{\"amount\": 1}"}}, {"id": "b", "name": True},
         ], "metadata": {"big": 123456789012345678901234567890, "f": 1.5e300, "neg": -0.0}}},
         {"type": "tool_call", "data": {"id": long_id, "name": "n"}},
         {"type": "tool_result", "data": {"tool_call_id": "a", "content": "ok", "id": "ignored"}},
@@ -272,8 +271,9 @@ def test_the_fast_insert_stores_the_same_rows_as_the_orm_did(monkeypatch):
             reference_store(services._locked_session("old"), log_events.validate_batch(batch))
         services.append_events(session_id="new", events=log_events.validate_batch(batch))
     old, new = stored("old"), stored("new")
-    assert len(new["raw_events"]) == 16 and len(new["sightings"]) == 4
+    assert len(new["raw_events"]) == 16 and len(new["sightings"]) == 6
     assert new == old
+    assert {(cid, name) for _, cid, name in new["sightings"]} >= {("oa", "charge_card"), ("b", "true"), ("7", "5")}
 
     def hours(agent):
         return list(AgentHour.objects.filter(agent_name=agent).order_by("hour").values_list("hour", "turns", "sessions", "crashed_turns"))

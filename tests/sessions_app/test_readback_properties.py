@@ -2,7 +2,9 @@
 and every page answers 200 with the data as appended, on SQLite and PostgreSQL.
 
 Hypothesis draws batches of every event type, well-formed and odd (tool_calls
-as an object, a string or a list of non-objects; integer, boolean and null
+as an object, a string or a list of non-objects; calls in this project's shape,
+OpenAI's chat shape and as tool_use / function_call content blocks, with
+arguments as JSON text, valid or not; integer, boolean and null
 ids; content as text or parts; metadata null or not an object; replace ranges
 with huge bounds; times with offsets; nesting up to the accepted depth and one
 level past it; any Unicode, lone surrogates and NUL included; huge integers;
@@ -113,8 +115,23 @@ def batches_of(hostile: bool) -> st.SearchStrategy[list]:
         st.none(), texts, integers, floats, json_values,
     )
     tool_names = st.one_of(st.sampled_from(["echo", "send_email", "read_file", "n" * 300]), st.none(), texts, json_values)
+    # Arguments as JSON text (OpenAI's shapes): valid or not, and valid text that holds what no
+    # database stores once parsed (json.dumps writes a lone surrogate or NUL as an escape).
+    json_texts = st.one_of(
+        json_values.map(json.dumps), texts, st.sampled_from(['"\\ud800"', '{"a": "\\u0000"}', "[" * 70 + "]" * 70, "{not json", "NaN"])
+    )
+    functions = optional_fields(name=tool_names, arguments=st.one_of(json_texts, json_values))
+    # This project's shape and OpenAI's chat shape ({"id", "type": "function", "function": {...}}), mixed.
     tool_call_objects = optional_fields(
-        id=call_ids, tool_call_id=call_ids, name=tool_names, arguments=json_values, _invalid_arguments=texts
+        id=call_ids, tool_call_id=call_ids, name=tool_names, arguments=json_values, _invalid_arguments=texts,
+        type=st.sampled_from(["function", "tool_use", None]), function=st.one_of(functions, json_values),
+    )
+    # Calls written as content blocks: Anthropic tool_use blocks and OpenAI Responses function_call items.
+    block_calls = st.one_of(
+        st.fixed_dictionaries({"type": st.just("tool_use")}, optional={"id": call_ids, "name": tool_names, "input": json_values}),
+        st.fixed_dictionaries(
+            {"type": st.just("function_call")}, optional={"id": call_ids, "call_id": call_ids, "name": tool_names, "arguments": json_texts}
+        ),
     )
     tool_calls = st.one_of(
         st.lists(tool_call_objects, max_size=3),
@@ -125,7 +142,7 @@ def batches_of(hostile: bool) -> st.SearchStrategy[list]:
         st.none(),
     )
     content_parts = st.lists(
-        st.one_of(st.fixed_dictionaries({"type": st.just("text"), "text": texts}), json_values), max_size=3
+        st.one_of(st.fixed_dictionaries({"type": st.just("text"), "text": texts}), block_calls, json_values), max_size=3
     )
     contents = st.one_of(texts, content_parts, json_values)
     metadata = st.one_of(st.dictionaries(texts, json_values, max_size=3), st.none(), json_values)
@@ -138,7 +155,8 @@ def batches_of(hostile: bool) -> st.SearchStrategy[list]:
                     "extra": json_values},
         "assistant_message": {"tool_calls": tool_calls, "reasoning_content": st.one_of(st.none(), texts, json_values)},
         "tool_result": {"tool_call_id": call_ids, "id": call_ids},
-        "tool_call": {"id": call_ids, "name": tool_names, "tool_call_id": call_ids},
+        "tool_call": {"id": call_ids, "name": tool_names, "tool_call_id": call_ids, "type": st.just("function"), "function": functions,
+                      "arguments": json_texts},
         "turn_start": {"turn": numbers},
         "step_start": {"turn": numbers, "step": numbers},
         "step_end": {"turn": numbers, "step": numbers, "outcome": st.sampled_from(["ok", "error", None, 1])},
@@ -332,6 +350,21 @@ def operator(django_user_model):
 @given(batch=batches, q=search_terms, late_result=st.booleans())
 # Defects found, kept as examples. A step_start outside any turn: its block was rendered as rows (500).
 @example(batch=[{"type": "step_start", "data": {}}], q="", late_result=False)
+# The shapes runtimes send: OpenAI's chat shape (arguments as JSON text, one of them valid JSON holding a
+# lone surrogate), an Anthropic tool_use block and a Responses function_call item, in an open turn.
+@example(
+    batch=[
+        {"type": "turn_start", "data": {"turn": 1}},
+        {"type": "assistant_message", "data": {
+            "content": [{"type": "tool_use", "id": "toolu_1", "name": "echo", "input": {"a": 1}},
+                        {"type": "function_call", "call_id": "c9", "name": "read_file", "arguments": '"\\ud800"'}],
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "echo", "arguments": '{"x": [1, 2]}'}},
+                           {"id": "c2", "type": "function", "function": {"name": "send_email", "arguments": '"\\ud800"'}}]}},
+        {"type": "tool_call", "data": {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": "{oops"}}},
+    ],
+    q="echo",
+    late_result=True,
+)
 def test_whatever_the_api_accepts_reads_back_everywhere(api, operator, batch, q, late_result):
     operator_api, browser = operator
     session_id = f"props-{uuid.uuid4().hex}"

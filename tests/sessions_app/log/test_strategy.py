@@ -13,6 +13,7 @@ from sessions_app.log.strategy import (
     RESUME_AFTER_EFFECTS,
     RISKY_CLASSES,
     context_message,
+    deciding_in_wire,
     strategies,
 )
 
@@ -239,3 +240,15 @@ def test_a_call_of_a_closed_nested_turn_without_a_result_is_owed_with_its_risk()
     assert plan(events_of(items)).repairs[0].type == "turn_end"
     assert [(c.call.id, c.call.state) for c in turn.calls] == [("a", "tool_outcome_unknown")]
     assert turn.strategy == RESTART_TURN  # read-only
+
+
+def test_the_calls_that_decided_a_recorded_strategy():
+    calls = [
+        {"id": "c1", "name": "charge_card", "seq": 3, "class": "external_effect", "state": "tool_outcome_unknown"},
+        {"id": "c2", "name": "send_email", "seq": 3, "class": "external_effect", "state": "completed"},
+        {"id": "c3", "name": None, "seq": 4, "class": "unknown", "state": "tool_not_started"},
+    ]
+    assert [c["id"] for c in deciding_in_wire({"strategy": MANUAL_CHECK, "calls": calls})] == ["c1"]
+    assert [c["id"] for c in deciding_in_wire({"strategy": RESUME_AFTER_EFFECTS, "calls": calls})] == ["c2"]
+    assert deciding_in_wire({"strategy": RESTART_TURN, "calls": calls}) == []
+    assert deciding_in_wire({"strategy": MANUAL_CHECK, "calls": "odd"}) == deciding_in_wire(None) == []
