@@ -109,9 +109,14 @@ class Session(models.Model):
     # The summary, kept current by services.append_events in the append's
     # own transaction. event_count is also the next seq.
     event_count = models.PositiveIntegerField(default=0)
+    # The claimed `time` of the last event, as the agent sent it.
     last_event_at = models.DateTimeField(null=True, blank=True)
-    # Newest activity (last event, else creation): the list's sort key.
+    # Newest activity by the server's clock (when the last event was received, else creation;
+    # an import's claimed last time, never past the import): status, stall window and list order.
     last_activity_at = models.DateTimeField(default=timezone.now)
+    # When the server received the last event (Event.received_at); None when unknown
+    # (stored before it was recorded, imported). With last_event_at, the header's clock-skew note.
+    last_received_at = models.DateTimeField(null=True, blank=True)
     # Seqs of open turn_start / step_start events, newest last, exactly the
     # recovery scan's stacks after the last event.
     turn_stack = models.JSONField(default=list, blank=True)
@@ -148,16 +153,17 @@ class Session(models.Model):
         TURNLOG_STALL_SECONDS or not. active: no turn is open and an event
         was written within that window, other than a recovery's own repairs
         (they are older than recovered_at, which is set after them), so a
-        just-recovered session reads recovered.
+        just-recovered session reads recovered. All by the server's clock
+        (last_activity_at), never by the times agents claim.
         """
         now = timezone.now()
+        quiet = (now - self.last_activity_at).total_seconds()
         if self.interrupted:
-            quiet = (now - self.last_activity_at).total_seconds()
             return "running" if quiet < settings.TURNLOG_STALL_SECONDS else "stalled"
         if (
             self.last_event_at is not None
-            and (now - self.last_event_at).total_seconds() < settings.TURNLOG_STALL_SECONDS
-            and (self.recovered_at is None or self.last_event_at > self.recovered_at)
+            and quiet < settings.TURNLOG_STALL_SECONDS
+            and (self.recovered_at is None or self.last_activity_at > self.recovered_at)
         ):
             return "active"
         return "recovered" if self.recovered_at else "clean"
@@ -216,7 +222,11 @@ class Event(models.Model):
     )
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=32, choices=[(t, t) for t in sorted(log_events.EVENT_TYPES)])
+    # As the agent claimed it (or the append time when it gave none): shown, exported, never corrected.
     time = models.DateTimeField()
+    # When the server received it; None when unknown (stored before it was recorded, imported).
+    # A fork's copy keeps its source's.
+    received_at = models.DateTimeField(null=True, blank=True)
     data = models.JSONField()
     # Copied out of data for indexed lookups: the call id of a tool_call or
     # tool_result.
@@ -262,7 +272,7 @@ class Event(models.Model):
         raise AppendOnlyViolation(f"event {self} cannot be deleted; events are append-only")
 
     def to_log_event(self) -> log_events.Event:
-        return log_events.Event(seq=self.seq, type=self.type, time=self.time, data=self.data)
+        return log_events.Event(seq=self.seq, type=self.type, time=self.time, data=self.data, received_at=self.received_at)
 
 
 class CallSighting(models.Model):
