@@ -154,16 +154,17 @@ class Session(models.Model):
         was written within that window, other than a recovery's own repairs
         (they are older than recovered_at, which is set after them), so a
         just-recovered session reads recovered. All by the server's clock
-        (last_activity_at), never by the times agents claim.
+        (last_activity_at; last_received_at, which a fork copies and an import
+        has none of), never by the times agents claim.
         """
         now = timezone.now()
-        quiet = (now - self.last_activity_at).total_seconds()
         if self.interrupted:
+            quiet = (now - self.last_activity_at).total_seconds()
             return "running" if quiet < settings.TURNLOG_STALL_SECONDS else "stalled"
         if (
-            self.last_event_at is not None
-            and quiet < settings.TURNLOG_STALL_SECONDS
-            and (self.recovered_at is None or self.last_activity_at > self.recovered_at)
+            self.last_received_at is not None
+            and (now - self.last_received_at).total_seconds() < settings.TURNLOG_STALL_SECONDS
+            and (self.recovered_at is None or self.last_received_at > self.recovered_at)
         ):
             return "active"
         return "recovered" if self.recovered_at else "clean"

@@ -64,9 +64,7 @@ def status_filter(status: str, now: datetime | None = None) -> Q:
     """Session.status as a query: the same rule, so the list, its filter and the API agree."""
     cutoff = stalled_before(now)
     # An event received within the window that is not a recovery's own repair (recovered_at is set after them).
-    recent = Q(last_event_at__isnull=False, last_activity_at__gt=cutoff) & (
-        Q(recovered_at__isnull=True) | Q(recovered_at__lt=F("last_activity_at"))
-    )
+    recent = Q(last_received_at__gt=cutoff) & (Q(recovered_at__isnull=True) | Q(recovered_at__lt=F("last_received_at")))
     return {
         RUNNING: Q(interrupted=True, last_activity_at__gt=cutoff),
         STALLED: Q(interrupted=True, last_activity_at__lte=cutoff),

@@ -150,7 +150,8 @@ def test_list_filters_by_status(api, settings, django_user_model):
     services.recover(session_id="recovered", user=django_user_model.objects.create_user("ops"))
     append(api, "clean", [f.user()])
     # Quiet since: by the server's clock, whatever time the events claim.
-    Session.objects.filter(pk__in=["stalled", "clean"]).update(last_activity_at=timezone.now() - timedelta(seconds=61))
+    received = timezone.now() - timedelta(seconds=61)
+    Session.objects.filter(pk__in=["stalled", "clean"]).update(last_activity_at=received, last_received_at=received)
     for status in ["running", "stalled", "active", "recovered", "clean"]:
         items = api.get("/api/v1/sessions", {"status": status}).json()["items"]
         assert [(s["id"], s["status"]) for s in items] == [(status, status)]

@@ -119,6 +119,10 @@ def test_forks_copy_receive_times_and_imports_have_none():
     assert list(Event.objects.filter(session_id="i").values_list("received_at", flat=True)) == [None] * 3
     imported.refresh_from_db()
     assert imported.last_received_at is None and imported.last_activity_at <= timezone.now() < imported.last_event_at
+    # The fork was received when its parent's events were (just now); an import never was.
+    statuses = {s.id: s.status for s in Session.objects.all()}
+    assert statuses == {"p": "active", "c": "active", "i": "clean"}
+    assert list(Session.objects.filter(selectors.status_filter("clean")).values_list("id", flat=True)) == ["i"]
     # Its turns count in their claimed hour, as before.
     hours = AgentHour.objects.filter(turns__gt=0).values_list("hour", flat=True)
     assert services.hour_of(imported.last_event_at) in hours
