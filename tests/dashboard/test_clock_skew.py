@@ -20,7 +20,7 @@ from tests.sessions_app import factories as f
 
 AHEAD = timedelta(days=178, hours=1)
 BEHIND = -timedelta(days=3 * 365 + 10)
-HEADER_NOTE = re.compile(r'<p class="clock-skew note">The agent\'s (clock (?:ahead|behind) by [^:]+):')
+HEADER_NOTE = re.compile(r'<p class="clock-skew note"><strong>Agent (clock (?:ahead|behind) by [^:]+):</strong>')
 ROW_NOTE = re.compile(r'<span class="badge clock-skew"[^>]*>(clock (?:ahead|behind) by [^<]+)</span>')
 
 

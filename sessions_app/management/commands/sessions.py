@@ -129,7 +129,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Last activity {format_time(session.last_activity_at)} (by the server's clock)")
         if note := log_clock.skew_note(session.last_event_at, session.last_received_at, settings.TURNLOG_CLOCK_SKEW_SECONDS):
             self.stdout.write(self.style.WARNING(
-                f"The agent's {note}: its latest event claims {format_time(session.last_event_at)}, received {format_time(session.last_received_at)}"
+                f"Agent {note}: its latest event claims {format_time(session.last_event_at)}, received {format_time(session.last_received_at)}"
             ))  # fmt: skip
         if session.parent_id:
             self.stdout.write(f"Forked from {session.parent_id} at seq {session.seed_length - 1}")

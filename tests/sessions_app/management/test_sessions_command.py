@@ -281,4 +281,4 @@ def test_status_says_when_the_agents_clock_is_off_and_goes_by_the_servers():
     out = run("status", "skewed")
     assert "1 events, running" in out
     assert f"Last activity {format_time(session.last_activity_at)} (by the server's clock)" in out
-    assert f"The agent's clock ahead by 3 y: its latest event claims {claimed}, received {format_time(session.last_received_at)}" in out
+    assert f"Agent clock ahead by 3 y: its latest event claims {claimed}, received {format_time(session.last_received_at)}" in out
