@@ -105,6 +105,22 @@ def test_the_agents_figures_count_a_skewed_agents_turns_now_and_its_stall(monkey
     assert [s.id for s in selectors.agent_stalled_sessions([project.pk], "skewed-bot", now)] == ["s"]
 
 
+def test_the_agents_page_lists_an_agent_whose_clock_is_years_ahead_once_it_stalls(client, django_user_model, monkeypatch, settings):
+    from tests.access import member
+
+    settings.TURNLOG_STALL_SECONDS = 120
+    user = django_user_model.objects.create_user("viewer")
+    member(user)
+    client.force_login(user)
+    services.create_session(session_id="s", agent_name="skewed-bot", created_at=timezone.now() - timedelta(days=30))
+    append_claiming("s", [f.event("turn_start", turn=1)], AHEAD)
+    later(monkeypatch, 121)
+    page = client.get("/agents/").content.decode()
+    assert "skewed-bot" in page and 'class="agent-row status-stalled"' in page
+    detail = client.get("/agents/agent", {"name": "skewed-bot"}).content.decode()
+    assert 'href="/sessions/s/"' in detail and "Stalled now" in detail
+
+
 def test_forks_copy_receive_times_and_imports_have_none():
     services.create_session(session_id="p")
     append_claiming("p", [f.user(), f.event("turn_start", turn=1), f.event("turn_end", turn=1, reason="complete")], AHEAD)
