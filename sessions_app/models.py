@@ -114,8 +114,9 @@ class Session(models.Model):
     # Newest activity by the server's clock (when the last event was received, else creation;
     # an import's claimed last time, never past the import): status, stall window and list order.
     last_activity_at = models.DateTimeField(default=timezone.now)
-    # When the server received the last event (Event.received_at); None when unknown
-    # (stored before it was recorded, imported). With last_event_at, the header's clock-skew note.
+    # When the server received the last event (Event.received_at; a fork's: its last inherited
+    # event's); None when unknown (stored before it was recorded, imported). What `active` reads,
+    # and with last_event_at the header's clock-skew note.
     last_received_at = models.DateTimeField(null=True, blank=True)
     # Seqs of open turn_start / step_start events, newest last, exactly the
     # recovery scan's stacks after the last event.
@@ -151,7 +152,7 @@ class Session(models.Model):
 
         running / stalled: a turn is open, and something was written within
         TURNLOG_STALL_SECONDS or not. active: no turn is open and an event
-        was written within that window, other than a recovery's own repairs
+        was received within that window, other than a recovery's own repairs
         (they are older than recovered_at, which is set after them), so a
         just-recovered session reads recovered. All by the server's clock
         (last_activity_at; last_received_at, which a fork copies and an import
