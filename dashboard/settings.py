@@ -291,6 +291,11 @@ if not TURNLOG_CREDENTIAL_CHECK_SECONDS > 0:
 
 # An open turn with no event for this long shows as stalled (likely crashed).
 TURNLOG_STALL_SECONDS = int(os.environ.get("TURNLOG_STALL_SECONDS", "120"))
+# Where an event's claimed time and its receive time differ by more than this, the pages say by how
+# much ("clock ahead by 178 d") on the event and on its session; the claimed time is shown as given.
+TURNLOG_CLOCK_SKEW_SECONDS = float(os.environ.get("TURNLOG_CLOCK_SKEW_SECONDS", "300"))
+if not TURNLOG_CLOCK_SKEW_SECONDS >= 0:
+    raise ImproperlyConfigured(f"TURNLOG_CLOCK_SKEW_SECONDS must be 0 or more, not {TURNLOG_CLOCK_SKEW_SECONDS!r}")
 # Seconds between two rounds of `manage.py recovery_worker` (automatic recovery, auto-recovery policies).
 TURNLOG_WORKER_INTERVAL_SECONDS = float(os.environ.get("TURNLOG_WORKER_INTERVAL_SECONDS", "30"))
 if not TURNLOG_WORKER_INTERVAL_SECONDS > 0:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from django.conf import settings
@@ -478,10 +478,15 @@ class RawPage:
 
 
 def raw_rows(session: Session, events: list[Event], replaces: list[tuple[int, int, int]]) -> list[RawRow]:
+    """The rows of `events`, with their receive times from storage (a live frame's events come from the wire, which has none)."""
     seqs = {e.seq for e in events}
     in_range = EventRow.objects.filter(session=session, seq__gte=min(seqs, default=0), seq__lte=max(seqs, default=-1))
-    spots = fork_spots(session, {seq: (t, turn) for seq, t, turn in in_range.values_list("seq", "type", "turn_seq") if seq in seqs})
-    return [RawRow(e, Value.of(e.data), shadowed_by(e, replaces), spots[e.seq]) for e in events]
+    stored = {seq: (t, turn, received) for seq, t, turn, received in in_range.values_list("seq", "type", "turn_seq", "received_at") if seq in seqs}
+    spots = fork_spots(session, {seq: (t, turn) for seq, (t, turn, _) in stored.items()})
+    return [
+        RawRow(replace(e, received_at=stored[e.seq][2]), Value.of(e.data), shadowed_by(e, replaces), spots[e.seq])
+        for e in events
+    ]
 
 
 def raw_page(session: Session, *, before: int | None = None) -> RawPage:
@@ -636,6 +641,8 @@ class Builder:
         synthetic = next((r for r in results if is_synthetic(r)), None)
         real = next((r for r in results if r is not synthetic), None)
         dispatches = self.dispatches.get(cid, [])
+        # How long it has run goes by the server's clock where known: an agent's may be years off.
+        started = dispatches[0] if dispatches else event
         card = ToolCard(
             id=cid,
             name=log_calls.call_name(call),
@@ -647,7 +654,7 @@ class Builder:
             side_effect=self.side_effects.get(log_events.tool_name(log_calls.call_name(call)), "unknown"),
             synthetic=synthetic,
             real=real,
-            started_at=dispatches[0].time if dispatches else event.time,
+            started_at=started.received_at or started.time,
         )
         if synthetic is not None:
             card.risk = str((synthetic.data.get("metadata") or {}).get("risk") or "")

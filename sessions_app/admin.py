@@ -140,7 +140,7 @@ class SessionAdmin(StaffMayView, ProjectScoped, ReadOnlyAdmin):
 
 @admin.register(Event)
 class EventAdmin(StaffMayView, ProjectScoped, ReadOnlyAdmin):
-    list_display = ["session", "seq", "type", "time", "call_id", "turn_seq", "step_seq"]
+    list_display = ["session", "seq", "type", "time", "received_at", "call_id", "turn_seq", "step_seq"]
     ordering = ["session", "seq"]
     list_filter = ["type"]
     search_fields = ["session__id", "call_id"]

@@ -255,7 +255,11 @@ class SessionOut(Schema):
     agent_name: str
     metadata: dict
     created_at: str
-    last_event_at: str | None
+    last_event_at: str | None = Field(..., description="the time the latest event claims, as the agent sent it; null for an empty log")
+    last_activity_at: str = Field(
+        ...,
+        description="the latest activity by the server's clock (when the latest event was received; else creation): what status and list order use",
+    )
     event_count: int
     parent: ParentOut | None
     open_turns: list[int]
@@ -445,6 +449,7 @@ def session_to_wire(session: Session) -> dict:
         "metadata": session.metadata,
         "created_at": log_events.format_time(session.created_at),
         "last_event_at": log_events.format_time(session.last_event_at) if session.last_event_at else None,
+        "last_activity_at": log_events.format_time(session.last_activity_at),
         "event_count": session.event_count,
         "parent": session.parent_ref,
         "open_turns": session.open_turns,

@@ -109,9 +109,15 @@ class Session(models.Model):
     # The summary, kept current by services.append_events in the append's
     # own transaction. event_count is also the next seq.
     event_count = models.PositiveIntegerField(default=0)
+    # The claimed `time` of the last event, as the agent sent it.
     last_event_at = models.DateTimeField(null=True, blank=True)
-    # Newest activity (last event, else creation): the list's sort key.
+    # Newest activity by the server's clock (when the last event was received, else creation;
+    # an import's claimed last time, never past the import): status, stall window and list order.
     last_activity_at = models.DateTimeField(default=timezone.now)
+    # When the server received the last event (Event.received_at; a fork's: its last inherited
+    # event's); None when unknown (stored before it was recorded, imported). What `active` reads,
+    # and with last_event_at the header's clock-skew note.
+    last_received_at = models.DateTimeField(null=True, blank=True)
     # Seqs of open turn_start / step_start events, newest last, exactly the
     # recovery scan's stacks after the last event.
     turn_stack = models.JSONField(default=list, blank=True)
@@ -146,18 +152,20 @@ class Session(models.Model):
 
         running / stalled: a turn is open, and something was written within
         TURNLOG_STALL_SECONDS or not. active: no turn is open and an event
-        was written within that window, other than a recovery's own repairs
+        was received within that window, other than a recovery's own repairs
         (they are older than recovered_at, which is set after them), so a
-        just-recovered session reads recovered.
+        just-recovered session reads recovered. All by the server's clock
+        (last_activity_at; last_received_at, which a fork copies and an import
+        has none of), never by the times agents claim.
         """
         now = timezone.now()
         if self.interrupted:
             quiet = (now - self.last_activity_at).total_seconds()
             return "running" if quiet < settings.TURNLOG_STALL_SECONDS else "stalled"
         if (
-            self.last_event_at is not None
-            and (now - self.last_event_at).total_seconds() < settings.TURNLOG_STALL_SECONDS
-            and (self.recovered_at is None or self.last_event_at > self.recovered_at)
+            self.last_received_at is not None
+            and (now - self.last_received_at).total_seconds() < settings.TURNLOG_STALL_SECONDS
+            and (self.recovered_at is None or self.last_received_at > self.recovered_at)
         ):
             return "active"
         return "recovered" if self.recovered_at else "clean"
@@ -216,7 +224,11 @@ class Event(models.Model):
     )
     seq = models.PositiveIntegerField()
     type = models.CharField(max_length=32, choices=[(t, t) for t in sorted(log_events.EVENT_TYPES)])
+    # As the agent claimed it (or the append time when it gave none): shown, exported, never corrected.
     time = models.DateTimeField()
+    # When the server received it; None when unknown (stored before it was recorded, imported).
+    # A fork's copy keeps its source's.
+    received_at = models.DateTimeField(null=True, blank=True)
     data = models.JSONField()
     # Copied out of data for indexed lookups: the call id of a tool_call or
     # tool_result.
@@ -262,7 +274,7 @@ class Event(models.Model):
         raise AppendOnlyViolation(f"event {self} cannot be deleted; events are append-only")
 
     def to_log_event(self) -> log_events.Event:
-        return log_events.Event(seq=self.seq, type=self.type, time=self.time, data=self.data)
+        return log_events.Event(seq=self.seq, type=self.type, time=self.time, data=self.data, received_at=self.received_at)
 
 
 class CallSighting(models.Model):

@@ -63,8 +63,8 @@ def stalled_before(now: datetime | None = None) -> datetime:
 def status_filter(status: str, now: datetime | None = None) -> Q:
     """Session.status as a query: the same rule, so the list, its filter and the API agree."""
     cutoff = stalled_before(now)
-    # An event within the window that is not a recovery's own repair (recovered_at is set after them).
-    recent = Q(last_event_at__gt=cutoff) & (Q(recovered_at__isnull=True) | Q(recovered_at__lt=F("last_event_at")))
+    # An event received within the window that is not a recovery's own repair (recovered_at is set after them).
+    recent = Q(last_received_at__gt=cutoff) & (Q(recovered_at__isnull=True) | Q(recovered_at__lt=F("last_received_at")))
     return {
         RUNNING: Q(interrupted=True, last_activity_at__gt=cutoff),
         STALLED: Q(interrupted=True, last_activity_at__lte=cutoff),
@@ -256,14 +256,19 @@ def dangling_patch(session: Session) -> list[recovery.Repair]:
 
 
 def to_log_events(rows) -> list[log_events.Event]:
-    return [log_events.Event(seq=r[0], type=r[1], time=r[2], data=r[3]) for r in rows.values_list("seq", "type", "time", "data")]
+    return [
+        log_events.Event(seq=r[0], type=r[1], time=r[2], data=r[3], received_at=r[4])
+        for r in rows.values_list("seq", "type", "time", "data", "received_at")
+    ]
 
 
 def placed_log_events(rows) -> tuple[list[log_events.Event], dict[int, tuple[int | None, int | None]]]:
     """The rows as log events, and where each stands: seq -> (turn_seq, step_seq). One query."""
     events, placement = [], {}
-    for seq, type_, time, data, turn_seq, step_seq in rows.values_list("seq", "type", "time", "data", "turn_seq", "step_seq"):
-        events.append(log_events.Event(seq=seq, type=type_, time=time, data=data))
+    for seq, type_, time, data, received_at, turn_seq, step_seq in rows.values_list(
+        "seq", "type", "time", "data", "received_at", "turn_seq", "step_seq"
+    ):
+        events.append(log_events.Event(seq=seq, type=type_, time=time, data=data, received_at=received_at))
         placement[seq] = (turn_seq, step_seq)
     return events, placement
 

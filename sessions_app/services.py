@@ -168,8 +168,12 @@ def append_events(
     idempotency_key: str | None = None,
     request_sha256: str = "",
     bearer: str | None = None,
+    received_at: datetime | None = None,
 ) -> AppendResult:
     """Append a validated batch atomically and publish it after commit.
+
+    `received_at` is when the server received the batch: now, unless a
+    command writes history as if received then (seed_demo).
 
     Seqs are assigned under the session's row lock (select_for_update on
     PostgreSQL; SQLite's IMMEDIATE transactions serialise all writers), so
@@ -194,7 +198,7 @@ def append_events(
         if expected_seq is not None and expected_seq != session.event_count:
             raise SeqConflict(expected_seq, session.event_count)
         first_seq = session.event_count
-        rows = _store(session, events)
+        rows = _store(session, events, received_at=received_at or timezone.now())
         result = AppendResult(first_seq=first_seq, next_seq=session.event_count, events=rows)
         if idempotency_key:
             IdempotentRequest.objects.create(
@@ -323,7 +327,7 @@ def _apply_repairs(session, repairs, plan, kind, user, digest, note, *, extra=()
         raise StalePlan(plan or log_recovery.Plan([], list(repairs), []), session.event_count)
     if not repairs:
         return RepairResult(appended=[], next_seq=session.event_count, record=None)
-    rows = _store(session, [log_events.NewEvent(r.type, r.data, None) for r in [*repairs, *extra]])
+    rows = _store(session, [log_events.NewEvent(r.type, r.data, None) for r in [*repairs, *extra]], received_at=timezone.now())
     recorded = recorded or {}
     if kind == RecoveryRecord.RECOVERY:
         session.recovered_at = timezone.now()
@@ -363,7 +367,7 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
 
     `user` is who asked (None: a command), for the audit log.
     Refuses with fork.ForkRefused (never clips). The copy keeps each event's
-    seq, type, time and data and is made by the database in one INSERT ...
+    seq, type, time, data and receive time and is made by the database in one INSERT ...
     SELECT, so its cost does not include a Python object per event.
     """
     with transaction.atomic():
@@ -378,14 +382,15 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
         )
         _copy_prefix(parent, child, point.seed_length)
         inherited_last = Event.objects.filter(session=parent, seq=point.seed_length - 1).order_by("seq")
-        last = inherited_last.values_list("time", flat=True).first()
+        last, last_received = inherited_last.values_list("time", "received_at").first() or (None, None)
         child.event_count = point.seed_length
         child.step_stack = point.step_stack
         child.stray_turn_ends = [seq for seq in parent.stray_turn_ends if seq < point.seed_length]
         child.last_event_at = last
+        child.last_received_at = last_received
         # A new fork is new activity, whatever the age of what it inherited.
         child.last_activity_at = child.created_at
-        child.save(update_fields=["event_count", "step_stack", "stray_turn_ends", "last_event_at", "last_activity_at"])
+        child.save(update_fields=["event_count", "step_stack", "stray_turn_ends", "last_event_at", "last_received_at", "last_activity_at"])
         audit(
             project=parent.project_id,
             actor=user,
@@ -398,7 +403,7 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
 
 def _copy_prefix(parent: Session, child: Session, seed_length: int) -> None:
     for model, columns in (
-        (Event, ["seq", "type", "time", "data", "call_id", "turn_seq", "step_seq", "replace_start", "replace_stop"]),
+        (Event, ["seq", "type", "time", "received_at", "data", "call_id", "turn_seq", "step_seq", "replace_start", "replace_stop"]),
         (CallSighting, ["seq", "call_id", "tool_name"]),
     ):
         table = connection.ops.quote_name(model._meta.db_table)
@@ -429,7 +434,7 @@ def import_blob(*, blob: object, session_id: str | None = None, project: Project
         session = create_session(
             session_id=session_id, agent_name=agent_name, project=project, parent=parent, seed_length=seed_length
         )
-        _store(session, loaded.events)
+        _store(session, loaded.events, received_at=None)  # the server never received these as they happened
     return session, warnings
 
 
@@ -470,6 +475,7 @@ class StoredEvent:
     seq: int
     type: str
     time: datetime
+    received_at: datetime | None
     data: dict
     call_id: str | None
     turn_seq: int | None
@@ -478,16 +484,21 @@ class StoredEvent:
     replace_stop: int | None
 
     def to_log_event(self) -> log_events.Event:
-        return log_events.Event(seq=self.seq, type=self.type, time=self.time, data=self.data)
+        return log_events.Event(seq=self.seq, type=self.type, time=self.time, data=self.data, received_at=self.received_at)
 
 
 # The columns `_store` writes, in the order of StoredEvent's fields (all but the id).
-EVENT_COLUMNS = ("session", "seq", "type", "time", "data", "call_id", "turn_seq", "step_seq", "replace_start", "replace_stop")
+EVENT_COLUMNS = ("session", "seq", "type", "time", "received_at", "data", "call_id", "turn_seq", "step_seq", "replace_start", "replace_stop")
 SIGHTING_COLUMNS = ("session", "seq", "call_id", "tool_name")
 
 
-def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[StoredEvent]:
+def _store(session: Session, events: Sequence[log_events.NewEvent], *, received_at: datetime | None) -> list[StoredEvent]:
     """Insert events after the session's last one and update its summary.
+
+    `received_at` is when the server received them, the session's activity
+    time from now on; None for an import, whose events the server never
+    received as they happened: its activity is their claimed last time, never
+    later than now, and its turns count in their claimed hours.
 
     The caller holds the session's lock inside a transaction. The rows go in
     as plain tuples through the driver's executemany, with the values the
@@ -511,6 +522,7 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Stor
                 seq,
                 new.type,
                 new.time or now,
+                received_at,
                 new.data,
                 prep_call_id(log_events.call_id(new.data)) if new.type in CALL_ID_TYPES else None,
                 placement.turn_seq,
@@ -523,10 +535,14 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Stor
         return rows
     adapt_time = _sqlite_utc_text if _stores_utc_text() else connection.ops.adapt_datetimefield_value
     adapt_json = connection.ops.adapt_json_value
+    received = None if received_at is None else adapt_time(received_at)
     statements.execute_many(
         statements.insert_sql(Event, EVENT_COLUMNS),
         [
-            (r.session_id, r.seq, r.type, adapt_time(r.time), adapt_json(r.data, None), r.call_id, r.turn_seq, r.step_seq, r.replace_start, r.replace_stop)
+            (
+                r.session_id, r.seq, r.type, adapt_time(r.time), received, adapt_json(r.data, None),
+                r.call_id, r.turn_seq, r.step_seq, r.replace_start, r.replace_stop,
+            )
             for r in rows
         ],
     )
@@ -539,14 +555,15 @@ def _store(session: Session, events: Sequence[log_events.NewEvent]) -> list[Stor
     session.interrupted = bool(turn_stack)
     session.stray_turn_ends = strays
     session.last_event_at = rows[-1].time
-    session.last_activity_at = rows[-1].time
-    fields = ["event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_activity_at"]
+    session.last_received_at = received_at
+    session.last_activity_at = received_at or min(rows[-1].time, now)
+    fields = ["event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_received_at", "last_activity_at"]
     if not turn_stack and session.repeated_failures_at is not None:
         session.repeated_failures_at = None  # the crash it flagged is closed (recovered, or by the agent itself)
         fields.append("repeated_failures_at")
     statements.save_fields(session, fields)
-    # Turns count in the hour they started (an import's old turns land in their own hours).
-    for hour, turns in Counter(hour_of(row.time) for row in rows if row.type == "turn_start").items():
+    # Turns count in the hour they started: received, or for an import's old turns their own claimed hours.
+    for hour, turns in Counter(hour_of(received_at or row.time) for row in rows if row.type == "turn_start").items():
         _count_for_agent(session, at=hour, turns=turns)
     transaction.on_commit(lambda: publish_events(session.id, rows))
     return rows

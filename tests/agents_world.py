@@ -59,7 +59,9 @@ def turns(count: int, *, open_last: bool = False, at: datetime | None = None) ->
 
 def session(session_id: str, project: Project, agent: str, events: list[dict], *, created_at: datetime | None = None):
     services.create_session(session_id=session_id, project=project, agent_name=agent, created_at=created_at)
-    services.append_events(session_id=session_id, events=validate_batch(events))
+    batch = validate_batch(events)
+    # Received when written (`at`): a turn left open then is quiet since then by the server's clock too.
+    services.append_events(session_id=session_id, events=batch, received_at=batch[-1].time)
 
 
 def hour_of(when: datetime) -> datetime:

@@ -3,6 +3,9 @@ import json
 import re
 
 from django import template
+from django.conf import settings
+
+from sessions_app.log import clock as log_clock
 
 register = template.Library()
 
@@ -52,3 +55,10 @@ def innermost_strategy(session):
     from dashboard import transcript  # the pages' module imports the models; templates load tags early
 
     return transcript.innermost_strategy(session)
+
+
+@register.simple_tag
+def clock_skew(claimed, received) -> str:
+    """ "clock ahead by 178 d" where a claimed time and its receive time differ by more than
+    TURNLOG_CLOCK_SKEW_SECONDS, else "" (sessions_app.log.clock; pages and live frames alike)."""
+    return log_clock.skew_note(claimed, received, settings.TURNLOG_CLOCK_SKEW_SECONDS)

@@ -2,7 +2,7 @@
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from . import values
@@ -19,12 +19,17 @@ DATA_LEVEL = 4
 
 @dataclass(frozen=True)
 class Event:
-    """A stored event; `seq` equals its index in its session's log, `time` is aware UTC."""
+    """A stored event; `seq` equals its index in its session's log, `time` is aware UTC.
+
+    `time` is the time the agent claimed; `received_at` when the server received it (None:
+    unknown or not read). It is no part of the log's wire form, nor of an event's equality.
+    """
 
     seq: int
     type: str
     time: datetime
     data: dict
+    received_at: datetime | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)

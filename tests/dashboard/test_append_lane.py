@@ -200,6 +200,39 @@ async def test_a_stored_batch_is_answered_by_the_lane_alone(world):
     assert "content-security-policy" in headers
 
 
+async def test_the_lane_records_when_it_received_each_event(world):
+    """The lane's own insert (sessions_app.statements) stores the receive time; status and activity go by it."""
+    from asgiref.sync import sync_to_async
+    from django.utils import timezone
+
+    from sessions_app.models import Session
+
+    tokens = await world()
+    await sync_to_async(create)("received")
+
+    async def django_must_not_answer(scope, receive, send):
+        raise AssertionError("Django was asked")
+
+    before = timezone.now()
+    body = {"events": [user_message("claims 2025"), {"type": "turn_start", "data": {"turn": 1}, "time": "2031-06-01T00:00:00Z"}]}
+    status, _, _ = await call(
+        append_lane.AppendLane(django_must_not_answer), "/api/v1/sessions/received/events", json.dumps(body).encode(),
+        {"Authorization": f"Bearer {tokens['member']}"},
+    )
+    assert status == 201
+
+    def read():
+        session = Session.objects.get(pk="received")
+        return session, list(Event.objects.filter(session=session).order_by("seq").values_list("time", "received_at"))
+
+    session, rows = await sync_to_async(read)()
+    after = timezone.now()
+    assert [t.year for t, _ in rows] == [2025, 2031]  # claimed, as sent
+    assert all(before <= received <= after for _, received in rows)
+    assert session.last_activity_at == session.last_received_at == rows[-1][1] and session.last_event_at.year == 2031
+    assert session.status == "running"
+
+
 async def test_the_lane_records_a_tokens_use_at_most_once_a_minute(world):
     from datetime import timedelta
 

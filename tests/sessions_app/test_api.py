@@ -1,7 +1,9 @@
 import re
+from datetime import timedelta
 
 import pytest
 from django.test import override_settings
+from django.utils import timezone
 
 from sessions_app.models import Event, IdempotentRequest, Session
 from tests.conftest import ApiClient
@@ -64,6 +66,7 @@ def test_create_session_returns_the_session_object(api):
         "metadata": {"env": "prod"},
         "created_at": body["created_at"],
         "last_event_at": None,
+        "last_activity_at": body["created_at"],
         "event_count": 0,
         "parent": None,
         "open_turns": [],
@@ -141,11 +144,14 @@ def test_list_filters_by_status(api, settings, django_user_model):
     for name in ["running", "stalled", "active", "recovered", "clean"]:
         make_session(api, name)
     append(api, "running", [f.event("turn_start", turn=1)])
-    append(api, "stalled", [{**f.event("turn_start", turn=1), "time": "2020-01-01T00:00:00Z"}])
+    append(api, "stalled", [f.event("turn_start", turn=1)])
     append(api, "active", [f.user()])  # no open turn, written to within the stall window
     append(api, "recovered", [f.event("turn_start", turn=1)])
     services.recover(session_id="recovered", user=django_user_model.objects.create_user("ops"))
-    append(api, "clean", [{**f.user(), "time": "2020-01-01T00:00:00Z"}])
+    append(api, "clean", [f.user()])
+    # Quiet since: by the server's clock, whatever time the events claim.
+    received = timezone.now() - timedelta(seconds=61)
+    Session.objects.filter(pk__in=["stalled", "clean"]).update(last_activity_at=received, last_received_at=received)
     for status in ["running", "stalled", "active", "recovered", "clean"]:
         items = api.get("/api/v1/sessions", {"status": status}).json()["items"]
         assert [(s["id"], s["status"]) for s in items] == [(status, status)]

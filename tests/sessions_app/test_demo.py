@@ -222,7 +222,8 @@ def test_seed_demo_lets_the_worker_recover_the_read_only_agent_and_no_other(db):
             continue
         services.create_session(session_id=scenario.session_id, agent_name=scenario.agent_name, created_at=start)
         for batch in demo.timed_batches(scenario, start):
-            services.append_events(session_id=scenario.session_id, events=validate_batch(batch))
+            events = validate_batch(batch)  # received when written, an hour ago, as seed_demo writes them
+            services.append_events(session_id=scenario.session_id, events=events, received_at=events[-1].time)
         crashed[scenario.session_id] = scenario.agent_name
     assert "research-assistant" in crashed.values() and len(set(crashed.values())) > 1
     actions = worker.run_round()

@@ -182,7 +182,7 @@ def reference_store(session: Session, events) -> list[Event]:
         replaced = log_events.replace_range(new.data)
         rows.append(
             Event(
-                session=session, seq=seq, type=new.type, time=new.time or now, data=new.data,
+                session=session, seq=seq, type=new.type, time=new.time or now, received_at=now, data=new.data,
                 call_id=log_events.call_id(new.data) if new.type in services.CALL_ID_TYPES else None,
                 turn_seq=placement.turn_seq, step_seq=placement.step_seq,
                 replace_start=min(replaced[0], REPLACE_BOUND_MAX) if replaced else None,
@@ -199,13 +199,13 @@ def reference_store(session: Session, events) -> list[Event]:
     CallSighting.objects.bulk_create(sightings)
     session.event_count += len(rows)
     session.turn_stack, session.step_stack, session.interrupted, session.stray_turn_ends = turn_stack, step_stack, bool(turn_stack), strays
-    session.last_event_at = session.last_activity_at = rows[-1].time
-    fields = ["event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_activity_at"]
+    session.last_event_at, session.last_received_at, session.last_activity_at = rows[-1].time, now, now
+    fields = ["event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_received_at", "last_activity_at"]
     if not turn_stack and session.repeated_failures_at is not None:
         session.repeated_failures_at = None
         fields.append("repeated_failures_at")
     session.save(update_fields=fields)
-    for hour, turns in Counter(services.hour_of(r.time) for r in rows if r.type == "turn_start").items():
+    for hour, turns in Counter(services.hour_of(now) for r in rows if r.type == "turn_start").items():
         services._count_for_agent(session, at=hour, turns=turns)
     return rows
 
@@ -233,8 +233,8 @@ def varied_batch() -> list[dict]:
     ]
 
 
-EVENT_COLUMNS = ["seq", "type", "time", "data", "call_id", "turn_seq", "step_seq", "replace_start", "replace_stop"]
-SESSION_COLUMNS = ["event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_activity_at", "repeated_failures_at"]
+EVENT_COLUMNS = ["seq", "type", "time", "received_at", "data", "call_id", "turn_seq", "step_seq", "replace_start", "replace_stop"]
+SESSION_COLUMNS = ["event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_received_at", "last_activity_at", "repeated_failures_at"]
 
 
 def stored(session_id: str):

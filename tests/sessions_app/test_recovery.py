@@ -18,7 +18,10 @@ from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE, assistant, disp
 
 
 def store(items_or_events, session_id=None, chunk=None) -> Session:
-    """Append a log through the service, in chunks, and return its session."""
+    """Append a log through the service, in chunks, and return its session.
+
+    Each chunk is received at its last event's time, as if written then: a log from
+    January reads as quiet since January (stalled, when a turn is open)."""
     wire = [
         {"type": e.type, "data": e.data, "time": event_to_wire(e)["time"]}
         for e in (events_of(items_or_events) if items_or_events and isinstance(items_or_events[0], tuple) else items_or_events)
@@ -26,7 +29,8 @@ def store(items_or_events, session_id=None, chunk=None) -> Session:
     session = services.create_session(session_id=session_id or uuid.uuid4().hex)
     chunk = chunk or max(len(wire), 1)
     for start in range(0, len(wire), chunk):
-        services.append_events(session_id=session.id, events=validate_batch(wire[start : start + chunk]))
+        events = validate_batch(wire[start : start + chunk])
+        services.append_events(session_id=session.id, events=events, received_at=events[-1].time)
     return Session.objects.get(pk=session.id)
 
 

@@ -166,7 +166,9 @@ def test_agent_counts_are_kept_at_append_and_recovery_time():
     early = [{"type": "turn_start", "data": {"turn": 1}, "time": "2026-03-01T09:40:00Z"},
              {"type": "turn_end", "data": {"turn": 1, "reason": "complete"}, "time": "2026-03-01T09:41:00Z"},
              {"type": "turn_start", "data": {"turn": 2}, "time": "2026-03-01T10:05:00Z"}]  # fmt: skip
-    services.append_events(session_id="a", events=validate_batch(early))
+    # A live append's turns count in the hour the server received them.
+    services.append_events(session_id="a", events=validate_batch(early[:2]), received_at=datetime(2026, 3, 1, 9, 41, tzinfo=UTC))
+    services.append_events(session_id="a", events=validate_batch(early[2:]), received_at=datetime(2026, 3, 1, 10, 5, tzinfo=UTC))
     assert agent_hours("indexer") == [
         (datetime(2026, 3, 1, 9, tzinfo=UTC), 1, 1, 0),
         (datetime(2026, 3, 1, 10, tzinfo=UTC), 0, 1, 0),

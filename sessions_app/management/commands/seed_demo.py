@@ -36,7 +36,9 @@ def seed_sessions(count: int, now: datetime) -> list[SeededSession]:
             session_id=scenario.session_id, agent_name=scenario.agent_name, metadata=scenario.metadata, created_at=start
         )
         for batch in demo.timed_batches(scenario, start):
-            services.append_events(session_id=session.id, events=log_events.validate_batch(batch))
+            events = log_events.validate_batch(batch)
+            # Received when its agent sent it: the history reads as it would have, stalls included.
+            services.append_events(session_id=session.id, events=events, received_at=events[-1].time)
         session.refresh_from_db()
         seeded.append(SeededSession(session, scenario))
     return seeded

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 import re
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 # The Agents page's own wording of its figures, so the table reads the same here.
 from dashboard.templatetags.agents import agent_label, duration, percent, strategy_counts
 from sessions_app import access, errors, selectors, services
+from sessions_app.log import clock as log_clock
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
 from sessions_app.log import strategy as log_strategy
@@ -124,6 +126,11 @@ class Command(BaseCommand):
         session = self.session(session_id, project)
         plan = selectors.recovery_plan(session)
         self.stdout.write(f"Session {session.id} ({session.agent_name or 'no agent name'}): {session.event_count} events, {session.status}")
+        self.stdout.write(f"Last activity {format_time(session.last_activity_at)} (by the server's clock)")
+        if note := log_clock.skew_note(session.last_event_at, session.last_received_at, settings.TURNLOG_CLOCK_SKEW_SECONDS):
+            self.stdout.write(self.style.WARNING(
+                f"Agent {note}: its latest event claims {format_time(session.last_event_at)}, received {format_time(session.last_received_at)}"
+            ))  # fmt: skip
         if session.parent_id:
             self.stdout.write(f"Forked from {session.parent_id} at seq {session.seed_length - 1}")
         if session.repeated_failures_at:

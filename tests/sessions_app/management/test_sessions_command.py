@@ -265,3 +265,20 @@ def test_recover_without_options_appends_only_the_plan(admin_user, effect_polici
     store(CARD_CRASH, session_id="card")
     assert "appended seqs 5-6" in run("recover", "card", "--yes")
     assert not Event.objects.filter(session_id="card", type="system_message").exists()
+
+
+def test_status_says_when_the_agents_clock_is_off_and_goes_by_the_servers():
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sessions_app.log.events import format_time
+
+    services.create_session(session_id="skewed")
+    claimed = format_time(timezone.now() + timedelta(days=3 * 365 + 30))
+    services.append_events(session_id="skewed", events=validate_batch([{"type": "turn_start", "data": {"turn": 1}, "time": claimed}]))
+    session = Session.objects.get()
+    out = run("status", "skewed")
+    assert "1 events, running" in out
+    assert f"Last activity {format_time(session.last_activity_at)} (by the server's clock)" in out
+    assert f"Agent clock ahead by 3 y: its latest event claims {claimed}, received {format_time(session.last_received_at)}" in out
