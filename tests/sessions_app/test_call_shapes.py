@@ -197,7 +197,7 @@ def test_the_migration_recomputes_the_names_stored_before(api, operator_api, pol
     assert sightings("checkout")[2] == (8, "c3", "charge_card")
 
 
-def test_the_migration_depends_on_0005_and_only_runs_python():
+def test_the_migration_follows_the_receive_times_and_only_runs_python():
     migration = migration_module().Migration
-    assert ("sessions_app", "0005_recovery_strategies_agents") in migration.dependencies
+    assert ("sessions_app", "0006_event_received_at") in migration.dependencies
     assert [type(op).__name__ for op in migration.operations] == ["RunPython"]

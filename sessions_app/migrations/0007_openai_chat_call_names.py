@@ -91,7 +91,7 @@ def _fix_record(Event, record) -> bool:
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("sessions_app", "0005_recovery_strategies_agents"),
+        ("sessions_app", "0006_event_received_at"),
     ]
 
     operations = [
