@@ -53,14 +53,14 @@ def plan_change(
 ) -> PlanChange | None:
     """The change since a page showed the plan (`shown_next_seq`, `shown_digest`); None when it is still the plan.
 
-    A `shown_next_seq` past the log's end (no page showed that) counts as unknown.
+    A `shown_next_seq` past the log's end (no page showed that) counts as unknown; the same length
+    with another digest (no page of this log showed it) says no event arrived: the count is unknown too.
     """
     plan = plan if plan is not None else selectors.recovery_plan(session)
     if plan.digest(session.event_count) == shown_digest:
         return None
     if shown_next_seq is None or shown_next_seq > session.event_count:
         return PlanChange(interrupted=plan.interrupted, was_interrupted=False, first_seq=None, last_seq=None)
-    # Digests bind the log's length: a different digest with no new event is a plan no page of this log showed.
     appended = range(shown_next_seq, session.event_count)
     records = [r for r in selectors.recovery_history(session) if r.first_seq >= shown_next_seq]
     return PlanChange(
@@ -73,8 +73,10 @@ def plan_change(
 
 
 def shown_plan(data) -> tuple[int | None, str]:
-    """The plan a page or form says it showed: (next_seq or None when absent or not a decimal, digest)."""
-    return decimal_int(data.get("next_seq", "")), data.get("digest", "")
+    """The plan a page or form says it showed: (next_seq, or None when absent or no seq; digest)."""
+    text = data.get("next_seq", "")
+    # A seq has at most 19 digits (bigint); int() would refuse a number of over 4,300 with an error.
+    return (decimal_int(text) if len(text) <= 19 else None), data.get("digest", "")
 
 
 def plan_change_context(session: Session, *, shown_next_seq: int | None, shown_digest: str, plan=None) -> dict:
