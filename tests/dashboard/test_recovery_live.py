@@ -14,7 +14,8 @@ from tests.access import member
 from tests.dashboard.conftest import QUIET, WAIT
 from tests.dashboard.test_live import append_events, browser_socket, closed_with
 from tests.dashboard.test_views import staff, text_of  # noqa: F401  (fixture)
-from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE, result
+from tests.sessions_app.log.strategies import message
+from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE, assistant, result
 from tests.sessions_app.test_recovery import store
 
 LIVE = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
@@ -70,14 +71,15 @@ def test_a_stale_confirm_keeps_the_choices_and_says_which_events_arrived(staff):
 def test_a_stale_confirm_after_the_turn_closed_says_so_and_keeps_the_note_in_words(staff):  # noqa: F811
     store(WORKED_EXAMPLE, session_id="crashed")
     shown = shown_plan(text_of(staff.get("/sessions/crashed/recovery")))
-    append("crashed", COMES_BACK[:1])
+    append("crashed", [{"type": "tool_result", "data": result(c)[1]} for c in ("c3", "c2")])  # nothing left dangling
     append("crashed", CLOSES)
     page = text_of(staff.post("/sessions/crashed/recovery", {**shown, "note": "a <b>note</b>"}))
     assert banner(page) == (
         "Nothing was appended: the turn closed, so there is nothing to recover any more."
-        " 2 events arrived since you opened the preview: seqs 10–11."
+        " 3 events arrived since you opened the preview: seqs 10–12."
     )
     assert "Your note, not recorded: “a &lt;b&gt;note&lt;/b&gt;”" in page and "No open turn" in page
+    assert 'name="note"' not in page  # no form left to keep it in
 
 
 @pytest.mark.django_db
@@ -91,6 +93,20 @@ def test_a_stale_confirm_without_the_plans_length_still_refuses_in_words(staff):
         assert banner(text_of(response)) == "Nothing was appended: it is not the plan you opened the preview with."
         assert ">kept</textarea>" in text_of(response)
     assert Event.objects.count() == 13
+
+
+@pytest.mark.django_db
+def test_a_stale_dangling_call_patch_keeps_its_note_and_counts_the_events(staff):  # noqa: F811
+    store([("user_message", message("go")), assistant("c1")], session_id="dangling")
+    page = text_of(staff.get("/sessions/dangling/recovery"))
+    form = page[page.index('<section aria-labelledby="dangling"') :]
+    shown = {name: re.search(rf'name="{name}" value="([^"]*)"', form).group(1) for name in ("digest", "next_seq")}
+    append("dangling", [{"type": "user_message", "data": {"content": "back"}}])
+    response = staff.post("/sessions/dangling/recovery", {**shown, "action": "patch", "note": "patched by hand"})
+    page = text_of(response)
+    assert response.status_code == 409 and Event.objects.count() == 3
+    assert banner(page) == "Nothing was appended: 1 event arrived since you opened the preview: seq 2."
+    assert "with your choices kept" in page and 'name="note" value="patched by hand"' in page
 
 
 @pytest.mark.django_db
