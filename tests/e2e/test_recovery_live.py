@@ -8,6 +8,7 @@ refused, and the refusal keeps their choices.
 import re
 
 import pytest
+from django.db import connection
 from playwright.sync_api import expect
 
 from sessions_app.models import Event, RecoveryRecord
@@ -15,6 +16,7 @@ from tests.e2e.conftest import api_post, open_page, wait_until
 from tests.e2e.test_recovery_strategies import CRASH, SESSION, crashed_hours_ago
 from tests.sessions_app.log.strategies import message
 from tests.sessions_app.test_recovery import store
+from tests.servers import DaphneServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -35,7 +37,19 @@ def expect_choices_kept(page):
     expect(page.get_by_label("Note for the audit trail (what you checked, why now)")).to_have_value(NOTE)
 
 
-def test_the_preview_says_the_agent_came_back_and_keeps_what_the_person_chose(browser, server, staff_user):
+@pytest.fixture(params=["same server", "another server"])
+def agents_server(request, server, tmp_path):
+    """Where the agent writes: the Daphne serving the page, or another one (then the page learns of the
+    events through the channel layer on Redis, or the database poll)."""
+    if request.param == "same server":
+        yield server
+        return
+    other = DaphneServer(connection.settings_dict, tmp_path / "agents-daphne.log").start()
+    yield other
+    other.stop()
+
+
+def test_the_preview_says_the_agent_came_back_and_keeps_what_the_person_chose(browser, server, agents_server, staff_user):
     store(crashed_hours_ago(CRASH), session_id=SESSION)
     page = open_page(browser, server, staff_user, f"/sessions/{SESSION}/recovery")
     sockets = []  # of the page as reloaded: Playwright does not report a socket closed by leaving its page
@@ -49,7 +63,7 @@ def test_the_preview_says_the_agent_came_back_and_keeps_what_the_person_chose(br
     page.get_by_role("checkbox", name="Add a recovery note for the agent (system message)").check()
     page.get_by_label("Note for the audit trail (what you checked, why now)").fill(NOTE)
 
-    status, _ = api_post(server, staff_user, f"/api/v1/sessions/{SESSION}/events", {"events": COMES_BACK})
+    status, _ = api_post(agents_server, staff_user, f"/api/v1/sessions/{SESSION}/events", {"events": COMES_BACK})
     assert status == 201
     plan_change = page.locator("#plan-change")
     expect(plan_change).to_contain_text("The plan changed: 3 events arrived since you opened the preview: seqs 7–9.", timeout=LIVE)
@@ -68,7 +82,7 @@ def test_the_preview_says_the_agent_came_back_and_keeps_what_the_person_chose(br
     assert page.url.endswith(f"/sessions/{SESSION}/recovery")
 
     # The agent writes again, and the person confirms the plan they see: refused, their choices kept.
-    status, _ = api_post(server, staff_user, f"/api/v1/sessions/{SESSION}/events", {"events": WRITES_AGAIN})
+    status, _ = api_post(agents_server, staff_user, f"/api/v1/sessions/{SESSION}/events", {"events": WRITES_AGAIN})
     assert status == 201
     expect(page.locator("#plan-change")).to_contain_text("1 event arrived since you opened the preview: seq 10.", timeout=LIVE)
     page.get_by_role("button", name="Confirm recovery").click()
