@@ -224,9 +224,9 @@ def confirm_recovery(request, session):
         result = apply(**options)
     except errors.StalePlan:
         session.refresh_from_db()
-        context = recovery_context(
-            session, session_rights(request, session), choices=recovery_choices(request.POST), stale_from=recovery_live.shown_plan(request.POST)
-        )
+        # The fresh plan, with what the person chose kept and the events since the plan they confirmed counted.
+        rights, choices = session_rights(request, session), recovery_choices(request.POST)
+        context = recovery_context(session, rights, choices=choices, stale_from=recovery_live.shown_plan(request.POST))
         return render(request, "sessions/recovery.html", context, status=409)
     except (errors.RecoveryFirst, log_values.UnacceptableValue) as exc:
         messages.error(request, str(exc))

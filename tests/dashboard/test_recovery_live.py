@@ -119,8 +119,11 @@ def test_the_preview_keeps_choices_sent_along_and_shows_no_banner_for_its_own_pl
     assert 'ws-connect="/ws/sessions/crashed/recovery/live?next_seq=10&amp;digest=' in page
 
 
+A_DIGEST = "digest=" + "a" * 64
+
+
 @pytest.mark.parametrize(
-    "query", ["", "next_seq=10", "digest=" + "a" * 64, "next_seq=x&digest=" + "a" * 64, "next_seq=10&digest=short", "next_seq=" + "9" * 5000 + "&digest=" + "a" * 64]
+    "query", ["", "next_seq=10", A_DIGEST, f"next_seq=x&{A_DIGEST}", "next_seq=10&digest=short", f"next_seq={'9' * 5000}&{A_DIGEST}"]
 )
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.asyncio
