@@ -8,11 +8,13 @@ refused, and the refusal keeps their choices.
 import re
 
 import pytest
+from axe_playwright_python.sync_playwright import Axe
 from django.db import connection
 from playwright.sync_api import expect
 
 from sessions_app.models import Event, RecoveryRecord
 from tests.e2e.conftest import api_post, open_page, wait_until
+from tests.e2e.test_accessibility import axe_report
 from tests.e2e.test_recovery_strategies import CRASH, SESSION, crashed_hours_ago
 from tests.sessions_app.log.strategies import message
 from tests.sessions_app.test_recovery import store
@@ -69,6 +71,7 @@ def test_the_preview_says_the_agent_came_back_and_keeps_what_the_person_chose(br
     expect(plan_change).to_contain_text("The plan changed: 3 events arrived since you opened the preview: seqs 7–9.", timeout=LIVE)
     expect(plan_change.get_by_role("alert")).to_be_visible()
     expect_choices_kept(page)  # nothing the person typed was touched
+    assert axe_report(Axe(), page, "recovery preview with a plan change") == ""
     expect(page.locator('section[aria-labelledby="appends"]')).to_contain_text("appended after seq 6")  # the plan shown is still the old one
 
     plan_change.get_by_role("button", name="Show the new plan").click()
@@ -89,6 +92,7 @@ def test_the_preview_says_the_agent_came_back_and_keeps_what_the_person_chose(br
     expect(page.locator("#plan-change")).to_contain_text("Nothing was appended: 1 event arrived since you opened the preview: seq 10.")
     expect(page.locator("#plan-change")).to_contain_text("with your choices kept")
     expect_choices_kept(page)
+    assert axe_report(Axe(), page, "stale confirm") == ""
     assert Event.objects.filter(session_id=SESSION).count() == 11 and not RecoveryRecord.objects.exists()
 
     page.get_by_role("button", name="Confirm recovery").click()  # the fresh plan, with the same choices
