@@ -4,6 +4,7 @@ from django.urls import path, re_path
 import sessions_app.converters  # noqa: F401  (registers the session_id converter)
 from dashboard.consumers import CLOSE_NOT_FOUND, SessionEventsConsumer
 from dashboard.live import SessionListConsumer, SessionPageConsumer
+from dashboard.recovery_live import RecoveryPageConsumer
 
 
 class NoSuchSession(WebsocketConsumer):
@@ -19,5 +20,6 @@ websocket_urlpatterns: list = [
     # The browser pages' HTML streams (internal shape).
     path("ws/sessions/live", SessionListConsumer.as_asgi()),
     path("ws/sessions/<session_id:session_id>/live", SessionPageConsumer.as_asgi()),
+    path("ws/sessions/<session_id:session_id>/recovery/live", RecoveryPageConsumer.as_asgi()),
     re_path(r"^ws/", NoSuchSession.as_asgi()),
 ]

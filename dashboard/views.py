@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from dashboard import transcript
+from dashboard import recovery_live, transcript
 from dashboard.params import decimal_int
 from sessions_app import access, errors, selectors, services
 from sessions_app.log import events as log_events
@@ -178,21 +178,33 @@ def recovery_preview(request, session_id: str):
     session = session_or_404(request, session_id, access.RECOVER if request.method == "POST" else access.READ)
     if request.method == "POST":
         return confirm_recovery(request, session)
-    return render(request, "sessions/recovery.html", recovery_context(session, session_rights(request, session)))
+    # The live banner's "Show the new plan" sends the choices along, so the new plan keeps them.
+    context = recovery_context(session, session_rights(request, session), choices=recovery_choices(request.GET))
+    return render(request, "sessions/recovery.html", context)
 
 
-def recovery_context(session, rights: dict, *, stale: bool = False) -> dict:
+def recovery_choices(data) -> dict:
+    """What the person chose on the confirm form, to fill it in again."""
+    return {"abandon": bool(data.get("abandon")), "context": bool(data.get("context")), "note": data.get("note", "").strip()}
+
+
+def recovery_context(session, rights: dict, *, choices: dict, stale_from: tuple[int | None, str] | None = None) -> dict:
+    """The preview; `stale_from` is the plan (next_seq, digest) a refused confirm was made from."""
     plan = selectors.recovery_plan(session)
     preview = transcript.recovery_preview(session, plan)
     dangling = selectors.dangling_patch(session) if not plan.interrupted else []
+    digest = plan.digest(session.event_count)
+    shown_next_seq, shown_digest = stale_from or (session.event_count, digest)
     return {
         "session": session,
         "status": session.status,
         "plan": plan,
         "preview": preview,
-        "digest": plan.digest(session.event_count),
+        "digest": digest,
         **rights,
-        "stale": stale,
+        **recovery_live.plan_change_context(session, shown_next_seq=shown_next_seq, shown_digest=shown_digest, plan=plan),
+        "stale": stale_from is not None,
+        "choices": choices,
         "recoveries": selectors.recovery_history(session),
         "dangling": dangling,
         "dangling_digest": log_recovery.repairs_digest(session.event_count, dangling),
@@ -212,7 +224,10 @@ def confirm_recovery(request, session):
         result = apply(**options)
     except errors.StalePlan:
         session.refresh_from_db()
-        return render(request, "sessions/recovery.html", recovery_context(session, session_rights(request, session), stale=True), status=409)
+        # The fresh plan, with what the person chose kept and the events since the plan they confirmed counted.
+        rights, choices = session_rights(request, session), recovery_choices(request.POST)
+        context = recovery_context(session, rights, choices=choices, stale_from=recovery_live.shown_plan(request.POST))
+        return render(request, "sessions/recovery.html", context, status=409)
     except (errors.RecoveryFirst, log_values.UnacceptableValue) as exc:
         messages.error(request, str(exc))
         return redirect("recovery_preview", session.id)

@@ -395,6 +395,11 @@ SOCKET_MATRIX: dict[str, SocketProbe] = {
     "ws/sessions/<session_id:session_id>/live": SocketProbe(
         "/ws/sessions/alpha-closed/live?after=0", login=by_role("4401", "4404", "open +P"), token=everyone("4401")
     ),
+    "ws/sessions/<session_id:session_id>/recovery/live": SocketProbe(
+        f"/ws/sessions/alpha-closed/recovery/live?next_seq=0&digest={'0' * 64}",
+        login=by_role("4401", "4404", "open +P"),
+        token=everyone("4401"),
+    ),
     "ws/sessions/live": SocketProbe("/ws/sessions/live", login=by_role("4401", "open -P", "open +P"), token=everyone("4401")),
     # Any other path under /ws/: an unknown session, whoever asks.
     "^ws/": SocketProbe("/ws/nothing", login=everyone("4404"), token=everyone("4404")),

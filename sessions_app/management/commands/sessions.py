@@ -186,8 +186,14 @@ class Command(BaseCommand):
             result = services.recover(
                 session_id=session.id, user=person, digest=plan.digest(session.event_count), note=note, context=context, abandon=abandon
             )
-        except errors.StalePlan:
-            raise CommandError("The session changed while you were reading the plan: nothing was appended. Run again.") from None
+        except errors.StalePlan as stale:
+            # As the recovery page says it: which events made the plan stale.
+            first, last = session.event_count, stale.next_seq - 1
+            arrived = f"seq {first}" if first == last else f"seqs {first}-{last}"
+            raise CommandError(
+                f"{last - first + 1} event{'s' if last != first else ''} arrived while you were reading the plan ({arrived}):"
+                " nothing was appended. Run again with the same options to review the fresh plan."
+            ) from None
         self.stdout.write(
             self.style.SUCCESS(f"Recovered: appended seqs {result.appended[0].seq}-{result.appended[-1].seq}.")
         )

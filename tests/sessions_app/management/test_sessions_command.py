@@ -75,6 +75,26 @@ def test_recover_asks_and_a_refusal_appends_nothing(admin_user, monkeypatch):
     assert "appended seqs 10-12" in run("recover", "crashed", stdin="y", monkeypatch=monkeypatch)
 
 
+def test_recover_refused_as_stale_says_which_events_arrived_while_the_person_read(admin_user, monkeypatch):
+    store(WORKED_EXAMPLE, session_id="crashed")
+
+    def agent_comes_back_then_yes(prompt):
+        services.append_events(session_id="crashed", events=validate_batch([
+            {"type": "tool_result", "data": {"tool_call_id": "c3", "content": "back"}},
+            {"type": "step_end", "data": {"turn": 1, "step": 2, "outcome": "ok"}},
+        ]))  # fmt: skip
+        return "y"
+
+    monkeypatch.setattr("builtins.input", agent_comes_back_then_yes)
+    with pytest.raises(CommandError) as refused:
+        run("recover", "crashed", "--note", "checked")
+    assert str(refused.value) == (
+        "2 events arrived while you were reading the plan (seqs 10-11): nothing was appended."
+        " Run again with the same options to review the fresh plan."
+    )
+    assert Event.objects.count() == 12 and not RecoveryRecord.objects.exists()
+
+
 def test_recover_without_any_superuser_is_an_error():
     store(WORKED_EXAMPLE, session_id="crashed")
     with pytest.raises(CommandError, match="--user"):
