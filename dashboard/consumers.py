@@ -94,7 +94,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         except DATABASE_UNAVAILABLE as error:
             return await close_without_database(self, error)
         if user is None:
-            return await self.close(code=CLOSE_UNAUTHENTICATED, reason="authentication required")
+            return await self.close(code=CLOSE_UNAUTHENTICATED, reason=self.scope.get("token_refusal") or "authentication required")
         if how == stream.LOGIN_SESSION and not stream.origin_allowed(self.scope):
             return await self.close(code=CLOSE_FORBIDDEN_ORIGIN, reason="origin not allowed")
         self.scope["user"] = user

@@ -18,6 +18,7 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
+from dashboard.templatetags.turnlog import json_text
 from sessions_app import selectors
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
@@ -614,7 +615,7 @@ class Builder:
             started_at=dispatches[0].time if dispatches else event.time,
         )
         if synthetic is not None:
-            card.risk = str((synthetic.data.get("metadata") or {}).get("risk") or "")
+            card.risk = json_text((synthetic.data.get("metadata") or {}).get("risk") or "")
             if real is not None and real.seq > synthetic.seq:
                 card.state = SUPERSEDED
             else:

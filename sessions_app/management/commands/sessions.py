@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 # The Agents page's own wording of its figures, so the table reads the same here.
 from dashboard.templatetags.agents import agent_label, duration, percent, strategy_counts
+from dashboard.templatetags.turnlog import seq_range
 from sessions_app import access, errors, selectors, services
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
@@ -182,7 +183,7 @@ class Command(BaseCommand):
         except errors.StalePlan:
             raise CommandError("The session changed while you were reading the plan: nothing was appended. Run again.") from None
         self.stdout.write(
-            self.style.SUCCESS(f"Recovered: appended seqs {result.appended[0].seq}-{result.appended[-1].seq}.")
+            self.style.SUCCESS(f"Recovered: appended {seq_range(result.appended[0].seq, result.appended[-1].seq, dash='-')}.")
         )
 
     def fork(self, *, project: Project | None, session_id: str, at: str, new_id: str | None, **_):
