@@ -154,9 +154,10 @@ def fork_session(request, session_id: str):
         error = f"A session named {name} already exists: pick another name."
         return fork_form(request, {**context, "name": selectors.unused_fork_id(session, seq), "name_error": error}, status=422)
     inherited = child.seed_length - 1
+    what = "event 0 is" if inherited == 0 else f"events 0–{inherited} are"
     messages.success(
         request,
-        f"Forked {session.id} at seq {inherited} into this session: {'event 0 is' if inherited == 0 else f'events 0–{inherited} are'} inherited."
+        f"Forked {session.id} at seq {inherited} into this session: {what} inherited."
         if inherited >= 0
         else f"Forked {session.id} (it had no events yet) into this session.",
     )

@@ -156,6 +156,10 @@ def test_a_range_of_one_seq_reads_seq_n_on_every_page_the_message_and_the_cli(op
     pages = detail + after + text_of(operator.get("/sessions/s/recovery")) + text_of(operator.get("/projects/default/audit"))
     assert not re.search(r"seqs (\d+)–\1\b", pages) and not re.search(r">(\d+)–\1<", pages)
 
+    assert "inherits event 0 of" in text_of(operator.get("/sessions/s/fork", {"boundary": "0"}))
+    forked = text_of(operator.post("/sessions/s/fork", {"boundary": "0", "id": "s0"}, follow=True))
+    assert "into this session: event 0 is inherited." in forked and ": event 0 is inherited (marked" in forked
+
     store([("user_message", message("hi")), ("turn_start", {"turn": 1})], session_id="t")
     out = io.StringIO()
     call_command("sessions", "recover", "t", "--yes", "--user", "ops", stdout=out)
