@@ -253,12 +253,13 @@ def refusal(actor: Actor, capability: str, *, project: Project | None = None) ->
     return f"your role{where} may not {CAPABILITY_WORDS[capability]}"
 
 
-def token_refusal(secret: str) -> str:
-    """Why a bearer token does not authenticate, in a few words (a 401's detail, a 4401's close
-    reason, which holds at most 123 bytes): revoked, expired, its user deactivated, or unknown.
-    Only whoever holds the secret learns this: its prefix and dates are theirs already."""
+def token_refusal(secret: str | None = None, *, pk: int | None = None) -> str:
+    """Why a bearer token (by its secret, or its row's pk) does not authenticate, in a few words (a
+    401's detail, a 4401's close reason, which holds at most 123 bytes): revoked, expired, its user
+    deactivated, or unknown. Only whoever holds the token learns this: its prefix and dates are theirs already."""
     now = timezone.now()
-    row = next(iter(ApiToken.objects.select_related("user").filter(token_sha256=hash_token(secret))), None)
+    rows = ApiToken.objects.select_related("user")
+    row = next(iter(rows.filter(pk=pk) if pk is not None else rows.filter(token_sha256=hash_token(secret or ""))), None)
     if row is None:
         return "unknown token"
     if row.revoked_at is not None:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from channels.db import database_sync_to_async
-import pytest
+from datetime import timedelta
 
+import pytest
+from channels.db import database_sync_to_async
+from django.utils import timezone
+
+from dashboard import credentials
 from sessions_app import services
 from sessions_app.models import ApiToken
 from tests.dashboard.conftest import WAIT
-from tests.dashboard.test_consumers import create, socket
+from tests.dashboard.test_consumers import create, open_socket, socket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
 
@@ -35,3 +39,15 @@ async def test_an_unknown_token_says_so_and_no_credentials_ask_for_them(sid):
     await create(sid, 1)
     assert (await close_message(socket(sid, token="tl_never-issued")))["reason"] == "unknown token"
     assert (await close_message(socket(sid)))["reason"] == "authentication required"
+
+
+async def test_a_stream_whose_token_expires_while_open_closes_saying_it_expired(sid, token, settings, monkeypatch):
+    monkeypatch.setattr(credentials, "_watcher", None)
+    settings.TURNLOG_CREDENTIAL_CHECK_SECONDS = 0.2
+    await create(sid)
+    ws = await open_socket(sid, token=token)
+    await database_sync_to_async(ApiToken.objects.update)(expires_at=timezone.now() - timedelta(seconds=1))
+    message = await ws.receive_output(timeout=3)
+    assert message["type"] == "websocket.close" and message["code"] == 4401
+    assert " expired at " in message["reason"] and len(message["reason"].encode()) <= 123
+    await ws.disconnect(code=4401, timeout=WAIT)
