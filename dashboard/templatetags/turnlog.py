@@ -64,6 +64,14 @@ def seqs(value, last=None) -> str:
 
 
 @register.filter
+def as_value(data: object):
+    """Event data shown as the transcript shows content (dashboard.transcript.Value): JSON, cut when long."""
+    from dashboard import transcript  # the pages' module imports the models; templates load tags early
+
+    return transcript.Value.of(data)
+
+
+@register.filter
 def at(mapping: dict | None, key: object) -> object:
     """mapping[key], or None: templates cannot index by a variable."""
     return (mapping or {}).get(key)

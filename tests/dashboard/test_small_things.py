@@ -235,3 +235,11 @@ def test_the_recovery_pages_open_turn_line_uses_one_precision(operator):
     assert "min ago" not in line and "2 h 51 min" not in line
     # Both times of the line are <time data-relative>, which the page's script words alike ("3 h ago").
     assert line.count("data-relative") == 2 and f'datetime="{quiet_since.isoformat()}"' in line
+
+
+def test_a_bookkeeping_events_data_reads_as_json_cut_like_any_content(operator):
+    store([("request_header", {"flag": True, "long": "y " * 3000})], session_id="h")
+    page = text_of(operator.get("/sessions/h/"))
+    row = page[page.index('<article id="seq-0"') :].split("</article>")[0]
+    assert '<pre class="json">{\n  &quot;flag&quot;: true,' in row and "&#x27;flag&#x27;" not in row
+    assert 'href="/sessions/h/events/0.json"' in row and "show all (" in row
