@@ -297,7 +297,8 @@ class Command(BaseCommand):
         except ServerUnreachable as error:
             raise CommandError(
                 f"cannot reach the Turnlog server at {api.base_url} ({error.reason}). "
-                "Start it first with `make run`, or point --url at it."
+                "Start it first with `make run`, or point --url at it (`make simulate` takes the HOST and PORT "
+                "you gave `make run`: `make simulate PORT=8123`)."
             ) from None
         if status not in (200, 401) or (status == 200 and not (isinstance(answer, dict) and "items" in answer)):
             raise CommandError(f"{api.base_url} does not answer like a Turnlog server: {describe(status, answer)}")
