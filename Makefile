@@ -1,5 +1,6 @@
 # `make run`: set everything up and serve the dashboard on http://127.0.0.1:8000 (or HOST=... PORT=...)
 #   with the automatic recovery worker (manage.py recovery_worker) beside it, stopped when the server exits
+# `make simulate`: live demo agents against the server `make run` started (the same HOST=... PORT=...)
 # `make test`: set everything up and run the whole test suite
 PYTHON ?= python3
 VENV := .venv

@@ -94,7 +94,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         except DATABASE_UNAVAILABLE as error:
             return await close_without_database(self, error)
         if user is None:
-            return await self.close(code=CLOSE_UNAUTHENTICATED, reason="authentication required")
+            return await self.close(code=CLOSE_UNAUTHENTICATED, reason=self.scope.get("token_refusal") or "authentication required")
         if how == stream.LOGIN_SESSION and not stream.origin_allowed(self.scope):
             return await self.close(code=CLOSE_FORBIDDEN_ORIGIN, reason="origin not allowed")
         self.scope["user"] = user
@@ -156,9 +156,10 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         or after the user left the session's project (then 4404, as for a session they cannot read)."""
         if self._credential is None:  # the socket ended while it was being checked
             return
+        token = self._credential.token
         await self._stop_stream()
         if why == credentials.LOST_CREDENTIAL:
-            await self.close(code=CLOSE_UNAUTHENTICATED, reason="token revoked or expired, or user deactivated")
+            await self.close(code=CLOSE_UNAUTHENTICATED, reason=await lost_credential_words(token))
         else:
             await self.close(code=CLOSE_NOT_FOUND, reason="no longer a member of the session's project")
 
@@ -189,3 +190,13 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
                 await pump
         if follower is not None:
             await self._hub.unsubscribe(follower)
+
+
+async def lost_credential_words(token) -> str:
+    """The close reason of a stream whose credential stopped authenticating: what became of its token."""
+    if token is None:
+        return "user deactivated"
+    try:
+        return await database_sync_to_async(access.token_refusal)(pk=token.pk)
+    except DATABASE_UNAVAILABLE:  # closing matters more than the words
+        return "token revoked or expired, or user deactivated"

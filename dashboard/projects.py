@@ -9,7 +9,6 @@ through services.
 from __future__ import annotations
 
 import functools
-import json
 from datetime import timedelta
 
 from django import forms
@@ -25,6 +24,7 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.text import capfirst
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from dashboard import audit_words
 from dashboard.params import decimal_int
 from sessions_app import access, invitations, selectors, services
 from sessions_app.models import AuditEntry, Role, Scope
@@ -314,22 +314,6 @@ def project_audit(request, project):
         page = selectors.audit_entries(project, action=action, before=request.GET.get("cursor") or None)
     except selectors.InvalidCursor as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
-    entries = [{"entry": entry, "detail": detail_text(entry.detail)} for entry in page.items]
-    context = {"project": project, "tab": "audit", "entries": entries, "page": page, "action": action, "actions": AuditEntry.ACTIONS}
+    context = {"project": project, "tab": "audit", "entries": audit_words.audit_rows(project, page.items), "page": page, "action": action, "actions": AuditEntry.ACTIONS}
     return render(request, "projects/audit.html", context)
 
-
-def detail_text(detail: dict) -> list[tuple[str, str]]:
-    """An entry's detail as (name, text) pairs by name (PostgreSQL keeps no order): lists joined, absent values as a dash."""
-    pairs = []
-    for key, value in sorted((detail or {}).items()):
-        if value is None or value == "":
-            text = "—"
-        elif isinstance(value, list):
-            text = ", ".join(str(v) for v in value)
-        elif isinstance(value, dict):
-            text = json.dumps(value, ensure_ascii=False)
-        else:
-            text = str(value)
-        pairs.append((key, text))
-    return pairs

@@ -107,6 +107,8 @@ async def authenticate(scope) -> tuple[object | None, str | None]:
             await database_sync_to_async(row.mark_used)()
             scope["api_token"] = row
             return row.user, TOKEN
+        # The close reason says why (revoked, expired ...) if no login session authenticates instead.
+        scope["token_refusal"] = await database_sync_to_async(access.token_refusal)(token)
     user = scope.get("user")
     if user is not None and user.is_authenticated:
         return user, LOGIN_SESSION

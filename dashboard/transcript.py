@@ -18,6 +18,7 @@ from datetime import datetime
 from django.conf import settings
 from django.utils import timezone
 
+from dashboard.templatetags.turnlog import json_text
 from sessions_app import selectors
 from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
@@ -657,7 +658,7 @@ class Builder:
             started_at=started.received_at or started.time,
         )
         if synthetic is not None:
-            card.risk = str((synthetic.data.get("metadata") or {}).get("risk") or "")
+            card.risk = json_text((synthetic.data.get("metadata") or {}).get("risk") or "")
             if real is not None and real.seq > synthetic.seq:
                 card.state = SUPERSEDED
             else:

@@ -1,6 +1,8 @@
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
+from django.templatetags.static import static
 from django.urls import path, re_path
+from django.views.generic import RedirectView
 
 import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
 from dashboard import account, agents, projects, views
@@ -23,6 +25,8 @@ urlpatterns = [
     path("projects/<slug:slug>/tokens", projects.project_tokens, name="project_tokens"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", projects.revoke_token, name="revoke_token"),
     path("projects/<slug:slug>/audit", projects.project_audit, name="project_audit"),
+    # Browsers ask for /favicon.ico whatever the page links; base.html links the SVG itself.
+    path("favicon.ico", RedirectView.as_view(url=static("turnlog/favicon.svg"))),
     path("login/", auth_views.LoginView.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("account/", account.account, name="account"),

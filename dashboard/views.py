@@ -14,6 +14,7 @@ from django.views.decorators.http import require_http_methods
 
 from dashboard import recovery_live, transcript
 from dashboard.params import decimal_int
+from dashboard.templatetags.turnlog import seq_range
 from sessions_app import access, errors, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
@@ -52,6 +53,12 @@ def session_list(request):
     q = request.GET.get("q", "").strip()
     projects = list(access.projects(access.actor_of(request)))
     project = next((p for p in projects if p.slug == request.GET.get("project")), None)
+    # A filter the page cannot apply is dropped, and the page says so rather than list everything silently.
+    ignored = []
+    if request.GET.get("status") and status is None:
+        ignored.append(f"status {request.GET['status']!r} is not one of {', '.join(selectors.STATUSES)}: every status is shown.")
+    if request.GET.get("project") and project is None:
+        ignored.append(f"project {request.GET['project']!r} is not a project of yours: every project is shown.")
     try:
         page = selectors.list_sessions(
             status=status,
@@ -63,7 +70,7 @@ def session_list(request):
         )
     except selectors.InvalidCursor as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
-    context = {"page": page, "status": status, "q": q, "statuses": selectors.STATUSES, "projects": projects, "project": project}
+    context = {"page": page, "status": status, "q": q, "statuses": selectors.STATUSES, "projects": projects, "project": project, "ignored": ignored}
     # The rows alone for htmx swaps into the table (search, "Older sessions"), told by the
     # swap's target rather than a query parameter, so the URL pushed to the history reloads as the page.
     if request.htmx.target in ROWS_TARGETS:
@@ -147,9 +154,10 @@ def fork_session(request, session_id: str):
         error = f"A session named {name} already exists: pick another name."
         return fork_form(request, {**context, "name": selectors.unused_fork_id(session, seq), "name_error": error}, status=422)
     inherited = child.seed_length - 1
+    what = "event 0 is" if inherited == 0 else f"events 0–{inherited} are"
     messages.success(
         request,
-        f"Forked {session.id} at seq {inherited} into this session: events 0–{inherited} are inherited."
+        f"Forked {session.id} at seq {inherited} into this session: {what} inherited."
         if inherited >= 0
         else f"Forked {session.id} (it had no events yet) into this session.",
     )
@@ -238,7 +246,7 @@ def confirm_recovery(request, session):
     record = result.record
     told = f" The recovery note for the agent is seq {record.context_seq}." if record.context_seq is not None else ""
     told += " Recorded as abandoned." if record.abandoned else ""
-    messages.success(request, f"Appended seqs {first}–{last}. Recorded as {record}.{told}")
+    messages.success(request, f"Appended {seq_range(first, last)}. Recorded as {record}.{told}")
     return redirect(f"{reverse('session_detail', args=[session.id])}?highlight={first}-{last}#seq-{first}")
 
 

@@ -26,6 +26,7 @@ from django.utils import timezone
 
 from sessions_app import selectors, statements
 from sessions_app.errors import SessionNotFound
+from sessions_app.log.events import format_time
 from sessions_app.models import ApiToken, AuditEntry, Membership, Project, Role, Scope, Session, hash_token
 
 # Capabilities share the scopes' names: a token's scope is the capability it lends.
@@ -250,6 +251,24 @@ def refusal(actor: Actor, capability: str, *, project: Project | None = None) ->
     if actor.token is not None and capability not in actor.token.scopes:
         return f"this token may not {CAPABILITY_WORDS[capability]}: it lacks the {capability!r} scope"
     return f"your role{where} may not {CAPABILITY_WORDS[capability]}"
+
+
+def token_refusal(secret: str | None = None, *, pk: int | None = None) -> str:
+    """Why a bearer token (by its secret, or its row's pk) does not authenticate, in a few words (a
+    401's detail, a 4401's close reason, which holds at most 123 bytes): revoked, expired, its user
+    deactivated, or unknown. Only whoever holds the token learns this: its prefix and dates are theirs already."""
+    now = timezone.now()
+    rows = ApiToken.objects.select_related("user")
+    row = next(iter(rows.filter(pk=pk) if pk is not None else rows.filter(token_sha256=hash_token(secret or ""))), None)
+    if row is None:
+        return "unknown token"
+    if row.revoked_at is not None:
+        return f"token {row.prefix}… was revoked at {format_time(row.revoked_at)}"
+    if row.expires_at is not None and row.expires_at <= now:
+        return f"token {row.prefix}… expired at {format_time(row.expires_at)}"
+    if not row.user.is_active:
+        return f"token {row.prefix}…'s user is deactivated"
+    return "token not usable"
 
 
 def audit_denied(actor: Actor, *, project_id: int | None, target: str, capability: str) -> None:

@@ -24,7 +24,7 @@ from ninja.security import HttpBearer, SessionAuth
 from pydantic import StrictInt
 
 import sessions_app.converters  # noqa: F401  (registers the session_id path converter the routes use)
-from sessions_app import access, db_threads, errors, selectors, services
+from sessions_app import access, db_threads, errors, field_paths, selectors, services
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
@@ -45,6 +45,8 @@ class BearerToken(HttpBearer):
     def authenticate(self, request: HttpRequest, token: str):
         row = ApiToken.usable_for(token)
         if row is None:
+            # Said in the 401 (on_unauthenticated), unless the login session authenticates instead.
+            request.turnlog_token_refusal = access.token_refusal(token)
             return None
         request.user, request.api_token = row.user, row
         row.mark_used()
@@ -133,7 +135,9 @@ def on_api_error(request, exc: ApiError):
 
 @api.exception_handler(AuthenticationError)
 def on_unauthenticated(request, exc):
-    return error_response(request, 401, "unauthenticated", "send Authorization: Bearer <token> (or log in)")
+    refusal = getattr(request, "turnlog_token_refusal", None)
+    lead = f"{refusal}: " if refusal else ""
+    return error_response(request, 401, "unauthenticated", f"{lead}send Authorization: Bearer <token> (or log in)")
 
 
 @api.exception_handler(HttpError)
@@ -234,11 +238,10 @@ def on_too_big(request, exc):
 
 @api.exception_handler(NinjaValidationError)
 def on_validation_error(request, exc: NinjaValidationError):
-    problems = "; ".join(
-        f"{'.'.join(str(part) for part in error.get('loc', ()))}: {error.get('msg', 'invalid')}"
-        for error in exc.errors
-    )
-    return error_response(request, 422, "invalid_request", problems or "the request is invalid", errors=exc.errors)
+    # Located as the client sent it (`events[0].data`), not by ninja's parameters (`body.payload.events`).
+    errors = [{**error, "loc": field_paths.client_loc(error.get("loc", ()))} for error in exc.errors]
+    problems = "; ".join(f"{field_paths.dotted(error['loc'])}: {error.get('msg', 'invalid')}" for error in errors)
+    return error_response(request, 422, "invalid_request", problems or "the request is invalid", errors=errors)
 
 
 # Schemas ---------------------------------------------------------------

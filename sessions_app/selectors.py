@@ -450,6 +450,19 @@ def audit_entries(project: Project, *, action: str | None = None, before: str | 
     return AuditPage(items=items, next_cursor=cursor)
 
 
+def audit_targets(project: Project, entries: list[AuditEntry]) -> tuple[dict[str, int], dict[str, int]]:
+    """What the entries' token and member targets are now, for links: (token pk by prefix, user id
+    by username of the project's current members). A token or member gone is in neither."""
+    prefixes = {e.target for e in entries if e.action in (AuditEntry.TOKEN_CREATED, AuditEntry.TOKEN_REVOKED)}
+    names = {e.target for e in entries if e.action.startswith("member_")}
+    tokens = dict(ApiToken.objects.filter(project=project, prefix__in=prefixes).values_list("prefix", "pk")) if prefixes else {}
+    members = {}
+    if names:
+        rows = Membership.objects.filter(project=project, user__username__in=names).values_list("user__username", "user_id")
+        members = dict(rows)
+    return tokens, members
+
+
 # Agents: failure history per agent name, read from the summaries kept at append and
 # recovery time (AgentHour, RecoveryRecord), never from the logs.
 

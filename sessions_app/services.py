@@ -348,7 +348,12 @@ def _apply_repairs(session, repairs, plan, kind, user, digest, note, *, extra=()
     )
     detail = {"first_seq": record.first_seq, "last_seq": record.last_seq, "digest": current, "note": note}
     if kind == RecoveryRecord.RECOVERY:
-        detail |= {"strategies": record.strategy_names, "abandoned": record.abandoned, "automatic": record.automatic}
+        detail |= {
+            "strategies": record.strategy_names,
+            "abandoned": record.abandoned,
+            "automatic": record.automatic,
+            "context": record.context_seq is not None,  # a recovery note for the agent was appended
+        }
         if policy is not None:
             detail["policy"] = policy.agent_pattern
     audit(

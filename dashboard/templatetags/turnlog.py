@@ -44,6 +44,37 @@ def pretty_json(value: object) -> str:
 
 
 @register.filter
+def json_text(value: object) -> str:
+    """A value from event data as one line of text: a string as it is, anything else as compact
+    JSON (never Python's repr: `{"a": true}`, not `{'a': True}`); None is empty. Escaped by the template."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def seq_range(first: int, last: int, *, dash: str = "–") -> str:
+    """A run of seqs as people read it: "seq 31" for one, "seqs 31–33" for more (the CLI's dash is "-")."""
+    return f"seq {first}" if first == last else f"seqs {first}{dash}{last}"
+
+
+@register.filter
+def seqs(value, last=None) -> str:
+    """`{{ pair|seqs }}` for a (first, last) pair, or `{{ first|seqs:last }}`: see seq_range."""
+    first, last = (value[0], value[1]) if last is None else (value, last)
+    return seq_range(first, last)
+
+
+@register.filter
+def as_value(data: object):
+    """Event data shown as the transcript shows content (dashboard.transcript.Value): JSON, cut when long."""
+    from dashboard import transcript  # the pages' module imports the models; templates load tags early
+
+    return transcript.Value.of(data)
+
+
+@register.filter
 def at(mapping: dict | None, key: object) -> object:
     """mapping[key], or None: templates cannot index by a variable."""
     return (mapping or {}).get(key)

@@ -11,6 +11,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 # The Agents page's own wording of its figures, so the table reads the same here.
 from dashboard.templatetags.agents import agent_label, duration, percent, strategy_counts
+from dashboard.templatetags.turnlog import seq_range
 from sessions_app import access, errors, selectors, services
 from sessions_app.log import clock as log_clock
 from sessions_app.log import fork as log_fork
@@ -195,7 +196,7 @@ class Command(BaseCommand):
                 " nothing was appended. Run again with the same options to review the fresh plan."
             ) from None
         self.stdout.write(
-            self.style.SUCCESS(f"Recovered: appended seqs {result.appended[0].seq}-{result.appended[-1].seq}.")
+            self.style.SUCCESS(f"Recovered: appended {seq_range(result.appended[0].seq, result.appended[-1].seq, dash='-')}.")
         )
 
     def fork(self, *, project: Project | None, session_id: str, at: str, new_id: str | None, **_):

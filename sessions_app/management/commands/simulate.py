@@ -203,7 +203,8 @@ class Simulation:
 class Command(BaseCommand):
     help = (
         "Run live agent sessions against a running server through its HTTP API "
-        "(start the server first with `make run`)."
+        "(start the server first with `make run`). `make simulate` passes --url http://$HOST:$PORT, "
+        "so give it the HOST and PORT you gave `make run` (`make run PORT=8123`, then `make simulate PORT=8123`)."
     )
 
     def add_arguments(self, parser):
@@ -215,7 +216,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--fork-rate", type=float, default=0.2, help="share of finished sessions that are forked (default 0.2)"
         )
-        parser.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default http://127.0.0.1:8000)")
+        parser.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default http://127.0.0.1:8000; `make simulate HOST=... PORT=...` sets it as `make run` takes them)")
         parser.add_argument(
             "--token",
             help=f"API token; by default the user {SIMULATOR_USERNAME!r}'s token in this project's database (issued once, kept in var/)",
@@ -296,7 +297,8 @@ class Command(BaseCommand):
         except ServerUnreachable as error:
             raise CommandError(
                 f"cannot reach the Turnlog server at {api.base_url} ({error.reason}). "
-                "Start it first with `make run`, or point --url at it."
+                "Start it first with `make run`, or point --url at it (`make simulate` takes the HOST and PORT "
+                "you gave `make run`: `make simulate PORT=8123`)."
             ) from None
         if status not in (200, 401) or (status == 200 and not (isinstance(answer, dict) and "items" in answer)):
             raise CommandError(f"{api.base_url} does not answer like a Turnlog server: {describe(status, answer)}")

@@ -108,7 +108,7 @@ def test_simulate_without_a_server_exits_non_zero_and_says_to_start_one():
     )  # fmt: skip
     assert done.returncode != 0
     assert f"cannot reach the Turnlog server at {url}" in done.stderr
-    assert "make run" in done.stderr
+    assert "make run" in done.stderr and "make simulate PORT=8123" in done.stderr  # the usual cause: another PORT
 
 
 @pytest.mark.django_db
