@@ -51,7 +51,7 @@ def test_the_readme_and_the_simulators_help_say_make_simulate_takes_make_runs_ho
     makefile = (Path(settings.BASE_DIR) / "Makefile").read_text()
     assert "simulate --url http://$(HOST):$(PORT)" in makefile  # what the docs below describe
     where_run_is_described = README[: README.index("Turnlog is a live web dashboard")]
-    assert "`make simulate` takes the\nsame `HOST` and `PORT`" in where_run_is_described
+    assert "`make simulate` takes the same `HOST` and `PORT`" in " ".join(where_run_is_described.split())
     assert "`make simulate PORT=8123`" in README
     with pytest.raises(SystemExit):
         call_command("simulate", "--help")
