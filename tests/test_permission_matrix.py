@@ -163,6 +163,7 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     ],
     # An invitation's link, here a made-up one: the page saying it no longer works, for anyone.
     "set_password": [Probe("GET", "/account/set-password/MQ/abc-123/", everyone("410"))],
+    "favicon.ico": [Probe("GET", "/favicon.ico", everyone("302 /static/turnlog/favicon.svg"))],
     "login": [Probe("GET", "/login/", everyone("200"))],
     "logout": [Probe("GET", "/logout/", everyone("405")), Probe("POST", "/logout/", everyone(LOGIN))],
     # API ---------------------------------------------------------------
