@@ -30,6 +30,7 @@ from django.middleware import common
 from django.utils.deprecation import MiddlewareMixin
 
 from csp import middleware as csp_middleware
+from dashboard.params import BadParameter
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +92,15 @@ class DatabaseUnavailableMiddleware(MiddlewareMixin):
             response = HttpResponse(f"Service unavailable. {detail}\n", status=503, content_type="text/plain; charset=utf-8")
         response["Retry-After"] = str(RETRY_AFTER_SECONDS)
         return response
+
+
+class BadParameterMiddleware(MiddlewareMixin):
+    """A numeric parameter too long to read (dashboard.params) is the client's error: a 400 naming it."""
+
+    def process_exception(self, request, exception):
+        if not isinstance(exception, BadParameter):
+            return None
+        return HttpResponse(f"Bad request: {exception}.\n", status=400, content_type="text/plain; charset=utf-8")
 
 
 class WebsocketDatabaseGuard:

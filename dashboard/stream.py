@@ -137,7 +137,7 @@ def parse_after(query_string: bytes) -> int | None:
     values = parse_qs(query_string.decode("latin-1"), keep_blank_values=True).get("after")
     if values is None:
         return None
-    after = decimal_int(values[0]) if len(values) == 1 else None
+    after = decimal_int(values[0], name="after") if len(values) == 1 else None
     if after is None:
         raise ValueError(f"after must be one integer >= 0, got {values!r}")
     return after
