@@ -283,6 +283,9 @@ if not TURNLOG_WORKER_INTERVAL_SECONDS > 0:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"without_traceback": {"()": "dashboard.log_filters.WithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "WARNING")},
+    # A disallowed Host header: one line, no traceback (dashboard/log_filters.py).
+    "loggers": {"django.security.DisallowedHost": {"filters": ["without_traceback"]}},
 }
