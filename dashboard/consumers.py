@@ -26,7 +26,7 @@ logger = logging.getLogger(__name__)
 # The pages reconnect after 4012, 4500 and 4503 (static/turnlog/turnlog.js).
 CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= 0
 CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session; or the token was revoked or expired since (api.md)
-CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not in ALLOWED_HOSTS
+CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not the site's own (stream.origin_allowed)
 CLOSE_NOT_FOUND = 4404  # no such session (api.md)
 CLOSE_SERVER_ERROR = 4500  # the stream failed on the server (a bug); reconnect with ?after=<last seq>
 CLOSE_UNAVAILABLE = 4503  # the database is unreachable as the socket opens; reconnect later with ?after=<last seq>
@@ -48,8 +48,9 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     are ignored.
 
     Authentication, in this order: `Authorization: Bearer <token>` (no Origin
-    needed), else the Django login session, which must come with an Origin
-    header naming a host of ALLOWED_HOSTS (cross-site websocket hijacking).
+    needed), else the Django login session, which must come with the Origin
+    of the page's own site, as Django's CSRF check judges a POST's
+    (stream.origin_allowed; cross-site websocket hijacking).
 
     Close codes (each after accepting the socket, checked in this order):
 
@@ -57,7 +58,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
       open stream, within TURNLOG_CREDENTIAL_CHECK_SECONDS of its token
       being revoked or expiring or its user deactivated (dashboard.credentials);
     - 4403: authenticated only by the login cookie, and the Origin header is
-      missing or not allowed;
+      missing or not the site's own (scheme, host and port);
     - 4400: `after` is not exactly one decimal integer >= 0 (e.g. `abc`,
       `-1`, `1.5`, empty, or given twice);
     - 4404: no session with this id that the user (or token) may read; also on

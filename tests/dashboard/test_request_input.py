@@ -16,7 +16,7 @@ from tests.dashboard.conftest import WAIT, opened
 from sessions_app import services
 from sessions_app.models import Role
 from tests.dashboard.test_consumers import append, append_sync, create
-from tests.dashboard.test_live import ORIGIN, browser_socket, closed_with
+from tests.dashboard.test_live import HOST, ORIGIN, browser_socket, closed_with
 
 SUPERSCRIPT_TWO = "²"
 
@@ -106,7 +106,7 @@ async def test_a_raw_page_socket_given_a_unicode_digit_streams_from_the_start(si
 async def test_a_raw_unicode_digit_byte_in_a_page_socket_query_is_no_server_error(sid, session_cookie):
     """Query strings are decoded as latin-1, where byte 0xB2 is "²"."""
     await create(sid, 1)
-    headers = [(b"origin", ORIGIN.encode()), (b"cookie", f"{settings.SESSION_COOKIE_NAME}={session_cookie}".encode())]
+    headers = [(b"host", HOST.encode()), (b"origin", ORIGIN.encode()), (b"cookie", f"{settings.SESSION_COOKIE_NAME}={session_cookie}".encode())]
     communicator = WebsocketCommunicator(application, f"/ws/sessions/{sid}/live", headers=headers)
     communicator.scope["query_string"] = b"view=raw&first=\xb2"
     opened.append(communicator)
