@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 # "service restart", and 4500/4503 named after HTTP statuses like the others.
 # The pages reconnect after 4012, 4500 and 4503 (static/turnlog/turnlog.js).
 CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= 0
-CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session; or the token was revoked or expired since (api.md)
+CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session; or the token or login session ended since (api.md)
 CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not the site's own (stream.origin_allowed)
 CLOSE_NOT_FOUND = 4404  # no such session (api.md)
 CLOSE_SERVER_ERROR = 4500  # the stream failed on the server (a bug); reconnect with ?after=<last seq>
@@ -56,7 +56,8 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
 
     - 4401: unauthenticated (no valid token, no login session); also on an
       open stream, within TURNLOG_CREDENTIAL_CHECK_SECONDS of its token
-      being revoked or expiring or its user deactivated (dashboard.credentials);
+      being revoked or expiring, its login session ending (logout, password
+      change, expiry) or its user deactivated (dashboard.credentials);
     - 4403: authenticated only by the login cookie, and the Origin header is
       missing or not the site's own (scheme, host and port);
     - 4400: `after` is not exactly one decimal integer >= 0 (e.g. `abc`,
@@ -121,7 +122,11 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             return await self.close(code=CLOSE_NOT_FOUND, reason="no such session")
         self._credential = credentials.register(
             credentials.Registration(
-                user_id=actor.user.pk, token=actor.token, project_id=session.project_id, close=self._close_for_lost_access
+                user_id=actor.user.pk,
+                token=actor.token,
+                project_id=session.project_id,
+                session_key=credentials.login_session_key(self.scope) if actor.token is None else None,
+                close=self._close_for_lost_access,
             )
         )
 
@@ -153,13 +158,13 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.send(text_data=hub.json_text(wire))
 
     async def _close_for_lost_access(self, why: str) -> None:
-        """No frame after the token was revoked or expired or the user deactivated (then 4401),
+        """No frame after the token was revoked or expired, the login session ended or the user was deactivated (then 4401),
         or after the user left the session's project (then 4404, as for a session they cannot read)."""
         if self._credential is None:  # the socket ended while it was being checked
             return
         await self._stop_stream()
         if why == credentials.LOST_CREDENTIAL:
-            await self.close(code=CLOSE_UNAUTHENTICATED, reason="token revoked or expired, or user deactivated")
+            await self.close(code=CLOSE_UNAUTHENTICATED, reason="token revoked or expired, logged out, password changed, or user deactivated")
         else:
             await self.close(code=CLOSE_NOT_FOUND, reason="no longer a member of the session's project")
 

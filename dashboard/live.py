@@ -322,13 +322,17 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         self._refresh = asyncio.create_task(self.refresh_statuses())
         self._access = credentials.register(
             credentials.Registration(
-                user_id=self.scope["user"].pk, token=None, projects=frozenset(self.readable), close=self.close_for_access
+                user_id=self.scope["user"].pk,
+                token=None,
+                projects=frozenset(self.readable),
+                session_key=credentials.login_session_key(self.scope),
+                close=self.close_for_access,
             )
         )
         self.renew_later()
 
     async def close_for_access(self, why: str) -> None:
-        """The user was deactivated (4401), or the projects they may read changed: renewed (4012), so
+        """The login ended or the user was deactivated (4401), or the projects they may read changed: renewed (4012), so
         the page reconnects and this list is rebuilt for the projects they may read now."""
         self._forget_access()
         await self.close(code=CLOSE_UNAUTHENTICATED if why == credentials.LOST_CREDENTIAL else CLOSE_RENEW)
