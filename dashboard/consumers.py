@@ -14,7 +14,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from dashboard import credentials, hub, stream
-from dashboard.middleware import DATABASE_UNAVAILABLE
+from dashboard.middleware import CLOSE_UNAVAILABLE, DATABASE_UNAVAILABLE
 from sessions_app import access
 
 logger = logging.getLogger(__name__)
@@ -29,7 +29,8 @@ CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session; or the toke
 CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not the site's own (stream.origin_allowed)
 CLOSE_NOT_FOUND = 4404  # no such session (api.md)
 CLOSE_SERVER_ERROR = 4500  # the stream failed on the server (a bug); reconnect with ?after=<last seq>
-CLOSE_UNAVAILABLE = 4503  # the database is unreachable as the socket opens; reconnect later with ?after=<last seq>
+# CLOSE_UNAVAILABLE, 4503 (dashboard.middleware, which closes most of them): the database is
+# unreachable as the socket opens; reconnect later with ?after=<last seq>.
 CLOSE_RENEW = 4012  # a browser socket is renewed (dashboard.live); reconnect now with ?after=<last seq>
 
 
