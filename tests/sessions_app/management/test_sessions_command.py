@@ -265,3 +265,11 @@ def test_recover_without_options_appends_only_the_plan(admin_user, effect_polici
     store(CARD_CRASH, session_id="card")
     assert "appended seqs 5-6" in run("recover", "card", "--yes")
     assert not Event.objects.filter(session_id="card", type="system_message").exists()
+
+
+def test_a_fork_at_a_number_too_long_to_read_is_refused_in_words():
+    store(WORKED_EXAMPLE, session_id="crashed")
+    with pytest.raises(CommandError, match="--at must be a number of at most 4,300 digits"):
+        run("fork", "crashed", "--at", "9" * 4301)
+    with pytest.raises(CommandError, match="past the end"):
+        run("fork", "crashed", "--at", "9" * 40)
