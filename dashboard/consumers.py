@@ -24,7 +24,7 @@ logger = logging.getLogger(__name__)
 # refuses any other code and the socket stays open), hence 4012 for 1012
 # "service restart", and 4500/4503 named after HTTP statuses like the others.
 # The pages reconnect after 4012, 4500 and 4503 (static/turnlog/turnlog.js).
-CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= 0
+CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= 0, or a number too long to read (dashboard.params)
 CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session; or the token or login session ended since (api.md)
 CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not the site's own (stream.origin_allowed)
 CLOSE_NOT_FOUND = 4404  # no such session (api.md)
@@ -62,7 +62,8 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     - 4403: authenticated only by the login cookie, and the Origin header is
       missing or not the site's own (scheme, host and port);
     - 4400: `after` is not exactly one decimal integer >= 0 (e.g. `abc`,
-      `-1`, `1.5`, empty, or given twice);
+      `-1`, `1.5`, empty, or given twice), or has more than 4,300 digits
+      (as has the page socket's `first`);
     - 4404: no session with this id that the user (or token) may read; also on
       an open stream, within TURNLOG_CREDENTIAL_CHECK_SECONDS of the user
       leaving the session's project;
