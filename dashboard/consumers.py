@@ -14,7 +14,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from dashboard import credentials, hub, stream
-from dashboard.middleware import DATABASE_UNAVAILABLE
+from dashboard.middleware import CLOSE_UNAVAILABLE, DATABASE_UNAVAILABLE
 from sessions_app import access
 
 logger = logging.getLogger(__name__)
@@ -24,12 +24,13 @@ logger = logging.getLogger(__name__)
 # refuses any other code and the socket stays open), hence 4012 for 1012
 # "service restart", and 4500/4503 named after HTTP statuses like the others.
 # The pages reconnect after 4012, 4500 and 4503 (static/turnlog/turnlog.js).
-CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= 0
-CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session; or the token was revoked or expired since (api.md)
-CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not in ALLOWED_HOSTS
+CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= 0, or a number too long to read (dashboard.params)
+CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session; or the token or login session ended since (api.md)
+CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not the site's own (stream.origin_allowed)
 CLOSE_NOT_FOUND = 4404  # no such session (api.md)
 CLOSE_SERVER_ERROR = 4500  # the stream failed on the server (a bug); reconnect with ?after=<last seq>
-CLOSE_UNAVAILABLE = 4503  # the database is unreachable as the socket opens; reconnect later with ?after=<last seq>
+# CLOSE_UNAVAILABLE, 4503 (dashboard.middleware, which closes most of them): the database is
+# unreachable as the socket opens; reconnect later with ?after=<last seq>.
 CLOSE_RENEW = 4012  # a browser socket is renewed (dashboard.live); reconnect now with ?after=<last seq>
 
 
@@ -48,18 +49,21 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     are ignored.
 
     Authentication, in this order: `Authorization: Bearer <token>` (no Origin
-    needed), else the Django login session, which must come with an Origin
-    header naming a host of ALLOWED_HOSTS (cross-site websocket hijacking).
+    needed), else the Django login session, which must come with the Origin
+    of the page's own site, as Django's CSRF check judges a POST's
+    (stream.origin_allowed; cross-site websocket hijacking).
 
     Close codes (each after accepting the socket, checked in this order):
 
     - 4401: unauthenticated (no valid token, no login session); also on an
       open stream, within TURNLOG_CREDENTIAL_CHECK_SECONDS of its token
-      being revoked or expiring or its user deactivated (dashboard.credentials);
+      being revoked or expiring, its login session ending (logout, password
+      change, expiry) or its user deactivated (dashboard.credentials);
     - 4403: authenticated only by the login cookie, and the Origin header is
-      missing or not allowed;
+      missing or not the site's own (scheme, host and port);
     - 4400: `after` is not exactly one decimal integer >= 0 (e.g. `abc`,
-      `-1`, `1.5`, empty, or given twice);
+      `-1`, `1.5`, empty, or given twice), or has more than 4,300 digits
+      (as has the page socket's `first`);
     - 4404: no session with this id that the user (or token) may read; also on
       an open stream, within TURNLOG_CREDENTIAL_CHECK_SECONDS of the user
       leaving the session's project;
@@ -120,7 +124,11 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             return await self.close(code=CLOSE_NOT_FOUND, reason="no such session")
         self._credential = credentials.register(
             credentials.Registration(
-                user_id=actor.user.pk, token=actor.token, project_id=session.project_id, close=self._close_for_lost_access
+                user_id=actor.user.pk,
+                token=actor.token,
+                project_id=session.project_id,
+                session_key=credentials.login_session_key(self.scope) if actor.token is None else None,
+                close=self._close_for_lost_access,
             )
         )
 
@@ -152,7 +160,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             await self.send(text_data=hub.json_text(wire))
 
     async def _close_for_lost_access(self, why: str) -> None:
-        """No frame after the token was revoked or expired or the user deactivated (then 4401),
+        """No frame after the token was revoked or expired, the login session ended or the user was deactivated (then 4401),
         or after the user left the session's project (then 4404, as for a session they cannot read)."""
         if self._credential is None:  # the socket ended while it was being checked
             return
@@ -194,8 +202,8 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
 
 async def lost_credential_words(token) -> str:
     """The close reason of a stream whose credential stopped authenticating: what became of its token."""
-    if token is None:
-        return "user deactivated"
+    if token is None:  # a login's socket
+        return "the login ended: logged out, password changed, session expired or user deactivated"
     try:
         return await database_sync_to_async(access.token_refusal)(pk=token.pk)
     except DATABASE_UNAVAILABLE:  # closing matters more than the words

@@ -1,9 +1,16 @@
 """Closing open streams whose credentials or access end.
 
 A socket is checked when it opens; a stream may then stay open for days.
-Revoking a token, its expiry, its owner's deactivation, or removing the
-owner from the session's project must also end the streams it opened,
-within a few seconds (api.md: 4401 for the credential, 4404 for the access).
+Revoking a token, its expiry, its owner's deactivation, the end of the
+login session a cookie socket was opened with (logout, a password change,
+the session's expiry), or removing the user from the session's project
+must also end the streams they opened, within a few seconds (api.md: 4401
+for the credential, 4404 for the access).
+
+A login session is checked where Django keeps it, whichever process or
+path ended it: a logout deletes it, a password change (set_password and
+save, by any page, command or the admin) changes the user's session auth
+hash it holds, and its expiry date passes.
 
 Sockets `register` (who they act for, what they show, and a callback that
 closes them for a reason) and `unregister` when they end. One task per
@@ -21,8 +28,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from importlib import import_module
+
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.utils import timezone
+from django.utils.crypto import constant_time_compare
 
 from dashboard import stream
 from dashboard.middleware import DATABASE_UNAVAILABLE
@@ -31,7 +43,7 @@ from sessions_app.models import ApiToken
 
 logger = logging.getLogger(__name__)
 
-# Why a socket is closed: its token or user no longer authenticates (4401);
+# Why a socket is closed: its token, login session or user no longer authenticates (4401);
 # it may no longer read its session's project (4404); a list socket's set of
 # readable projects changed (it is renewed, and reconnects with the new set).
 LOST_CREDENTIAL, LOST_ACCESS, ACCESS_CHANGED = "lost_credential", "lost_access", "access_changed"
@@ -45,6 +57,44 @@ class Registration:
     close: CloseSocket = field(repr=False)
     project_id: int | None = None  # a session socket: its session's project
     projects: frozenset[int] | None = None  # a list socket: every project it may show rows of
+    session_key: str | None = None  # a login-cookie socket: the login session it was opened with
+
+
+def login_sessions(keys: set[str]) -> dict[str, dict]:
+    """The data of each of these login sessions that still exists and has not expired."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    model = store.get_model_class() if hasattr(store, "get_model_class") else None
+    if model is not None:  # the database backends: one query for all
+        rows = model.objects.filter(session_key__in=keys, expire_date__gt=timezone.now()).values_list("session_key", "session_data")
+        return {key: store().decode(data) for key, data in rows}
+    return {key: data for key in keys if (data := store(session_key=key).load())}
+
+
+def still_logged_in(data: dict, user) -> bool:
+    """Whether a login session still authenticates `user`, as django.contrib.auth.get_user decides it
+    (same user and backend, and the session auth hash of their current password, or a fallback key's)."""
+    if user is None or data.get(SESSION_KEY) != str(user.pk) or data.get(BACKEND_SESSION_KEY) not in settings.AUTHENTICATION_BACKENDS:
+        return False
+    given = data.get(HASH_SESSION_KEY) or ""
+    return constant_time_compare(given, user.get_session_auth_hash()) or any(
+        constant_time_compare(given, user._get_session_auth_hash(secret=secret)) for secret in settings.SECRET_KEY_FALLBACKS
+    )
+
+
+def ended_logins(registrations: list[Registration]) -> set[Registration]:
+    """The cookie sockets whose login session ended (two queries for all; none without cookie sockets)."""
+    keyed = [r for r in registrations if r.session_key is not None]
+    if not keyed:
+        return set()
+    sessions = login_sessions({r.session_key for r in keyed})
+    users = get_user_model().objects.in_bulk({r.user_id for r in keyed})
+    return {r for r in keyed if r.session_key not in sessions or not still_logged_in(sessions[r.session_key], users.get(r.user_id))}
+
+
+def login_session_key(scope) -> str | None:
+    """The key of the login session a cookie socket was opened with (channels' SessionMiddleware read its cookie)."""
+    session = scope.get("session")
+    return session.session_key if session is not None else None
 
 
 def lost(registrations: list[Registration]) -> list[tuple[Registration, str]]:
@@ -52,10 +102,11 @@ def lost(registrations: list[Registration]) -> list[tuple[Registration, str]]:
     tokens = {r.token.pk for r in registrations if r.token is not None}
     usable = set(ApiToken.objects.usable().filter(pk__in=tokens).values_list("pk", flat=True)) if tokens else set()
     roles = access.roles_of({r.user_id for r in registrations})
+    ended = ended_logins(registrations)
     verdicts = []
     for registration in registrations:
         token = registration.token
-        if registration.user_id not in roles or (token is not None and token.pk not in usable):
+        if registration.user_id not in roles or (token is not None and token.pk not in usable) or registration in ended:
             verdicts.append((registration, LOST_CREDENTIAL))
             continue
         readable = set(access.Actor(user=None, token=token, _roles=roles[registration.user_id]).project_ids(access.READ))

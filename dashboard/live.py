@@ -25,6 +25,7 @@ from django.template.loader import render_to_string
 
 from dashboard import credentials, stream, transcript
 from dashboard.consumers import (
+    CLOSE_BAD_REQUEST,
     CLOSE_FORBIDDEN_ORIGIN,
     CLOSE_RENEW,
     CLOSE_UNAUTHENTICATED,
@@ -32,7 +33,7 @@ from dashboard.consumers import (
     close_without_database,
 )
 from dashboard.middleware import DATABASE_UNAVAILABLE
-from dashboard.params import decimal_int
+from dashboard.params import BadParameter, decimal_int
 from sessions_app import access, db_threads, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.models import Session
@@ -88,7 +89,11 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
             return
         query = query_params(self.scope)
         # The raw log view follows the log too; `first` is the first seq its page shows.
-        self.raw_from = (decimal_int(query.get("first", "")) or 0) if query.get("view") == "raw" else None
+        try:
+            first = decimal_int(query.get("first", ""), name="first")
+        except BadParameter as bad:
+            return await self.close(code=CLOSE_BAD_REQUEST, reason=str(bad))
+        self.raw_from = (first or 0) if query.get("view") == "raw" else None
         actor = access.Actor(user=self.scope["user"])
         await self.connect_stream(actor)
         # Frames are shared by viewers with the same rights (fork controls show only to those who may fork).
@@ -317,13 +322,17 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
         self._refresh = asyncio.create_task(self.refresh_statuses())
         self._access = credentials.register(
             credentials.Registration(
-                user_id=self.scope["user"].pk, token=None, projects=frozenset(self.readable), close=self.close_for_access
+                user_id=self.scope["user"].pk,
+                token=None,
+                projects=frozenset(self.readable),
+                session_key=credentials.login_session_key(self.scope),
+                close=self.close_for_access,
             )
         )
         self.renew_later()
 
     async def close_for_access(self, why: str) -> None:
-        """The user was deactivated (4401), or the projects they may read changed: renewed (4012), so
+        """The login ended or the user was deactivated (4401), or the projects they may read changed: renewed (4012), so
         the page reconnects and this list is rebuilt for the projects they may read now."""
         self._forget_access()
         await self.close(code=CLOSE_UNAUTHENTICATED if why == credentials.LOST_CREDENTIAL else CLOSE_RENEW)

@@ -24,12 +24,13 @@ import logging
 from asgiref.sync import sync_to_async
 from django.contrib.auth import middleware as auth_middleware
 from django.contrib.messages import middleware as messages_middleware
-from django.db import InterfaceError, OperationalError
+from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
 from django.http import HttpResponse, JsonResponse
 from django.middleware import common
 from django.utils.deprecation import MiddlewareMixin
 
 from csp import middleware as csp_middleware
+from dashboard.params import BadParameter
 
 logger = logging.getLogger(__name__)
 
@@ -93,20 +94,44 @@ class DatabaseUnavailableMiddleware(MiddlewareMixin):
         return response
 
 
-class WebsocketDatabaseGuard:
-    """ASGI middleware around the websocket stack: channels' AuthMiddleware reads the login
-    session and user before any consumer runs, so without the database it raises, and Daphne
-    logs a traceback for every reconnect attempt.
+class BadParameterMiddleware(MiddlewareMixin):
+    """A numeric parameter too long to read (dashboard.params) is the client's error: a 400 naming it."""
 
-    Such a socket is refused at the handshake instead (a browser sees 1006 and htmx retries
-    with its backoff); the consumers handle their own database errors (close 4503).
+    def process_exception(self, request, exception):
+        if not isinstance(exception, BadParameter):
+            return None
+        return HttpResponse(f"Bad request: {exception}.\n", status=400, content_type="text/plain; charset=utf-8")
+
+
+class WebsocketDatabaseGuard:
+    """ASGI middleware around the websocket stack: a socket opened while the database is
+    unreachable is accepted and closed with 4503 at once (api.md), the client reconnects later.
+
+    Two ways it would otherwise fail. Channels' AuthMiddleware reads the login session and
+    user before any consumer runs, so without the database it raises before the accept, and
+    the handshake was dropped. And on PostgreSQL a database call waits for a connection from
+    the pool for its whole timeout (TURNLOG_DB_POOL_TIMEOUT, 20 s; longer than Daphne waits
+    for an accept): so the pool is asked first, for at most SOCKET_DATABASE_WAIT_SECONDS.
+    The consumers handle the database errors of their own calls (close 4503).
     """
 
     def __init__(self, inner):
         self.inner = inner
 
     async def __call__(self, scope, receive, send):
-        accepted = False
+        from dashboard.stream import database_outage  # (dashboard.stream imports this module)
+
+        unreachable = await sync_to_async(pool_unreachable, thread_sensitive=False)()
+        if unreachable is not None:
+            database_outage.failed(unreachable)
+            return await close_unavailable(receive, send)
+        accepted = received = False
+
+        async def tracked_receive():
+            nonlocal received
+            message = await receive()
+            received = True
+            return message
 
         async def tracked_send(message):
             nonlocal accepted
@@ -114,11 +139,36 @@ class WebsocketDatabaseGuard:
             await send(message)
 
         try:
-            return await self.inner(scope, receive, tracked_send)
+            return await self.inner(scope, tracked_receive, tracked_send)
         except DATABASE_UNAVAILABLE as error:
             if accepted:  # a consumer's own failure: Daphne closes the socket (1011)
                 raise
-            from dashboard.stream import database_outage  # (dashboard.stream imports this module)
-
             database_outage.failed(error)
-            await send({"type": "websocket.close"})  # before the accept: the handshake is refused
+            await close_unavailable(receive, send, connected=received)
+
+
+# Seconds a socket waits for a connection of the database pool before it is closed with 4503.
+SOCKET_DATABASE_WAIT_SECONDS = 1.0
+CLOSE_UNAVAILABLE = 4503  # the database is unreachable as the socket opens (dashboard.consumers lists every close code)
+
+
+def pool_unreachable() -> BaseException | None:
+    """Why the database's connection pool gives no connection within SOCKET_DATABASE_WAIT_SECONDS
+    (down, or every connection busy that long), else None; always None without a pool."""
+    pool = getattr(connections[DEFAULT_DB_ALIAS], "pool", None)
+    if pool is None:  # SQLite, or persistent connections: a connection fails at once by itself
+        return None
+    try:
+        pool.open()  # as Django does before its first getconn; nothing once open
+        pool.putconn(pool.getconn(timeout=SOCKET_DATABASE_WAIT_SECONDS))
+    except Exception as error:  # psycopg_pool.PoolTimeout, or a connection that failed its check
+        return error
+    return None
+
+
+async def close_unavailable(receive, send, *, connected: bool = False) -> None:
+    """Accept the socket and close it with 4503 (an application may close only an accepted socket with a code)."""
+    if not connected:
+        await receive()  # websocket.connect
+    await send({"type": "websocket.accept"})
+    await send({"type": "websocket.close", "code": CLOSE_UNAVAILABLE, "reason": "database unavailable"})

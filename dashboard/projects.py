@@ -262,7 +262,7 @@ def project_tokens(request, project):
 
 def tokens_page(request, project, form, *, owner: str | None = None, status: int = 200):
     """The page; the form shows `owner` (an id: the one posted, or asked for), else the admin themselves."""
-    owner_pk = decimal_int(form.data.get("owner", "") if form.is_bound else owner or "")
+    owner_pk = decimal_int(form.data.get("owner", "") if form.is_bound else owner or "", name="owner")
     owner_pk = owner_pk if owner_pk in form.owners else request.user.pk
     owner_role = form.owners[owner_pk][1]
     checked = form.data.getlist("scopes") if form.is_bound else [Scope.READ]

@@ -76,7 +76,7 @@ def shown_plan(data) -> tuple[int | None, str]:
     """The plan a page or form says it showed: (next_seq, or None when absent or no seq; digest)."""
     text = data.get("next_seq", "")
     # A seq has at most 19 digits (bigint); int() would refuse a number of over 4,300 with an error.
-    return (decimal_int(text) if len(text) <= 19 else None), data.get("digest", "")
+    return (decimal_int(text, name="next_seq") if len(text) <= 19 else None), data.get("digest", "")
 
 
 def plan_change_context(session: Session, *, shown_next_seq: int | None, shown_digest: str, plan=None) -> dict:

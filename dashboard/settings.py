@@ -107,6 +107,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "dashboard.middleware.DatabaseUnavailableMiddleware",
+    "dashboard.middleware.BadParameterMiddleware",
     # Last, as django-axes asks: it turns a locked-out login into its 429 page.
     "axes.middleware.AxesMiddleware",
 ]
@@ -304,6 +305,9 @@ if not TURNLOG_WORKER_INTERVAL_SECONDS > 0:
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"without_traceback": {"()": "dashboard.log_filters.WithoutTraceback"}},
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "WARNING")},
+    # A disallowed Host header: one line, no traceback (dashboard/log_filters.py).
+    "loggers": {"django.security.DisallowedHost": {"filters": ["without_traceback"]}},
 }

@@ -30,14 +30,15 @@ login session, Origin check for cookie-authenticated sockets).
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable
-from urllib.parse import parse_qs, urlparse
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
-from channels.security.websocket import OriginValidator
-from django.conf import settings
+from django.core.handlers.asgi import ASGIRequest
+from django.middleware.csrf import CsrfViewMiddleware
 
 from dashboard.middleware import DATABASE_UNAVAILABLE
 from dashboard.params import decimal_int
@@ -115,22 +116,23 @@ async def authenticate(scope) -> tuple[object | None, str | None]:
     return None, None
 
 
-def allowed_origins() -> list[str]:
-    # As channels' AllowedHostsOriginValidator, checked per socket instead of
-    # wrapping the router (token sockets need no Origin at all).
-    hosts = list(settings.ALLOWED_HOSTS)
-    if settings.DEBUG and not hosts:
-        hosts = ["localhost", "127.0.0.1", "[::1]"]
-    return hosts
-
-
 def origin_allowed(scope) -> bool:
-    """Whether the socket's Origin header names an allowed host (a missing Origin is not allowed)."""
-    origin = header(scope, b"origin")
-    validator = OriginValidator(None, allowed_origins())
+    """Whether the socket's Origin is the page's own, as Django's CSRF check judges a POST's Origin.
+
+    The origin the socket was opened on (scheme, host and port as the
+    request was made: https for wss; behind a proxy as the proxy reports
+    them, SECURE_PROXY_SSL_HEADER and USE_X_FORWARDED_HOST), a host of
+    ALLOWED_HOSTS, or one of CSRF_TRUSTED_ORIGINS. A missing Origin is not
+    allowed (a cross-site page's socket carries the visitor's cookie).
+    """
+    if not header(scope, b"origin"):
+        return False
+    # The handshake as the POST Django's CsrfViewMiddleware checks: same headers and server, scheme http(s).
+    scheme = "https" if scope.get("scheme") == "wss" else "http"
+    request = ASGIRequest({**scope, "type": "http", "method": "POST", "scheme": scheme, "query_string": b""}, io.BytesIO())
     try:
-        return validator.valid_origin(urlparse(origin) if origin else None)
-    except ValueError:  # an unparsable port
+        return CsrfViewMiddleware(lambda request: None)._origin_verified(request)
+    except (KeyError, ValueError):  # no Host header and no server address (only in-process test clients)
         return False
 
 
@@ -139,7 +141,7 @@ def parse_after(query_string: bytes) -> int | None:
     values = parse_qs(query_string.decode("latin-1"), keep_blank_values=True).get("after")
     if values is None:
         return None
-    after = decimal_int(values[0]) if len(values) == 1 else None
+    after = decimal_int(values[0], name="after") if len(values) == 1 else None
     if after is None:
         raise ValueError(f"after must be one integer >= 0, got {values!r}")
     return after

@@ -40,10 +40,6 @@ def session_rights(request, session) -> dict:
     return {"can_recover": actor.can(session.project_id, access.RECOVER), "can_fork": actor.can(session.project_id, access.FORK)}
 
 
-def int_param(request, name: str) -> int | None:
-    return decimal_int(request.GET.get(name, ""))
-
-
 ROWS_TARGETS = {"session-rows", "more-rows"}
 
 
@@ -92,7 +88,7 @@ def session_detail(request, session_id: str):
         **session_rights(request, session),
     }
     if view == "raw":
-        context["raw"] = transcript.raw_page(session, before=int_param(request, "before"))
+        context["raw"] = transcript.raw_page(session, before=decimal_int(request.GET.get("before", ""), name="before"))
     else:
         context["window"] = transcript.latest_window(session)
     return render(request, "sessions/detail.html", context)
@@ -101,7 +97,7 @@ def session_detail(request, session_id: str):
 def highlighted_seqs(request) -> range:
     """?highlight=FIRST-LAST marks events just appended (e.g. by a recovery)."""
     first, _, last = request.GET.get("highlight", "").partition("-")
-    first, last = decimal_int(first), decimal_int(last)
+    first, last = decimal_int(first, name="highlight"), decimal_int(last, name="highlight")
     if first is not None and last is not None:
         return range(first, last + 1)
     return range(0)
@@ -111,7 +107,7 @@ def highlighted_seqs(request) -> range:
 def session_blocks(request, session_id: str):
     """Earlier blocks of the transcript, loaded on demand."""
     session = session_or_404(request, session_id)
-    window = transcript.latest_window(session, before=int_param(request, "before"))
+    window = transcript.latest_window(session, before=decimal_int(request.GET.get("before", ""), name="before"))
     return render(request, "sessions/detail.html#earlier", {"session": session, "window": window, **session_rights(request, session)})
 
 
@@ -133,7 +129,7 @@ def fork_session(request, session_id: str):
     session = session_or_404(request, session_id, access.FORK)
     data = request.POST if request.method == "POST" else request.GET
     raw = data.get("boundary", "last")
-    boundary = decimal_int(raw)
+    boundary = decimal_int(raw, name="boundary")
     boundary = raw if boundary is None else boundary  # a seq, or a name ("last") the fork rules judge
     context = {"session": session, "boundary": raw, **session_rights(request, session)}
     try:

@@ -271,9 +271,27 @@ def token_refusal(secret: str | None = None, *, pk: int | None = None) -> str:
     return "token not usable"
 
 
+# A refusal repeated within this many seconds is recorded once: anyone who knows a session id
+# of another project could otherwise fill that project's audit log with refusals.
+DENIAL_RECORD_SECONDS = 60
+
+
 def audit_denied(actor: Actor, *, project_id: int | None, target: str, capability: str) -> None:
-    """Record a refused authorisation (authenticated actors only: anonymous refusals are 401s, not recorded)."""
+    """Record a refused authorisation, once per actor (user and token), target, capability and DENIAL_RECORD_SECONDS
+    (authenticated actors only: anonymous refusals are 401s, not recorded)."""
     if actor.user is None or not actor.user.is_authenticated:
+        return
+    recorded = AuditEntry.objects.filter(
+        project_id=project_id,
+        created_at__gt=timezone.now() - timedelta(seconds=DENIAL_RECORD_SECONDS),
+        action=AuditEntry.ACCESS_DENIED,
+        actor=actor.user,
+        target=target,
+        detail__capability=capability,
+    )
+    # The actor is the user and the token they sent (a login and a token are told apart).
+    recorded = recorded.filter(detail__token=actor.token.prefix) if actor.token is not None else recorded.exclude(detail__has_key="token")
+    if recorded.exists():
         return
     AuditEntry.objects.create(
         project_id=project_id,

@@ -443,7 +443,7 @@ async def test_socket(route, socket_world):
         attempts += [(actor, "token", probe.token[actor]) for actor in ACTORS if actor != "anonymous"]
     sockets = []
     for actor, credential, expected in attempts:
-        headers = [(b"origin", ORIGIN.encode())]
+        headers = [(b"host", b"127.0.0.1"), (b"origin", ORIGIN.encode())]
         if credential == "login" and actor in world.cookies:
             headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={world.cookies[actor]}".encode()))
         if credential == "token":

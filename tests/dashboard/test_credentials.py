@@ -330,7 +330,7 @@ async def test_a_lowered_role_keeps_the_stream_while_it_may_still_read(sid, user
 async def test_the_list_socket_is_renewed_when_the_projects_its_user_reads_change(user, session_cookie, quick_checks):
     team = await database_sync_to_async(Project.objects.create)(slug="team", name="Team")
     ws = WebsocketCommunicator(
-        application, "/ws/sessions/live", headers=[(b"cookie", f"{django_settings.SESSION_COOKIE_NAME}={session_cookie}".encode()), (b"origin", b"http://testserver")]
+        application, "/ws/sessions/live", headers=[(b"cookie", f"{django_settings.SESSION_COOKIE_NAME}={session_cookie}".encode()), (b"origin", b"http://testserver"), (b"host", b"testserver")]
     )
     connected, _ = await ws.connect(timeout=WAIT)
     assert connected and await ws.receive_nothing(3 * QUICK_CHECK), "unchanged access: the list stays open"

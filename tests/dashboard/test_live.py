@@ -27,11 +27,12 @@ from tests.dashboard.test_fork_views import offered
 from tests.servers import DaphneServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
-ORIGIN = "http://127.0.0.1"
+HOST = "127.0.0.1"  # the server the page and its sockets are served by
+ORIGIN = f"http://{HOST}"
 
 
 async def browser_socket(path: str, cookie: str | None, origin: str | None = ORIGIN) -> WebsocketCommunicator:
-    headers = [(b"origin", origin.encode())] if origin else []
+    headers = [(b"host", HOST.encode())] + ([(b"origin", origin.encode())] if origin else [])
     if cookie:
         headers.append((b"cookie", f"{settings.SESSION_COOKIE_NAME}={cookie}".encode()))
     communicator = WebsocketCommunicator(application, path, headers=headers)

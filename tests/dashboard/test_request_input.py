@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 from channels.testing import WebsocketCommunicator
 from django.conf import settings
 
 from dashboard.asgi import application
-from dashboard.params import decimal_int
+from dashboard.params import MAX_DIGITS, BadParameter, decimal_int
 from tests.access import member
 from tests.dashboard.conftest import WAIT, opened
 from sessions_app import services
+from sessions_app.models import Role
 from tests.dashboard.test_consumers import append, append_sync, create
-from tests.dashboard.test_live import ORIGIN, browser_socket, closed_with
+from tests.dashboard.test_live import HOST, ORIGIN, browser_socket, closed_with
 
 SUPERSCRIPT_TWO = "²"
 
@@ -31,11 +35,11 @@ def stored(session_id: str, count: int) -> None:
 
 @pytest.mark.parametrize("text", ["²", "١", "𝟠", "-1", "1.5", " 1", "1_0", "", "+1"])
 def test_only_ascii_decimal_digits_are_a_number(text):
-    assert decimal_int(text) is None
+    assert decimal_int(text, name="n") is None
 
 
 def test_ascii_decimal_digits_are_their_number():
-    assert decimal_int("0") == 0 and decimal_int("0042") == 42 and decimal_int("9" * 30) == int("9" * 30)
+    assert decimal_int("0", name="n") == 0 and decimal_int("0042", name="n") == 42 and decimal_int("9" * 30, name="n") == int("9" * 30)
 
 
 @pytest.mark.django_db
@@ -102,7 +106,7 @@ async def test_a_raw_page_socket_given_a_unicode_digit_streams_from_the_start(si
 async def test_a_raw_unicode_digit_byte_in_a_page_socket_query_is_no_server_error(sid, session_cookie):
     """Query strings are decoded as latin-1, where byte 0xB2 is "²"."""
     await create(sid, 1)
-    headers = [(b"origin", ORIGIN.encode()), (b"cookie", f"{settings.SESSION_COOKIE_NAME}={session_cookie}".encode())]
+    headers = [(b"host", HOST.encode()), (b"origin", ORIGIN.encode()), (b"cookie", f"{settings.SESSION_COOKIE_NAME}={session_cookie}".encode())]
     communicator = WebsocketCommunicator(application, f"/ws/sessions/{sid}/live", headers=headers)
     communicator.scope["query_string"] = b"view=raw&first=\xb2"
     opened.append(communicator)
@@ -120,6 +124,113 @@ async def test_an_api_socket_given_a_unicode_digit_closes_4400(sid, token):
     await create(sid, 1)
     communicator = WebsocketCommunicator(
         application, f"/ws/v1/sessions/{sid}/events?after=%C2%B2", headers=[(b"authorization", f"Bearer {token}".encode())]
+    )
+    opened.append(communicator)
+    connected, _ = await communicator.connect(timeout=WAIT)
+    assert connected and await closed_with(communicator) == 4400
+
+
+# Numbers too long to convert (Python's int-str limit, 4,300 digits) -------------------------
+
+TOO_LONG = "9" * (MAX_DIGITS + 1)
+PAGE, TOKENS = "/sessions/digits/", "/projects/default/tokens"
+# Every numeric parameter of every page and form: (name, method, path, data).
+NUMERIC_PARAMETERS = [
+    ("before", "GET", PAGE, {"view": "raw", "before": TOO_LONG}),
+    ("before", "GET", "/sessions/digits/blocks", {"before": TOO_LONG}),
+    ("highlight", "GET", PAGE, {"highlight": f"{TOO_LONG}-3"}),
+    ("highlight", "GET", PAGE, {"highlight": f"1-{TOO_LONG}"}),
+    ("boundary", "GET", "/sessions/digits/fork", {"boundary": TOO_LONG}),
+    ("boundary", "POST", "/sessions/digits/fork", {"boundary": TOO_LONG, "id": "child"}),
+    ("owner", "GET", TOKENS, {"owner": TOO_LONG}),
+    ("owner", "POST", TOKENS, {"owner": TOO_LONG, "scopes": "read"}),
+    ("expires_in_days", "POST", TOKENS, {"owner": "{admin}", "scopes": "read", "expires_in_days": TOO_LONG}),
+    ("next_seq", "POST", "/sessions/digits/recovery", {"next_seq": TOO_LONG, "digest": "0" * 64}),
+]
+# Every numeric parameter of the sockets (each closes 4400).
+SOCKET_PARAMETERS = ["after", "first", "next_seq"]
+# Read by Django form fields, which refuse what they cannot convert themselves.
+FORM_FIELD_PARAMETERS = {"expires_in_days"}
+
+
+def numeric_parameters_in_the_code() -> set[str]:
+    """The `name` of every call of dashboard.params.decimal_int in dashboard/."""
+    names = set()
+    for module in (Path(__file__).resolve().parents[2] / "dashboard").rglob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Name):
+                continue
+            if node.func.id == "decimal_int":
+                (name,) = [k.value.value for k in node.keywords if k.arg == "name" and isinstance(k.value, ast.Constant)] or [None]
+                assert name is not None, f"{module.name}:{node.lineno}: decimal_int without a literal name"
+                names.add(name)
+    return names
+
+
+def test_the_lists_hold_every_numeric_parameter_the_code_reads():
+    listed = {name for name, *_ in NUMERIC_PARAMETERS} - FORM_FIELD_PARAMETERS
+    assert numeric_parameters_in_the_code() == listed | set(SOCKET_PARAMETERS)
+
+
+def test_no_page_or_socket_converts_a_number_but_through_the_helper():
+    """int() and float() of request input anywhere else would bring the 500 back (settings read the environment)."""
+    allowed = {"params.py", "settings.py", "turnlog.py"}  # turnlog.py: a template filter of stored values
+    for module in (Path(__file__).resolve().parents[2] / "dashboard").rglob("*.py"):
+        if module.name in allowed:
+            continue
+        calls = [
+            node.lineno
+            for node in ast.walk(ast.parse(module.read_text()))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in {"int", "float"}
+        ]
+        assert not calls, f"{module.name} converts numbers itself at lines {calls}"
+
+
+def test_a_number_longer_than_python_converts_is_a_bad_parameter():
+    with pytest.raises(BadParameter, match="before"):
+        decimal_int(TOO_LONG, name="before")
+    assert decimal_int("9" * MAX_DIGITS, name="before") == int("9" * MAX_DIGITS)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("name, method, path, data", NUMERIC_PARAMETERS, ids=[f"{m} {p} {n}" for n, m, p, _ in NUMERIC_PARAMETERS])
+def test_a_too_long_number_in_any_numeric_parameter_answers_4xx(client, django_user_model, name, method, path, data):
+    stored("digits", 3)
+    admin = django_user_model.objects.create_user("admin")
+    member(admin, Role.ADMIN)
+    client.force_login(admin)
+    data = {key: value.format(admin=admin.pk) for key, value in data.items()}
+    response = client.get(path, data) if method == "GET" else client.post(path, data)
+    assert 400 <= response.status_code < 500
+    if response.status_code == 400:
+        assert name in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/ws/sessions/{sid}/live?after={n}",
+        "/ws/sessions/{sid}/live?view=raw&first={n}&after=0",
+        "/ws/sessions/{sid}/recovery/live?next_seq={n}&digest=" + "0" * 64 + "&after=0",
+        "/ws/sessions/{sid}/recovery/live?next_seq=0&digest=" + "0" * 64 + "&after={n}",
+    ],
+)
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("slow_poll", "fresh_layer")
+async def test_a_page_socket_given_a_too_long_number_closes_4400(sid, session_cookie, path):
+    await create(sid, 1)
+    page = await browser_socket(path.format(sid=sid, n=TOO_LONG), session_cookie)
+    assert await closed_with(page) == 4400
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+@pytest.mark.usefixtures("slow_poll", "fresh_layer")
+async def test_an_api_socket_given_a_too_long_number_closes_4400(sid, token):
+    await create(sid, 1)
+    communicator = WebsocketCommunicator(
+        application, f"/ws/v1/sessions/{sid}/events?after={TOO_LONG}", headers=[(b"authorization", f"Bearer {token}".encode())]
     )
     opened.append(communicator)
     connected, _ = await communicator.connect(timeout=WAIT)

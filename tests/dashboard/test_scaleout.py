@@ -20,7 +20,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.db import connection
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection, connect
 
 from sessions_app import services
@@ -267,9 +267,40 @@ def test_a_request_that_cannot_reach_the_database_gets_a_503_with_retry_after(st
         with pytest.raises(ConnectionClosed) as closed:
             stream.recv(timeout=WAIT)
     assert closed.value.rcvd.code == 4503
-    # A browser's socket cannot read its login session: refused at the handshake, so htmx retries.
-    with pytest.raises(InvalidStatus):
-        browser_socket(server, "some-session", f"/ws/sessions/{sid}/live")
+    # Nor can a browser's socket read its login session: 4503 too, and the page reconnects later.
+    with browser_socket(server, "some-session", f"/ws/sessions/{sid}/live") as page:
+        with pytest.raises(ConnectionClosed) as closed:
+            page.recv(timeout=WAIT)
+    assert closed.value.rcvd.code == 4503
+    assert "Traceback" not in server.log_path.read_text(), server.log_path.read_text()
+
+
+UNREACHABLE = {
+    # A PostgreSQL on a closed port, its pool's timeout left at the default 20 s.
+    "postgresql": lambda tmp_path: f"postgres://postgres@127.0.0.1:{free_port()}/turnlog_unreachable",
+    # A SQLite file that cannot be opened (its directory is missing; root reads a chmod 000 file anyway).
+    "sqlite": lambda tmp_path: f"sqlite:///{tmp_path / 'missing' / 'turnlog.sqlite3'}",
+}
+
+
+@pytest.mark.parametrize("database", UNREACHABLE)
+def test_every_socket_opened_while_the_database_is_unreachable_closes_4503_at_once(start_daphne, token, session_cookie, sid, tmp_path, database):
+    """Not after the pool's 20 s (Daphne drops a handshake not accepted within 5 s), not a refused handshake."""
+    server = start_daphne(DATABASE_URL=UNREACHABLE[database](tmp_path))
+    sockets = {
+        "json stream (token)": lambda: json_stream(server, token, sid),
+        "json stream (login)": lambda: browser_socket(server, session_cookie, f"/ws/v1/sessions/{sid}/events"),
+        "session page": lambda: browser_socket(server, session_cookie, f"/ws/sessions/{sid}/live?after=0"),
+        "session list": lambda: browser_socket(server, session_cookie, "/ws/sessions/live"),
+    }
+    for name, open_socket in sockets.items():
+        started = time.monotonic()
+        with open_socket() as ws:
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=WAIT)
+        assert closed.value.rcvd.code == 4503, name
+        # Well inside the pool's timeout: the socket was not left waiting for it (not a performance bound).
+        assert time.monotonic() - started < 15, name
     assert "Traceback" not in server.log_path.read_text(), server.log_path.read_text()
 
 

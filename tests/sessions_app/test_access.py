@@ -390,3 +390,58 @@ def test_locked_session_for_token_answers_as_usable_for_and_actor_can_for_every_
                 assert (token.last_used_at is not None) == recent
                 checked += 1
     assert checked > 10  # the matrix holds grants as well as refusals
+
+
+# Repeated refusals -----------------------------------------------------------------
+
+
+def test_a_refusal_repeated_within_a_minute_is_recorded_once_per_actor_target_and_capability(person, alpha, beta, django_user_model, monkeypatch):
+    member(person, Role.VIEWER, alpha)
+    other = django_user_model.objects.create_user("other")
+    member(other, Role.VIEWER, alpha)
+    services.create_session(session_id="b1", project=beta)
+    services.create_session(session_id="b2", project=beta)
+    services.create_session(session_id="a1", project=alpha)
+
+    def refuse(actor, session_id, capability=access.READ):
+        with pytest.raises((SessionNotFound, access.Forbidden)):
+            access.session_for(actor, session_id, capability)
+
+    for _ in range(50):
+        refuse(access.Actor(user=person), "b1")
+    assert denials() == [("beta", "b1", {"capability": "read"})]
+    refuse(access.Actor(user=person), "b2")  # another target
+    refuse(access.Actor(user=other), "b1")  # another actor
+    refuse(access.Actor(user=person), "a1", access.FORK)  # another refusal
+    refuse(access.Actor(user=person), "a1", access.FORK)
+    token = actor_sending(services.issue_token(user=person, project=alpha, scopes=[Scope.READ])[1])
+    refuse(token, "b1")  # the same user with a token is another actor
+    refuse(token, "b1")
+    assert len(denials()) == 5
+    monkeypatch.setattr(access, "DENIAL_RECORD_SECONDS", 0)  # the minute has passed
+    refuse(access.Actor(user=person), "b1")
+    assert len(denials()) == 6
+
+
+def test_a_refused_project_is_recorded_once_a_minute(person, alpha):
+    member(person, Role.VIEWER, alpha)
+    for _ in range(5):
+        with pytest.raises(access.Forbidden):
+            access.project_for(access.Actor(user=person), "alpha", access.APPEND)
+    assert denials() == [("alpha", "project alpha", {"capability": "append"})]
+
+
+def test_probing_another_projects_session_through_pages_and_the_api_adds_one_row_a_minute(person, alpha, beta):
+    from django.test import Client
+
+    from tests.conftest import ApiClient
+
+    member(person, Role.ADMIN, alpha)
+    services.create_session(session_id="b1", project=beta)
+    browser = Client()
+    browser.force_login(person)
+    api = ApiClient(services.issue_token(user=person, project=alpha, scopes=[Scope.READ])[1])
+    for _ in range(20):
+        assert browser.get("/sessions/b1/").status_code == 404
+        assert api.get("/api/v1/sessions/b1").status_code == 404
+    assert sorted(detail.get("token", "") for _, _, detail in denials()) == ["", api.headers["Authorization"][7:17]]

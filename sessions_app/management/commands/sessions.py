@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 # The Agents page's own wording of its figures, so the table reads the same here.
+from dashboard.params import BadParameter, decimal_int
 from dashboard.templatetags.agents import agent_label, duration, percent, strategy_counts
 from dashboard.templatetags.turnlog import seq_range
 from sessions_app import access, errors, selectors, services
@@ -201,7 +202,13 @@ class Command(BaseCommand):
 
     def fork(self, *, project: Project | None, session_id: str, at: str, new_id: str | None, **_):
         self.session(session_id, project)
-        boundary = int(at) if re.fullmatch(r"-?[0-9]+", at) else at
+        boundary = at  # a name ("last") the fork rules judge, unless it is a number
+        if re.fullmatch(r"-?[0-9]+", at):
+            try:
+                magnitude = decimal_int(at.removeprefix("-"), name="--at")
+            except BadParameter as bad:
+                raise CommandError(f"{bad}.") from None
+            boundary = -magnitude if at.startswith("-") else magnitude
         if new_id is not None and not re.fullmatch(SESSION_ID_PATTERN, new_id):
             raise CommandError(f"--id {new_id!r}: {session_id_validator.message}.")
         try:

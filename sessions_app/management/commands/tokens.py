@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
+from dashboard.params import BadParameter, decimal_int
 from sessions_app import access, services
 from sessions_app.models import ApiToken, Project, Scope, hash_token
 
@@ -142,8 +143,12 @@ def find_token(given: str) -> ApiToken:
     """The one token with this id, prefix (or its start), or secret; CommandError naming the problem otherwise."""
     given = given.strip()
     tokens = ApiToken.objects.select_related("user", "project")
-    if given.isdigit():
-        matches = list(tokens.filter(pk=int(given)))
+    try:
+        token_id = decimal_int(given, name="the token id")
+    except BadParameter as bad:
+        raise CommandError(f"{bad}.") from None
+    if token_id is not None:
+        matches = list(tokens.filter(pk=token_id))
     elif len(given) > PREFIX_MAX_LENGTH:
         matches = list(tokens.filter(token_sha256=hash_token(given)))
     elif given:

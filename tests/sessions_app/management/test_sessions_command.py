@@ -302,3 +302,11 @@ def test_status_says_when_the_agents_clock_is_off_and_goes_by_the_servers():
     assert "1 events, running" in out
     assert f"Last activity {format_time(session.last_activity_at)} (by the server's clock)" in out
     assert f"Agent clock ahead by 3 y: its latest event claims {claimed}, received {format_time(session.last_received_at)}" in out
+
+
+def test_a_fork_at_a_number_too_long_to_read_is_refused_in_words():
+    store(WORKED_EXAMPLE, session_id="crashed")
+    with pytest.raises(CommandError, match="--at must be a number of at most 4,300 digits"):
+        run("fork", "crashed", "--at", "9" * 4301)
+    with pytest.raises(CommandError, match="past the end"):
+        run("fork", "crashed", "--at", "9" * 40)

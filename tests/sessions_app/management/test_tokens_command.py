@@ -256,3 +256,10 @@ def test_revoking_closes_the_tokens_stream_on_a_real_server_within_seconds(alice
     finally:
         server.stop()
     assert "Traceback" not in (tmp_path / "daphne.log").read_text()
+
+
+@pytest.mark.parametrize("given", ["9" * 4301, "²", "9" * 40])
+def test_revoke_by_an_id_that_cannot_be_one_is_refused_in_words(alice, given):
+    token_for(alice)
+    assert "token" in refused("revoke", given)
+    assert not ApiToken.objects.filter(revoked_at__isnull=False).exists()
