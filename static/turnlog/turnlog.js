@@ -41,8 +41,9 @@
   }
 
   // A live frame replaces whole blocks and rows. Each <details> keeps the state
-  // the reader left it in (found again by its nearest id and its place under it),
-  // and what the reader could read stays open when a new summary compacts it.
+  // the reader left it in (found again by its nearest id and its place under it).
+  // Anything else is as a reload renders it: a block a new summary compacts
+  // collapses, unless it holds something the reader opened, which stays in view.
   function detailsByPlace(root) {
     var found = {};
     root.querySelectorAll("details").forEach(function (el) {
@@ -58,13 +59,18 @@
   function keepReadersDetails(target, fragment) {
     var before = detailsByPlace(target);
     var after = detailsByPlace(fragment);
+    var openedByReader = [];
     Object.keys(after).forEach(function (place) {
       var shown = after[place];
-      if (before[place]) {
-        shown.el.open = before[place].el.open;
-      } else if (shown.el.classList.contains("compacted") && shown.owner &&
-                 (target.id === shown.owner || target.querySelector("#" + CSS.escape(shown.owner)))) {
-        shown.el.open = true;  // newly compacted while on screen
+      if (!before[place]) return;
+      if (before[place].el.open && !shown.el.open) openedByReader.push(shown.el);
+      shown.el.open = before[place].el.open;
+    });
+    Object.keys(after).forEach(function (place) {
+      var shown = after[place];
+      if (!before[place] && shown.el.classList.contains("compacted") &&
+          openedByReader.some(function (el) { return shown.el.contains(el); })) {
+        shown.el.open = true;  // newly compacted around what the reader is reading
       }
     });
   }
