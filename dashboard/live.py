@@ -251,7 +251,9 @@ def render_raw_frame(session_id: str, wires: list[dict], shown_through: int, fir
     """Out-of-band swaps for the raw log: new rows appended, rows whose badge or fork label
     the new events changed (a summary shadowing them, their turn closing) replaced."""
     session = session_page.page_session(session_id)
-    events = [log_events.event_from_wire(w) for w in wires]
+    # Read back rather than taken from the wires: PostgreSQL's jsonb orders an object's keys its own
+    # way, and a row must read as a reload shows it.
+    events = selectors.events_since(session, since=wires[0]["seq"], limit=len(wires))
     context = session_page.header_context(session, can_fork=can_fork, tab=session_page.RAW)
     new_rows, changed = transcript.raw_frame_rows(session, events, first_shown=first_shown, shown_through=shown_through)
     parts = [render_to_string("sessions/detail.html#raw-row", {**context, "entry": row, "oob": True}).strip() for row in changed]
