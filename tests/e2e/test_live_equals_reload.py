@@ -236,3 +236,31 @@ def test_a_live_session_page_reads_as_a_reload_after_every_step(browser, servers
     pages.check("a fork", lambda: expect(pages.transcript.locator("#session-head .forks")).to_contain_text(f"{SID}-fork", timeout=LIVE))
     pages.compare("a fork", 20)
     assert not pages.failures, "\n\n".join(pages.failures)
+
+
+def test_a_fork_form_opened_in_the_header_outlives_frames_while_the_fork_is_offered(browser, server, plain_user):
+    """Frames re-render the whole header: a form being filled in stays, until a reload would no longer offer it."""
+    from sessions_app import services
+    from sessions_app.log.events import validate_batch
+    from tests.sessions_app.test_recovery import store
+
+    def append_now(*events) -> None:
+        services.append_events(session_id="forming", events=validate_batch([{"type": t, "data": d} for t, d in events]))
+
+    store([("user_message", {"content": "q1"})], session_id="forming")
+    page = open_page(browser, server, plain_user, "/sessions/forming/")
+    expect(page.locator("#live-state")).to_have_attribute("data-state", "open", timeout=LIVE)
+    page.locator("#session-head .fork-whole").click()
+    name = page.locator("#session-head .fork-form").get_by_label("Name of the new session")
+    expect(name).to_be_focused(timeout=LIVE)
+    name.fill("kept-name")
+
+    append_now(("user_message", {"content": "q2"}))
+    expect(page.locator("#live-cursor")).to_have_attribute("data-last-seq", "1", timeout=LIVE)
+    expect(page.locator("#session-head .facts")).to_be_visible()
+    expect(name).to_have_value("kept-name")
+    expect(name).to_be_focused()
+
+    append_now(("turn_start", {"turn": 1}))  # a reload offers no fork of the whole session now
+    expect(page.locator("#session-head")).to_contain_text("Fork whole session: not now", timeout=LIVE)
+    expect(page.locator("#session-head .fork-form")).to_have_count(0)
