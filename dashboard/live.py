@@ -36,7 +36,6 @@ from dashboard.middleware import DATABASE_UNAVAILABLE
 from dashboard.params import decimal_int
 from sessions_app import access, db_threads, selectors, services
 from sessions_app.log import events as log_events
-from sessions_app.models import Session
 
 logger = logging.getLogger(__name__)
 
@@ -119,10 +118,11 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         """
         changes = shared_status.follow(session_id)
         tab = session_page.TRANSCRIPT if self.raw_from is None else session_page.RAW
-        render = functools.partial(render_state_frame, session_id, self.can_fork, tab)
         try:
             while True:
-                change = await changes.get()
+                change, with_blocks = await changes.get()
+                with_blocks = with_blocks and tab == session_page.TRANSCRIPT
+                render = functools.partial(render_state_frame, session_id, self.can_fork, tab, with_blocks)
                 await self.send(text_data=await shared_frames.get(("state", session_id, change, tab, self.can_fork), render))
         finally:
             shared_status.unfollow(session_id, changes)
@@ -186,8 +186,9 @@ class SharedStatus:
     Each page socket `follow`s its session and gets a queue of changes; one
     task per session reads `session_page.header_fingerprint` every
     STATUS_REFRESH_SECONDS and, when it changed, puts the change's number in
-    every queue (the sockets share a render of `render_state_frame` per view
-    and rights). Without the database a round is skipped (the streams wait for it anyway).
+    every queue, and whether the blocks must follow it too (the sockets share
+    a render of `render_state_frame` per view and rights). Without the
+    database a round is skipped (the streams wait for it anyway).
     """
 
     def __init__(self):
@@ -216,7 +217,7 @@ class SharedStatus:
             try:
                 fingerprint = await database_sync_to_async(session_page.header_fingerprint)(session_id)
                 if shown is not None and fingerprint != shown:
-                    change = next(_header_changes)
+                    change = (next(_header_changes), session_page.blocks_follow(shown[0], fingerprint[0]))
                     watched = self._sessions.get(session_id)
                     for queue in watched[0] if watched is not None else ():
                         queue.put_nowait(change)
@@ -268,14 +269,14 @@ def frame_end(context: dict, wires: list[dict]) -> str:
     return session_page.header_swaps(context) + cursor
 
 
-def render_state_frame(session_id: str, can_fork: bool, tab: str) -> str:
+def render_state_frame(session_id: str, can_fork: bool, tab: str, with_blocks: bool) -> str:
     """The header after it changed with no event (a status turning stalled with silence alone, a fork
-    of this session, a flag), and on the transcript the latest blocks and the open turns: their
+    of this session, a flag); `with_blocks`, also the transcript's latest blocks and open turns: their
     unanswered calls read as pending while the session may still answer them, and as recovery
     classifies them (or as "no result") once it cannot."""
     session = session_page.page_session(session_id)
     context = session_page.header_context(session, can_fork=can_fork, tab=tab)
-    blocks = session_page.status_blocks(session) if tab == session_page.TRANSCRIPT else []
+    blocks = session_page.status_blocks(session) if with_blocks else []
     swaps = [render_to_string("sessions/detail.html#block", {**context, "block": block, "oob": "true"}).strip() for block in blocks]
     return "".join(swaps) + session_page.header_swaps(context)
 

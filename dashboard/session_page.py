@@ -62,3 +62,14 @@ def status_blocks(session: Session) -> list[transcript.Block]:
     blocks = {block.key: block for block in transcript.latest_window(session).blocks}
     blocks |= {block.key: block for block in transcript.open_turn_blocks(session)}
     return sorted(blocks.values(), key=lambda block: block.first_seq)
+
+
+def blocks_follow(before: str, after: str) -> bool:
+    """Whether blocks render otherwise once the status went from `before` to `after` with no event.
+
+    A card reads by whether the session may still answer its call (running or
+    active) and, in an open turn, by whether it stalled (transcript.Builder.card).
+    A busy session going between running and active changes neither: only its header is re-sent.
+    """
+    answering = (selectors.RUNNING, selectors.ACTIVE)
+    return (before in answering, before == selectors.STALLED) != (after in answering, after == selectors.STALLED)
