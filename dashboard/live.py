@@ -91,6 +91,8 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         query = query_params(self.scope)
         # The raw log view follows the log too; `first` is the first seq its page shows.
         self.raw_from = (decimal_int(query.get("first", "")) or 0) if query.get("view") == "raw" else None
+        # What the page's header shows (its data-state): a socket opened after it changed sets it right.
+        self.page_state = query.get("state", "")[:200] or None
         actor = access.Actor(user=self.scope["user"])
         await self.connect_stream(actor)
         # Frames are shared by viewers with the same rights (fork controls show only to those who may fork).
@@ -116,14 +118,15 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         One check per session per process (`shared_status`), whatever the number of its page
         sockets; one render per change for the sockets with the same view and rights.
         """
-        changes = shared_status.follow(session_id)
+        changes = shared_status.follow(session_id, self.page_state)
         tab = session_page.TRANSCRIPT if self.raw_from is None else session_page.RAW
         try:
             while True:
                 change, with_blocks = await changes.get()
                 with_blocks = with_blocks and tab == session_page.TRANSCRIPT
                 render = functools.partial(render_state_frame, session_id, self.can_fork, tab, with_blocks)
-                await self.send(text_data=await shared_frames.get(("state", session_id, change, tab, self.can_fork), render))
+                key = ("state", session_id, change, with_blocks, tab, self.can_fork)
+                await self.send(text_data=await shared_frames.get(key, render))
         finally:
             shared_status.unfollow(session_id, changes)
 
@@ -183,50 +186,57 @@ shared_frames = SharedRenders()
 class SharedStatus:
     """One check per watched session per process of what its header shows that no event changes.
 
-    Each page socket `follow`s its session and gets a queue of changes; one
-    task per session reads `session_page.header_fingerprint` every
-    STATUS_REFRESH_SECONDS and, when it changed, puts the change's number in
-    every queue, and whether the blocks must follow it too (the sockets share
-    a render of `render_state_frame` per view and rights). Without the
-    database a round is skipped (the streams wait for it anyway).
+    Each page socket `follow`s its session with the state its page shows (the
+    header's data-state, sent by the page as `state`) and gets a queue of
+    changes; one task per session reads `session_page.header_fingerprint` at
+    once when a socket joins, then every STATUS_REFRESH_SECONDS, and tells each
+    socket whose page shows another state: the round's number, and whether
+    the blocks must follow too (the sockets share a render of
+    `render_state_frame` per round, view and rights). So a page whose session
+    changed between its load and its socket (or while it reconnected) is set
+    right as well. Without the database a round is skipped (the streams wait for it anyway).
     """
 
     def __init__(self):
-        self._sessions: dict[str, tuple[set[asyncio.Queue], asyncio.Task]] = {}
+        # session id -> (each follower's queue and the state its page shows, the check, its wake-up)
+        self._sessions: dict[str, tuple[dict[asyncio.Queue, str | None], asyncio.Task, asyncio.Event]] = {}
 
-    def follow(self, session_id: str) -> asyncio.Queue:
-        frames: asyncio.Queue = asyncio.Queue()
+    def follow(self, session_id: str, shown: str | None = None) -> asyncio.Queue:
+        changes: asyncio.Queue = asyncio.Queue()
         watched = self._sessions.get(session_id)
         if watched is None or watched[1].done() or watched[1].get_loop() is not asyncio.get_running_loop():
-            watched = self._sessions[session_id] = (set(), asyncio.create_task(self._check(session_id)))
-        watched[0].add(frames)
-        return frames
+            wake = asyncio.Event()
+            watched = self._sessions[session_id] = ({}, asyncio.create_task(self._check(session_id, wake)), wake)
+        watched[0][changes] = shown
+        watched[2].set()
+        return changes
 
-    def unfollow(self, session_id: str, frames: asyncio.Queue) -> None:
+    def unfollow(self, session_id: str, changes: asyncio.Queue) -> None:
         watched = self._sessions.get(session_id)
-        if watched is None or frames not in watched[0]:
+        if watched is None or changes not in watched[0]:
             return
-        watched[0].discard(frames)
+        del watched[0][changes]
         if not watched[0]:
             del self._sessions[session_id]
             watched[1].cancel()
 
-    async def _check(self, session_id: str) -> None:
-        shown = None
+    async def _check(self, session_id: str, wake: asyncio.Event) -> None:
         while True:
+            wake.clear()
             try:
-                fingerprint = await database_sync_to_async(session_page.header_fingerprint)(session_id)
-                if shown is not None and fingerprint != shown:
-                    change = (next(_header_changes), session_page.blocks_follow(shown[0], fingerprint[0]))
-                    watched = self._sessions.get(session_id)
-                    for queue in watched[0] if watched is not None else ():
-                        queue.put_nowait(change)
-                shown = fingerprint
+                current = await database_sync_to_async(session_page.header_fingerprint)(session_id)
+                watched = self._sessions.get(session_id)
+                number = next(_header_changes)
+                for changes, shown in list(watched[0].items()) if watched is not None else ():
+                    if shown is not None and shown != current:
+                        changes.put_nowait((number, session_page.blocks_follow(session_page.status_in(shown), session_page.status_in(current))))
+                    watched[0][changes] = current
             except DATABASE_UNAVAILABLE as error:
                 stream.database_outage.failed(error)
             except Exception:
                 logger.exception("checking the status of session %s failed", session_id)
-            await asyncio.sleep(STATUS_REFRESH_SECONDS)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(wake.wait(), STATUS_REFRESH_SECONDS)
 
     def __len__(self) -> int:
         return len(self._sessions)

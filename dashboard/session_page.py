@@ -32,10 +32,12 @@ def page_session(session_id: str) -> Session:
 
 def header_context(session: Session, *, can_fork: bool, tab: str) -> dict:
     """Everything _header.html and _tabs.html read, from the database."""
+    forks = list(session.forks.order_by("created_at", "id"))
     return {
         "session": session,
         "status": session.status,
-        "forks": list(session.forks.order_by("created_at", "id")),
+        "header_state": fingerprint(session, len(forks)),
+        "forks": forks,
         "recoveries": selectors.recovery_history(session),
         "can_fork": can_fork,
         "view": tab,
@@ -49,10 +51,23 @@ def header_swaps(context: dict) -> str:
     return render_to_string("sessions/_header.html", swapped).strip() + render_to_string("sessions/_tabs.html", swapped).strip()
 
 
-def header_fingerprint(session_id: str) -> tuple:
-    """What of the header can change with no event appended: its status, its forks, its flags."""
+def fingerprint(session: Session, forks_made: int) -> str:
+    """What of the header can change with no event appended: its status, its forks, its flags.
+
+    The header carries it (data-state), and the page's socket says which one its page shows.
+    """
+    held = session.repeated_failures_at.isoformat() if session.repeated_failures_at else "-"
+    return f"{session.status} {forks_made} {held}"
+
+
+def header_fingerprint(session_id: str) -> str:
     session = Session.objects.annotate(forks_made=Count("forks")).get(pk=session_id)
-    return session.status, session.forks_made, session.repeated_failures_at
+    return fingerprint(session, session.forks_made)
+
+
+def status_in(state: str) -> str:
+    """The status a fingerprint names."""
+    return state.split(" ", 1)[0]
 
 
 def status_blocks(session: Session) -> list[transcript.Block]:

@@ -87,13 +87,15 @@
     };
     // Deferred scripts run in order, so htmx and its ws extension are defined here.
     var create = htmx.createWebSocket;
+    // The socket is also told the state the header shows: one that changed meanwhile is re-sent.
     htmx.createWebSocket = function (url) {
       var seq = lastSeq();
-      if (seq !== null && Number(seq) >= 0) {
-        var withCursor = new URL(url);
-        withCursor.searchParams.set("after", seq);
-        url = withCursor.toString();
-      }
+      var head = document.getElementById("session-head");
+      var state = head && head.getAttribute("data-state");
+      var withCursor = new URL(url);
+      if (seq !== null && Number(seq) >= 0) withCursor.searchParams.set("after", seq);
+      if (state) withCursor.searchParams.set("state", state);
+      url = withCursor.toString();
       return create ? create(url) : new WebSocket(url);
     };
   }

@@ -228,7 +228,7 @@ async def test_the_header_follows_the_status_a_turn_opens_and_a_recovery_closes(
     page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
     await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
     frame = await page.receive_from(timeout=WAIT)
-    assert '<header class="session-head" id="session-head" hx-swap-oob="true">' in frame
+    assert re.search(r'<header class="session-head" id="session-head" data-state="running [^"]*" hx-swap-oob="true">', frame)
     assert "<strong>Running:</strong> turn 1 (opened at seq 1) is open" in frame and "Preview recovery" in frame
 
     await database_sync_to_async(services.recover)(session_id=sid, user=user, note="checked <b>it</b>")
@@ -308,6 +308,22 @@ async def test_a_fork_of_the_session_re_sends_its_header(sid, session_cookie, us
     header, _ = await assert_header_as_reloaded(await page.receive_from(timeout=WAIT), user, sid)
     assert f"<code>{sid}-fork</code>" in header
     assert await page.receive_nothing(QUIET)  # once
+
+
+async def test_a_socket_whose_page_shows_an_older_state_is_sent_the_header_at_once(sid, session_cookie, user, settings):
+    """The session changed between the page's load and its socket (or while it reconnected): the page is set right,
+    without waiting for the next check, and a page that shows the current state is sent nothing."""
+    await create(sid, 1)
+    shown = header_and_tabs(await reload(user, sid))[0]
+    state = re.search(r'data-state="([^"]+)"', shown).group(1)
+    assert state.startswith("active ")
+    current = await browser_socket(f"/ws/sessions/{sid}/live?after=0&state={state.replace(' ', '+')}", session_cookie)
+    assert await current.receive_nothing(QUIET)
+    settings.TURNLOG_STALL_SECONDS = 0  # it went quiet since that load
+    late = await browser_socket(f"/ws/sessions/{sid}/live?after=0&state={state.replace(' ', '+')}", session_cookie)
+    frame = await late.receive_from(timeout=WAIT)
+    header, _ = await assert_header_as_reloaded(frame, user, sid)
+    assert 'data-state="clean 0 -"' in header
 
 
 async def test_raw_rows_arriving_live_carry_their_fork_labels_and_follow_their_turn_closing(sid, session_cookie, user):

@@ -43,3 +43,4 @@ def test_the_header_context_is_what_the_header_and_tabs_read():
     assert [child.id for child in context["forks"]] == ["child"]
     assert context["recoveries"] == [] and context["status"] == ACTIVE
     assert context["tab"] == context["view"] == "raw" and context["can_fork"] is True
+    assert context["header_state"] == session_page.header_fingerprint("parent") == "active 1 -"
