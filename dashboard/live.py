@@ -1,8 +1,9 @@
 """The browsers' live streams: HTML frames of out-of-band swaps for htmx's ws extension.
 
 `SessionPageConsumer` (/ws/sessions/{id}/live?after=N) keeps a session page
-current: every committed event re-renders the transcript blocks it touched,
-with the same partials as the first page load. `SessionListConsumer`
+current: every committed event re-renders the transcript blocks (or raw rows)
+it touched and the page's header and tab bar, with the same partials and the
+same inputs as a page load (dashboard.session_page). `SessionListConsumer`
 (/ws/sessions/live?status=&q=&project=) keeps the session list current.
 
 The seq logic (backlog, gaps, writes by other processes) is dashboard.stream's,
