@@ -1,8 +1,9 @@
 """The browsers' live streams: HTML frames of out-of-band swaps for htmx's ws extension.
 
 `SessionPageConsumer` (/ws/sessions/{id}/live?after=N) keeps a session page
-current: every committed event re-renders the transcript blocks it touched,
-with the same partials as the first page load. `SessionListConsumer`
+current: every committed event re-renders the transcript blocks (or raw rows)
+it touched and the page's header and tab bar, with the same partials and the
+same inputs as a page load (dashboard.session_page). `SessionListConsumer`
 (/ws/sessions/live?status=&q=&project=) keeps the session list current.
 
 The seq logic (backlog, gaps, writes by other processes) is dashboard.stream's,
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import logging
 from collections.abc import Callable
 from urllib.parse import parse_qs
@@ -23,7 +25,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.template.loader import render_to_string
 
-from dashboard import credentials, stream, transcript
+from dashboard import credentials, session_page, stream, transcript
 from dashboard.consumers import (
     CLOSE_BAD_REQUEST,
     CLOSE_FORBIDDEN_ORIGIN,
@@ -36,12 +38,13 @@ from dashboard.middleware import DATABASE_UNAVAILABLE
 from dashboard.params import BadParameter, decimal_int
 from sessions_app import access, db_threads, selectors, services
 from sessions_app.log import events as log_events
-from sessions_app.models import Session
 
 logger = logging.getLogger(__name__)
 
-# How often pages re-check statuses that change with time alone (running -> stalled).
-STATUS_REFRESH_SECONDS = 15
+# How often pages re-check statuses that change with time alone (running -> stalled), and headers changed with no event.
+STATUS_REFRESH_SECONDS = settings.TURNLOG_PAGE_REFRESH_SECONDS
+# Numbers the header changes found by the status checks: a key of their renders, unique in the process.
+_header_changes = itertools.count(1)
 
 
 async def login_user(consumer: AsyncWebsocketConsumer):
@@ -94,6 +97,8 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         except BadParameter as bad:
             return await self.close(code=CLOSE_BAD_REQUEST, reason=str(bad))
         self.raw_from = (first or 0) if query.get("view") == "raw" else None
+        # What the page's header shows (its data-state): a socket opened after it changed sets it right.
+        self.page_state = query.get("state", "")[:200] or None
         actor = access.Actor(user=self.scope["user"])
         await self.connect_stream(actor)
         # Frames are shared by viewers with the same rights (fork controls show only to those who may fork).
@@ -107,22 +112,29 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         if self.raw_from is None:
             render = functools.partial(render_page_frame, session_id, wires, shown_through, self.can_fork)
         else:
-            render = functools.partial(render_raw_frame, session_id, wires, shown_through, self.raw_from)
+            render = functools.partial(render_raw_frame, session_id, wires, shown_through, self.raw_from, self.can_fork)
         # Everything a frame depends on, so viewers in step share one render.
         key = (session_id, self.raw_from, self.can_fork, wires[0]["seq"], wires[-1]["seq"])
         await self.send(text_data=await shared_frames.get(key, render))
 
     async def refresh_status(self, session_id: str):
-        """A running session turns stalled with silence alone: its header is re-sent when that happens.
+        """The header changes with no event (a running session turns stalled with silence alone, a
+        fork is made of it): it is re-sent when that happens.
 
-        One check per session per process (`shared_status`), whatever the number of its page sockets.
+        One check per session per process (`shared_status`), whatever the number of its page
+        sockets; one render per change for the sockets with the same view and rights.
         """
-        frames = shared_status.follow(session_id)
+        changes = shared_status.follow(session_id, self.page_state)
+        tab = session_page.TRANSCRIPT if self.raw_from is None else session_page.RAW
         try:
             while True:
-                await self.send(text_data=await frames.get())
+                change, with_blocks = await changes.get()
+                with_blocks = with_blocks and tab == session_page.TRANSCRIPT
+                render = functools.partial(render_state_frame, session_id, self.can_fork, tab, with_blocks)
+                key = ("state", session_id, change, with_blocks, tab, self.can_fork)
+                await self.send(text_data=await shared_frames.get(key, render))
         finally:
-            shared_status.unfollow(session_id, frames)
+            shared_status.unfollow(session_id, changes)
 
     async def disconnect(self, code):
         self.cancel_renewal()
@@ -178,50 +190,59 @@ shared_frames = SharedRenders()
 
 
 class SharedStatus:
-    """One status check per watched session per process, its state frame rendered once for all its page sockets.
+    """One check per watched session per process of what its header shows that no event changes.
 
-    Each page socket `follow`s its session and gets a queue of state frames;
-    one task per session reads the status every STATUS_REFRESH_SECONDS and,
-    when it changed, renders `render_state_frame` once and puts it in every
-    queue. Without the database a round is skipped (the streams wait for it anyway).
+    Each page socket `follow`s its session with the state its page shows (the
+    header's data-state, sent by the page as `state`) and gets a queue of
+    changes; one task per session reads `session_page.header_fingerprint` at
+    once when a socket joins, then every STATUS_REFRESH_SECONDS, and tells each
+    socket whose page shows another state: the round's number, and whether
+    the blocks must follow too (the sockets share a render of
+    `render_state_frame` per round, view and rights). So a page whose session
+    changed between its load and its socket (or while it reconnected) is set
+    right as well. Without the database a round is skipped (the streams wait for it anyway).
     """
 
     def __init__(self):
-        self._sessions: dict[str, tuple[set[asyncio.Queue], asyncio.Task]] = {}
+        # session id -> (each follower's queue and the state its page shows, the check, its wake-up)
+        self._sessions: dict[str, tuple[dict[asyncio.Queue, str | None], asyncio.Task, asyncio.Event]] = {}
 
-    def follow(self, session_id: str) -> asyncio.Queue:
-        frames: asyncio.Queue = asyncio.Queue()
+    def follow(self, session_id: str, shown: str | None = None) -> asyncio.Queue:
+        changes: asyncio.Queue = asyncio.Queue()
         watched = self._sessions.get(session_id)
         if watched is None or watched[1].done() or watched[1].get_loop() is not asyncio.get_running_loop():
-            watched = self._sessions[session_id] = (set(), asyncio.create_task(self._check(session_id)))
-        watched[0].add(frames)
-        return frames
+            wake = asyncio.Event()
+            watched = self._sessions[session_id] = ({}, asyncio.create_task(self._check(session_id, wake)), wake)
+        watched[0][changes] = shown
+        watched[2].set()
+        return changes
 
-    def unfollow(self, session_id: str, frames: asyncio.Queue) -> None:
+    def unfollow(self, session_id: str, changes: asyncio.Queue) -> None:
         watched = self._sessions.get(session_id)
-        if watched is None or frames not in watched[0]:
+        if watched is None or changes not in watched[0]:
             return
-        watched[0].discard(frames)
+        del watched[0][changes]
         if not watched[0]:
             del self._sessions[session_id]
             watched[1].cancel()
 
-    async def _check(self, session_id: str) -> None:
-        shown = None
+    async def _check(self, session_id: str, wake: asyncio.Event) -> None:
         while True:
+            wake.clear()
             try:
-                status = await database_sync_to_async(session_status)(session_id)
-                if shown is not None and status != shown:
-                    frame = await database_sync_to_async(render_state_frame)(session_id)
-                    watched = self._sessions.get(session_id)
-                    for frames in watched[0] if watched is not None else ():
-                        frames.put_nowait(frame)
-                shown = status
+                current = await database_sync_to_async(session_page.header_fingerprint)(session_id)
+                watched = self._sessions.get(session_id)
+                number = next(_header_changes)
+                for changes, shown in list(watched[0].items()) if watched is not None else ():
+                    if shown is not None and shown != current:
+                        changes.put_nowait((number, session_page.blocks_follow(session_page.status_in(shown), session_page.status_in(current))))
+                    watched[0][changes] = current
             except DATABASE_UNAVAILABLE as error:
                 stream.database_outage.failed(error)
             except Exception:
                 logger.exception("checking the status of session %s failed", session_id)
-            await asyncio.sleep(STATUS_REFRESH_SECONDS)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(wake.wait(), STATUS_REFRESH_SECONDS)
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -230,59 +251,50 @@ class SharedStatus:
 shared_status = SharedStatus()
 
 
-def session_status(session_id: str) -> str:
-    return Session.objects.get(pk=session_id).status
-
-
 def render_page_frame(session_id: str, wires: list[dict], shown_through: int, can_fork: bool) -> str:
     """Out-of-band swaps for new events: each touched block replaced, or appended when new."""
-    session = Session.objects.get(pk=session_id)
+    session = session_page.page_session(session_id)
     events = [log_events.event_from_wire(w) for w in wires]
+    context = session_page.header_context(session, can_fork=can_fork, tab=session_page.TRANSCRIPT)
     parts = []
     for block in transcript.blocks_touched(session, events):
         oob = "true" if block.first_seq <= shown_through else None
-        context = {"session": session, "block": block, "oob": oob, "can_fork": can_fork}
-        html = render_to_string("sessions/detail.html#block", context).strip()
+        html = render_to_string("sessions/detail.html#block", {**context, "block": block, "oob": oob}).strip()
         parts.append(html if oob else f'<div hx-swap-oob="beforeend:#blocks">{html}</div>')
-    return "".join(parts) + frame_end(session, wires)
+    return "".join(parts) + frame_end(context, wires)
 
 
-def render_raw_frame(session_id: str, wires: list[dict], shown_through: int, first_shown: int) -> str:
-    """Out-of-band swaps for the raw log: new rows appended, rows a new summary shadows replaced."""
-    session = Session.objects.get(pk=session_id)
-    events = [log_events.event_from_wire(w) for w in wires]
-    new_rows, reshadowed = transcript.raw_frame_rows(session, events, first_shown=first_shown, shown_through=shown_through)
-    parts = [
-        render_to_string("sessions/detail.html#raw-row", {"session": session, "entry": row, "oob": True}).strip()
-        for row in reshadowed
-    ]
-    rows = "".join(render_to_string("sessions/detail.html#raw-row", {"session": session, "entry": row}) for row in new_rows)
+def render_raw_frame(session_id: str, wires: list[dict], shown_through: int, first_shown: int, can_fork: bool) -> str:
+    """Out-of-band swaps for the raw log: new rows appended, rows whose badge or fork label
+    the new events changed (a summary shadowing them, their turn closing) replaced."""
+    session = session_page.page_session(session_id)
+    # Read back rather than taken from the wires: PostgreSQL's jsonb orders an object's keys its own
+    # way, and a row must read as a reload shows it.
+    events = selectors.events_since(session, since=wires[0]["seq"], limit=len(wires))
+    context = session_page.header_context(session, can_fork=can_fork, tab=session_page.RAW)
+    new_rows, changed = transcript.raw_frame_rows(session, events, first_shown=first_shown, shown_through=shown_through)
+    parts = [render_to_string("sessions/detail.html#raw-row", {**context, "entry": row, "oob": True}).strip() for row in changed]
+    rows = "".join(render_to_string("sessions/detail.html#raw-row", {**context, "entry": row}) for row in new_rows)
     parts.append(f'<div hx-swap-oob="beforeend:#raw-rows">{rows}</div>')
-    return "".join(parts) + frame_end(session, wires)
+    return "".join(parts) + frame_end(context, wires)
 
 
-def frame_end(session: Session, wires: list[dict]) -> str:
-    """The header's state, then the cursor: last, so a frame cut short is sent again after a reconnect."""
-    return state_parts(session) + f'<span id="live-cursor" data-last-seq="{wires[-1]["seq"]}" hidden hx-swap-oob="true"></span>'
+def frame_end(context: dict, wires: list[dict]) -> str:
+    """The header and tab bar, then the cursor: last, so a frame cut short is sent again after a reconnect."""
+    cursor = f'<span id="live-cursor" data-last-seq="{wires[-1]["seq"]}" hidden hx-swap-oob="true"></span>'
+    return session_page.header_swaps(context) + cursor
 
 
-def render_state_frame(session_id: str) -> str:
-    """The header after a status changed with time alone, and the open turns, whose unanswered
-    calls read as pending while running and as recovery classifies them once stalled."""
-    session = Session.objects.get(pk=session_id)
-    blocks = [
-        render_to_string("sessions/detail.html#block", {"session": session, "block": block, "oob": "true"}).strip()
-        for block in transcript.open_turn_blocks(session)
-    ]
-    return "".join(blocks) + state_parts(session)
-
-
-def state_parts(session: Session) -> str:
-    """The header's status pill and count, open-turn alert and recovery history, as out-of-band swaps."""
-    context = {"session": session, "status": session.status, "recoveries": selectors.recovery_history(session), "oob": True}
-    return render_to_string("sessions/_summary.html", context).strip() + render_to_string(
-        "sessions/_header.html#session-state", context
-    ).strip()
+def render_state_frame(session_id: str, can_fork: bool, tab: str, with_blocks: bool) -> str:
+    """The header after it changed with no event (a status turning stalled with silence alone, a fork
+    of this session, a flag); `with_blocks`, also the transcript's latest blocks and open turns: their
+    unanswered calls read as pending while the session may still answer them, and as recovery
+    classifies them (or as "no result") once it cannot."""
+    session = session_page.page_session(session_id)
+    context = session_page.header_context(session, can_fork=can_fork, tab=tab)
+    blocks = session_page.status_blocks(session) if with_blocks else []
+    swaps = [render_to_string("sessions/detail.html#block", {**context, "block": block, "oob": "true"}).strip() for block in blocks]
+    return "".join(swaps) + session_page.header_swaps(context)
 
 
 async def stop_task(task: asyncio.Task | None) -> None:

@@ -285,6 +285,12 @@ if TURNLOG_DB_THREADS < 0:
 # A page's live socket is closed (4012) and reconnected from its cursor after this long.
 TURNLOG_SOCKET_RENEW_SECONDS = float(os.environ.get("TURNLOG_SOCKET_RENEW_SECONDS", "3600"))
 
+# Seconds between two checks, per watched session, of what its page's header shows that no event changes
+# (the status turning stalled with silence alone, a fork of it): the pages are sent the new header.
+TURNLOG_PAGE_REFRESH_SECONDS = float(os.environ.get("TURNLOG_PAGE_REFRESH_SECONDS", "15"))
+if not TURNLOG_PAGE_REFRESH_SECONDS > 0:
+    raise ImproperlyConfigured(f"TURNLOG_PAGE_REFRESH_SECONDS must be above 0, not {TURNLOG_PAGE_REFRESH_SECONDS!r}")
+
 # Seconds between two checks of the tokens of open streams: a revoked or expired token's streams close (4401) within it.
 TURNLOG_CREDENTIAL_CHECK_SECONDS = float(os.environ.get("TURNLOG_CREDENTIAL_CHECK_SECONDS", "2"))
 if not TURNLOG_CREDENTIAL_CHECK_SECONDS > 0:

@@ -500,7 +500,8 @@ def raw_page(session: Session, *, before: int | None = None) -> RawPage:
 
 def raw_frame_rows(session: Session, new_events: list[Event], *, first_shown: int, shown_through: int) -> tuple[list[RawRow], list[RawRow]]:
     """The rows of new_events, and the rows already on a raw page (seqs
-    first_shown..shown_through) that a summary among new_events now shadows.
+    first_shown..shown_through) that a summary among new_events now shadows,
+    or whose turn a turn_end among them closes (their fork label names it).
 
     Only the latest RESHADOW_ROWS rows are checked, whatever `first_shown` a
     client claims; older rows of a page left open for long keep their badge
@@ -509,12 +510,14 @@ def raw_frame_rows(session: Session, new_events: list[Event], *, first_shown: in
     replaces = compactions(session)
     rows = raw_rows(session, new_events, replaces)
     new = {seq: start for seq, start, _ in replaces if seq >= new_events[0].seq}
+    ends = [e.seq for e in new_events if e.type == "turn_end"]
+    closed = set(EventRow.objects.filter(session=session, seq__in=ends).values_list("turn_seq", flat=True)) - {None} if ends else set()
     # A row's position is its seq, or a summary's own range start (never after its seq).
-    since = max(first_shown, min(new.values(), default=shown_through + 1), shown_through + 1 - RESHADOW_ROWS)
+    since = max(first_shown, min([*new.values(), *closed], default=shown_through + 1), shown_through + 1 - RESHADOW_ROWS)
     if since > shown_through:
         return rows, []
     shown = selectors.events_since(session, since=since, limit=shown_through - since + 1)
-    return rows, [row for row in raw_rows(session, shown, replaces) if row.shadowed_by in new]
+    return rows, [row for row in raw_rows(session, shown, replaces) if row.shadowed_by in new or row.fork.turn_seq in closed]
 
 
 def block_key(seq: int, turn_seq: int | None) -> str:

@@ -12,7 +12,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from dashboard import recovery_live, transcript
+from dashboard import recovery_live, session_page, transcript
 from dashboard.params import decimal_int
 from dashboard.templatetags.turnlog import seq_range
 from sessions_app import access, errors, selectors, services
@@ -77,15 +77,13 @@ def session_list(request):
 @login_required
 def session_detail(request, session_id: str):
     session = session_or_404(request, session_id)
-    view = "raw" if request.GET.get("view") == "raw" else "transcript"
+    view = session_page.RAW if request.GET.get("view") == "raw" else session_page.TRANSCRIPT
+    rights = session_rights(request, session)
+    # The header and tab bar's inputs, as every live frame of this page computes them.
     context = {
-        "session": session,
-        "status": session.status,
-        "view": view,
-        "forks": list(session.forks.order_by("created_at", "id")),
-        "recoveries": selectors.recovery_history(session),
+        **session_page.header_context(session, can_fork=rights["can_fork"], tab=view),
         "highlight": highlighted_seqs(request),
-        **session_rights(request, session),
+        **rights,
     }
     if view == "raw":
         context["raw"] = transcript.raw_page(session, before=decimal_int(request.GET.get("before", ""), name="before"))
@@ -249,10 +247,6 @@ def confirm_recovery(request, session):
 @login_required
 def session_lineage(request, session_id: str):
     session = session_or_404(request, session_id)
-    context = {
-        "session": session,
-        "lineage": selectors.lineage(session),
-        "recoveries": selectors.recovery_history(session),
-        **session_rights(request, session),
-    }
+    rights = session_rights(request, session)
+    context = {**session_page.header_context(session, can_fork=rights["can_fork"], tab="lineage"), "lineage": selectors.lineage(session), **rights}
     return render(request, "sessions/lineage.html", context)

@@ -41,8 +41,9 @@
   }
 
   // A live frame replaces whole blocks and rows. Each <details> keeps the state
-  // the reader left it in (found again by its nearest id and its place under it),
-  // and what the reader could read stays open when a new summary compacts it.
+  // the reader left it in (found again by its nearest id and its place under it).
+  // Anything else is as a reload renders it: a block a new summary compacts
+  // collapses, unless it holds something the reader opened, which stays in view.
   function detailsByPlace(root) {
     var found = {};
     root.querySelectorAll("details").forEach(function (el) {
@@ -58,13 +59,18 @@
   function keepReadersDetails(target, fragment) {
     var before = detailsByPlace(target);
     var after = detailsByPlace(fragment);
+    var openedByReader = [];
     Object.keys(after).forEach(function (place) {
       var shown = after[place];
-      if (before[place]) {
-        shown.el.open = before[place].el.open;
-      } else if (shown.el.classList.contains("compacted") && shown.owner &&
-                 (target.id === shown.owner || target.querySelector("#" + CSS.escape(shown.owner)))) {
-        shown.el.open = true;  // newly compacted while on screen
+      if (!before[place]) return;
+      if (before[place].el.open && !shown.el.open) openedByReader.push(shown.el);
+      shown.el.open = before[place].el.open;
+    });
+    Object.keys(after).forEach(function (place) {
+      var shown = after[place];
+      if (!before[place] && shown.el.classList.contains("compacted") &&
+          openedByReader.some(function (el) { return shown.el.contains(el); })) {
+        shown.el.open = true;  // newly compacted around what the reader is reading
       }
     });
   }
@@ -81,13 +87,15 @@
     };
     // Deferred scripts run in order, so htmx and its ws extension are defined here.
     var create = htmx.createWebSocket;
+    // The socket is also told the state the header shows: one that changed meanwhile is re-sent.
     htmx.createWebSocket = function (url) {
       var seq = lastSeq();
-      if (seq !== null && Number(seq) >= 0) {
-        var withCursor = new URL(url);
-        withCursor.searchParams.set("after", seq);
-        url = withCursor.toString();
-      }
+      var head = document.getElementById("session-head");
+      var state = head && head.getAttribute("data-state");
+      var withCursor = new URL(url);
+      if (seq !== null && Number(seq) >= 0) withCursor.searchParams.set("after", seq);
+      if (state) withCursor.searchParams.set("state", state);
+      url = withCursor.toString();
       return create ? create(url) : new WebSocket(url);
     };
   }

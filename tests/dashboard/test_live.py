@@ -121,7 +121,9 @@ async def test_a_frame_in_the_open_turn_reads_that_turn_once(sid):
     turn_reads = [q for q in queries if '"sessions_app_event"."data"' in q and '"sessions_app_event"."turn_seq" IN' in q]
     assert len(turn_reads) == 1
     assert not [q for q in queries if '"sessions_app_event"."seq" >=' in q]  # no second read of the turn for the plan
-    assert len(queries) <= 8, queries  # 19 when the plan, the fork spots and the labels each read the turn and its calls again
+    # 19 when the plan, the fork spots and the labels each read the turn and its calls again; 9 since the frame
+    # re-renders the whole header as a reload does, whose list of forks is one more indexed read.
+    assert len(queries) <= 9, queries
 
 
 async def test_a_page_socket_is_closed_for_a_reconnect_before_it_gets_old(sid, session_cookie, settings):
@@ -227,7 +229,7 @@ async def test_the_header_follows_the_status_a_turn_opens_and_a_recovery_closes(
     page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
     await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
     frame = await page.receive_from(timeout=WAIT)
-    assert '<div id="session-state" hx-swap-oob="true">' in frame
+    assert re.search(r'<header class="session-head" id="session-head" data-state="running [^"]*" hx-swap-oob="true">', frame)
     assert "<strong>Running:</strong> turn 1 (opened at seq 1) is open" in frame and "Preview recovery" in frame
 
     await database_sync_to_async(services.recover)(session_id=sid, user=user, note="checked <b>it</b>")
@@ -237,6 +239,129 @@ async def test_the_header_follows_the_status_a_turn_opens_and_a_recovery_closes(
     assert f"Recovery of open turns by <strong>{user.username}</strong>" in state
     assert "checked &lt;b&gt;it&lt;/b&gt;" in state  # the note is escaped
     assert 'class="badge status-recovered"' in frame
+
+
+# Live equals reload: a frame's header, tab bar, blocks and rows are the page's -----------
+
+SESSION_HEAD = re.compile(r'<header class="session-head" id="session-head".*?</header>', re.S)
+SESSION_TABS = re.compile(r'<nav class="tabs" id="session-tabs".*?</nav>', re.S)
+
+
+def header_and_tabs(html: str) -> tuple[str | None, str | None]:
+    """The session header and tab bar of a page or frame, without the frame's swap attribute."""
+    found = [pattern.search(html) for pattern in (SESSION_HEAD, SESSION_TABS)]
+    return tuple(match and match.group(0).replace(' hx-swap-oob="true"', "") for match in found)
+
+
+def element(html: str, dom_id: str, tag: str) -> str | None:
+    """The element with this id (no element of the same tag nested in it), without a frame's swap attribute."""
+    match = re.search(rf'<{tag} id="{dom_id}"[^>]*>.*?</{tag}>', html, re.S)
+    return match and re.sub(r'(<{0} id="{1}"[^>]*?) hx-swap-oob="true"'.format(tag, dom_id), r"\1", match.group(0))
+
+
+@database_sync_to_async
+def reload(user, session_id: str, query: str = "") -> str:
+    client = Client()
+    client.force_login(user)
+    response = client.get(f"/sessions/{session_id}/{query}")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+async def assert_header_as_reloaded(frame: str, user, session_id: str, query: str = "") -> tuple[str, str]:
+    header, tabs = header_and_tabs(frame)
+    assert header is not None and tabs is not None, frame
+    assert (header, tabs) == header_and_tabs(await reload(user, session_id, query))
+    return header, tabs
+
+
+@pytest.mark.parametrize("query", ["", "?view=raw"])
+async def test_a_frame_s_header_and_tab_bar_are_a_reload_s(sid, session_cookie, user, query):
+    """Last activity moves, "Fork whole session" turns "not now" as a turn opens, the recovery
+    prompt leaves and the Recovery tab counts the recovery: on both tabs of the page."""
+    await create(sid, 1)
+    socket = f"/ws/sessions/{sid}/live?after=0" + ("&view=raw&first=0" if query else "")
+    page = await browser_socket(socket, session_cookie)
+    first_header, _ = header_and_tabs(await reload(user, sid, query))
+    await asyncio.sleep(0.01)  # a later time to show
+    await append_events(sid, [{"type": "user_message", "data": {"content": "later"}}])
+    header, _ = await assert_header_as_reloaded(await page.receive_from(timeout=WAIT), user, sid, query)
+    assert re.findall(r'datetime="([^"]+)"', header)[-1] != re.findall(r'datetime="([^"]+)"', first_header)[-1]  # last activity
+    assert "Fork whole session</a>" in header
+
+    await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
+    header, _ = await assert_header_as_reloaded(await page.receive_from(timeout=WAIT), user, sid, query)
+    assert "Fork whole session: not now" in header and "Preview recovery" in header
+
+    await database_sync_to_async(services.recover)(session_id=sid, user=user)
+    header, tabs = await assert_header_as_reloaded(await page.receive_from(timeout=WAIT), user, sid, query)
+    assert "Preview recovery" not in header and "not now" not in header and "Fork whole session</a>" in header
+    assert "Recovery (1)</a>" in tabs
+
+
+async def test_a_fork_of_the_session_re_sends_its_header(sid, session_cookie, user, monkeypatch):
+    """A fork appends nothing to its parent, whose header lists it: the page's check of what no event changes sends it."""
+    monkeypatch.setattr(live, "STATUS_REFRESH_SECONDS", 0.2)
+    await create(sid, 2)
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=1", session_cookie)
+    await asyncio.sleep(0.5)  # the check has seen the session as it was
+    await database_sync_to_async(services.fork)(session_id=sid, boundary=0, new_session_id=f"{sid}-fork", user=user)
+    header, _ = await assert_header_as_reloaded(await page.receive_from(timeout=WAIT), user, sid)
+    assert f"<code>{sid}-fork</code>" in header
+    assert await page.receive_nothing(QUIET)  # once
+
+
+async def test_a_socket_whose_page_shows_an_older_state_is_sent_the_header_at_once(sid, session_cookie, user, settings):
+    """The session changed between the page's load and its socket (or while it reconnected): the page is set right,
+    without waiting for the next check, and a page that shows the current state is sent nothing."""
+    await create(sid, 1)
+    shown = header_and_tabs(await reload(user, sid))[0]
+    state = re.search(r'data-state="([^"]+)"', shown).group(1)
+    assert state.startswith("active ")
+    current = await browser_socket(f"/ws/sessions/{sid}/live?after=0&state={state.replace(' ', '+')}", session_cookie)
+    assert await current.receive_nothing(QUIET)
+    settings.TURNLOG_STALL_SECONDS = 0  # it went quiet since that load
+    late = await browser_socket(f"/ws/sessions/{sid}/live?after=0&state={state.replace(' ', '+')}", session_cookie)
+    frame = await late.receive_from(timeout=WAIT)
+    header, _ = await assert_header_as_reloaded(frame, user, sid)
+    assert 'data-state="clean 0 -"' in header
+
+
+async def test_raw_rows_arriving_live_carry_their_fork_labels_and_follow_their_turn_closing(sid, session_cookie, user):
+    await create(sid, 1)
+    page = await browser_socket(f"/ws/sessions/{sid}/live?view=raw&first=0&after=0", session_cookie)
+    await append_events(sid, [
+        {"type": "turn_start", "data": {"turn": 1}},
+        {"type": "assistant_message", "data": {"content": "working"}},
+    ])  # fmt: skip
+    frame = await page.receive_from(timeout=WAIT)
+    reloaded = await reload(user, sid, "?view=raw")
+    for seq in (1, 2):
+        row = element(frame, f"seq-{seq}", "div")
+        assert "No fork here" in row and "still open" in row
+        assert row == element(reloaded, f"seq-{seq}", "div")
+
+    await append_events(sid, [{"type": "turn_end", "data": {"turn": 1, "steps": 0, "reason": "complete"}}])
+    frame = await page.receive_from(timeout=WAIT)
+    reloaded = await reload(user, sid, "?view=raw")
+    for seq in (0, 1, 2, 3):
+        assert element(frame, f"seq-{seq}", "div") == element(reloaded, f"seq-{seq}", "div") if seq else "seq-0" not in frame
+    assert "closes at seq 3" in element(frame, "seq-2", "div") and "Fork here" in element(frame, "seq-3", "div")
+
+
+async def test_a_call_outside_turns_reads_no_result_once_the_session_went_quiet(sid, session_cookie, user, monkeypatch, settings):
+    """The blocks that follow the status, not the events, are re-sent when it changes, as a reload shows them."""
+    monkeypatch.setattr(live, "STATUS_REFRESH_SECONDS", 0.2)
+    await create(sid)
+    await append_events(sid, [{"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "echo"}]}}])
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
+    assert await page.receive_nothing(QUIET)  # active
+    settings.TURNLOG_STALL_SECONDS = 0
+    frame = await page.receive_from(timeout=WAIT)
+    block = element(frame, "event-0", "section")
+    assert '<span class="badge state">no result</span>' in block
+    assert block == element(await reload(user, sid), "event-0", "section")
+    await assert_header_as_reloaded(frame, user, sid)
 
 
 async def test_a_running_page_turns_stalled_without_any_event(sid, session_cookie, monkeypatch, settings):
@@ -425,7 +550,7 @@ async def test_frames_carry_fork_controls_only_to_those_who_may_fork(sid, sessio
     await append(sid, 1)  # a new block: a boundary to fork at
     first, second = [await page.receive_from(timeout=WAIT) for page in members]
     seen_by_viewer = await viewer.receive_from(timeout=WAIT)
-    assert first == second and offered(first) == {"1"}
+    assert first == second and offered(first) == {"1", "last"}  # the new event, and the whole session in the header
     assert 'data-last-seq="1"' in seen_by_viewer and offered(seen_by_viewer) == set() and "fork" not in seen_by_viewer
     assert sorted(renders) == [False, True]  # one render per right, shared by those who have it
 

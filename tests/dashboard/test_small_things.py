@@ -190,12 +190,12 @@ def test_a_running_turn_reads_open_and_a_stalled_one_never_closed(operator):
 
 
 def test_the_live_frame_after_a_stall_says_never_closed(settings):
-    from dashboard import live
+    from dashboard import live, session_page
 
     services.create_session(session_id="live")
     append_now("live", [("user_message", message("hi")), ("turn_start", {"turn": 1})])
     settings.TURNLOG_STALL_SECONDS = 0  # now stalled
-    assert "open: never closed" in live.render_state_frame("live")
+    assert "open: never closed" in live.render_state_frame("live", False, session_page.TRANSCRIPT, True)
 
 
 # g. A favicon --------------------------------------------------------------------------------

@@ -57,7 +57,8 @@ def test_the_raw_log_follows_new_events_and_marks_what_a_summary_shadows(browser
     expect(page.locator("#seq-0")).to_contain_text("shadowed by 2")
     expect(page.locator("#seq-1")).to_contain_text("shadowed by 2")
     assert page.locator("#raw-rows .raw-row").count() == 3
-    assert sockets == [f"{server.url.replace('http', 'ws')}/ws/sessions/raw/live?view=raw&first=0&after=0"]  # one per page
+    # One per page, told the header's state as the page shows it.
+    assert sockets == [f"{server.url.replace('http', 'ws')}/ws/sessions/raw/live?view=raw&first=0&after=0&state=clean+0+-"]
     expect(page.locator("#session-summary")).to_contain_text("3 events")
 
 

@@ -57,7 +57,8 @@ def test_a_renewed_session_page_socket_reconnects_from_its_cursor_and_misses_not
 
     wait_for_opens(page, 2)  # the server closed the first one, the page opened another
     base = f"{renewing_server.url.replace('http', 'ws')}/ws/sessions/renewed/live"
-    assert urls[:2] == [f"{base}?after=0", f"{base}?after=1"]
+    assert [url.split("&state=")[0] for url in urls[:2]] == [f"{base}?after=0", f"{base}?after=1"]
+    assert all("&state=" in url for url in urls[:2])  # and the header's state the page shows
     assert page.evaluate("window.closeCodes")[0] == CLOSE_RENEW
     api_post(renewing_server, plain_user, "/api/v1/sessions/renewed/events", {"events": [{"type": "user_message", "data": {"content": "m2"}}]})
     expect(page.locator("#blocks")).to_contain_text("m2", timeout=LIVE)
