@@ -136,7 +136,7 @@ async def test_a_chat_shaped_call_arriving_live_is_named_as_on_a_reload(django_u
         return client
 
     client = await setup()
-    headers = [(b"origin", b"http://127.0.0.1"), (b"cookie", f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode())]
+    headers = [(b"host", b"127.0.0.1"), (b"origin", b"http://127.0.0.1"), (b"cookie", f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}".encode())]
     socket = WebsocketCommunicator(application, "/ws/sessions/live-chat/live?after=1", headers=headers)
     connected, _ = await socket.connect(timeout=3)
     assert connected
