@@ -15,6 +15,7 @@ from django import forms
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.forms import UsernameField
 from django.contrib.auth.validators import UnicodeUsernameValidator
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
@@ -129,7 +130,8 @@ def members_page(request, project, form, *, status: int = 200, refusal: str = ""
 
 
 class InviteForm(forms.Form):
-    username = forms.CharField(max_length=150, strip=True, validators=[UnicodeUsernameValidator()])
+    # UsernameField reads the name in NFKC, as the login form will ("ｖｅｒａ" is "vera").
+    username = UsernameField(max_length=150, strip=True, validators=[UnicodeUsernameValidator()])
     email = forms.EmailField(required=False, max_length=254)
     role = forms.ChoiceField(choices=Role.choices, initial=Role.MEMBER)
 

@@ -25,6 +25,7 @@ from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery
 from sessions_app.log import strategy as log_strategy
+from sessions_app.log import values as log_values
 from sessions_app.log.events import Event
 from sessions_app.models import CallSighting
 from sessions_app.models import Event as EventRow
@@ -91,12 +92,16 @@ def cut_at_word(text: str, limit: int) -> str:
 
 
 def looks_like_json(text: str) -> bool:
-    """Tool output that is JSON text reads better in a monospace block (shown as given)."""
+    """Tool output that is JSON text reads better in a monospace block (shown as given).
+
+    Read as the log reads JSON (log_values.loads): text nested past the reader's
+    recursion limit, NaN or 1e400 is refused there with a ValueError, not a RecursionError.
+    """
     stripped = text.strip()
     if not stripped[:1] in ("{", "[") or len(stripped) > 200_000:
         return False
     try:
-        json.loads(stripped)
+        log_values.loads(stripped)
     except ValueError:
         return False
     return True

@@ -54,6 +54,7 @@ def invite(*, project: Project, username: str, role: str, email: str = "", by) -
     if role not in Role.values:
         raise InvitationRefused(f"unknown role {role!r}: one of {', '.join(Role.values)}")
     users = get_user_model()
+    username = users.normalize_username(username)  # NFKC, as the login form reads what is typed
     try:
         users._meta.get_field(users.USERNAME_FIELD).clean(username, None)  # its length and characters
         if email:

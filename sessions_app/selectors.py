@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import itertools
-import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from statistics import median
@@ -16,6 +13,8 @@ from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Max, Q, Sum
 from django.utils import timezone
 
+from sessions_app import cursors
+from sessions_app.cursors import InvalidCursor  # noqa: F401  (callers catch selectors.InvalidCursor)
 from sessions_app.log import events as log_events
 from sessions_app.log import fold, fork, recovery, strategy
 from sessions_app.models import (
@@ -32,10 +31,6 @@ from sessions_app.models import (
     open_turn_labels_of,
 )
 from sessions_app.errors import SessionNotFound
-
-
-class InvalidCursor(ValueError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -132,17 +127,11 @@ def label_open_turns(sessions: list[Session]) -> None:
 
 
 def encode_cursor(session: Session) -> str:
-    raw = json.dumps([session.last_activity_at.isoformat(), session.id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    return cursors.encode(session.last_activity_at, session.id)
 
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        activity, session_id = json.loads(raw)
-        return datetime.fromisoformat(activity), str(session_id)
-    except (ValueError, TypeError, binascii.Error) as exc:
-        raise InvalidCursor(f"cursor {cursor!r} is not one this API returned") from exc
+    return cursors.decode(cursor, id_kind=str, given_by="this API returned")
 
 
 def events_since(session: Session, *, since: int = 0, limit: int | None = None) -> list[log_events.Event]:
@@ -425,20 +414,13 @@ class AuditPage:
 def newest_first_page(rows, *, before: str | None, limit: int) -> tuple[list, str | None]:
     """Rows newest first, keyset-paginated on (created_at, id); `before` is a cursor this gave."""
     if before:
-        try:
-            raw = base64.urlsafe_b64decode(before + "=" * (-len(before) % 4))
-            created, row_id = json.loads(raw)
-            created, row_id = datetime.fromisoformat(created), int(row_id)
-            if created.tzinfo is None:  # every cursor this gives carries its zone
-                raise ValueError("no time zone")
-        except (ValueError, TypeError, binascii.Error) as exc:
-            raise InvalidCursor(f"cursor {before!r} is not one this page gave") from exc
+        created, row_id = cursors.decode(before, id_kind=int, given_by="this page gave")
         rows = rows.filter(Q(created_at__lt=created) | Q(created_at=created, id__lt=row_id))
     items = list(rows.order_by("-created_at", "-id")[: limit + 1])
     if len(items) <= limit:
         return items, None
     last = items[limit - 1]
-    return items[:limit], base64.urlsafe_b64encode(json.dumps([last.created_at.isoformat(), last.pk]).encode()).decode().rstrip("=")
+    return items[:limit], cursors.encode(last.created_at, last.pk)
 
 
 def audit_entries(project: Project, *, action: str | None = None, before: str | None = None, limit: int = 50) -> AuditPage:

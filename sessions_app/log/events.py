@@ -91,6 +91,10 @@ def surface_op_problem(type: str, data: Mapping) -> tuple[str, str] | None:
     )
 
 
+class TimeOutOfRange(ValueError):
+    """A valid date-time with an offset that, converted to UTC, falls before year 1 or after year 9999."""
+
+
 def parse_time(value: str) -> datetime:
     """An ISO 8601 date-time with a UTC offset or "Z", as aware UTC; raises ValueError otherwise."""
     if not isinstance(value, str):
@@ -101,7 +105,7 @@ def parse_time(value: str) -> datetime:
     try:
         return parsed.astimezone(UTC)
     except OverflowError as exc:  # e.g. year 1 with a positive offset
-        raise ValueError(f"{value!r} is out of range in UTC") from exc
+        raise TimeOutOfRange(f"{value!r} is out of range in UTC") from exc
 
 
 def format_time(value: datetime) -> str:
@@ -140,6 +144,12 @@ def validate_event(type: object, data: object, time: object = None, *, index: in
         return NewEvent(type, data, None)
     try:
         return NewEvent(type, data, coerce_time(time))
+    except TimeOutOfRange:
+        raise InvalidEvent(
+            index,
+            "invalid_time",
+            f"{where}.time: {show_json(time)} falls outside years 1 to 9999 once converted to UTC",
+        ) from None
     except ValueError:
         raise InvalidEvent(
             index,

@@ -282,3 +282,18 @@ def test_a_refusal_under_the_api_stays_json(rf):
     assert response.status_code == 403 and json.loads(response.content) == {"detail": "not yours", "error": "forbidden"}
     response = refusals.csrf_failure(rf.post("/api/v1/sessions"), reason="CSRF token missing.")
     assert response.status_code == 403 and json.loads(response.content)["error"] == "forbidden"
+
+
+def test_an_invited_name_is_stored_as_the_login_form_reads_it(as_admin, team, django_user_model):
+    """The login form reads a username in Unicode's NFKC form (Django's UsernameField): a name typed in
+    fullwidth letters ("ｖｅｒａ") is stored as "vera", else its owner could never log in by typing it."""
+    response = invite(as_admin, "ｖｅｒａ", Role.VIEWER)
+    assert response.status_code == 200, text_of(response)
+    assert list(django_user_model.objects.filter(username__in=["ｖｅｒａ", "vera"]).values_list("username", flat=True)) == ["vera"]
+    _, done = set_password(invitation_link(text_of(response)))
+    assert "log in as vera." in text_of(done)
+    logged_in_page = Client().post("/login/", {"username": "ｖｅｒａ", "password": PASSWORD})
+    assert logged_in_page.status_code == 302, "the name as the person typed it logs in"
+    # The same name again, in either form, is taken.
+    again = invite(as_admin, "ＶＥＲＡ", Role.VIEWER)
+    assert again.status_code == 422 and "There already is an account named &#x27;vera&#x27;" in text_of(again)

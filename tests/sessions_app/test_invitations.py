@@ -77,3 +77,11 @@ def test_the_link_is_emailed_only_when_an_email_server_is_configured(settings, t
     assert invitations.email_invitation(invitation=invitation, link="http://x/l", project=team, by=alice) is None
     (sent,) = mail.outbox
     assert sent.to == ["vera@example.com"] and "http://x/l" in sent.body and "alice invited you" in sent.body and "vera" in sent.body
+
+
+def test_invite_stores_the_name_in_the_form_login_reads(team, alice):
+    """NFKC, as Django's login form normalizes what is typed: "ｖｅｒａ" is the account "vera", and taken once it exists."""
+    invitations.invite(project=team, username="ｖｅｒａ", role=Role.VIEWER, by=alice)
+    assert get_user_model().objects.filter(username="vera").exists()
+    with pytest.raises(invitations.InvitationRefused, match="there already is an account named 'VERA'"):
+        invitations.invite(project=team, username="ＶＥＲＡ", role=Role.VIEWER, by=alice)

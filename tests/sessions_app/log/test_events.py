@@ -118,6 +118,15 @@ def test_the_detail_says_where_and_is_the_message():
     assert str(error) == error.detail
 
 
+@pytest.mark.parametrize("time", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_time_outside_utc_years_says_so_rather_than_calling_it_no_date_time(time):
+    """It is an ISO 8601 date-time with an offset: what is wrong is its year once in UTC."""
+    with pytest.raises(InvalidEvent) as caught:
+        validate_event("user_message", {}, time, index=1)
+    assert caught.value.reason == "invalid_time"
+    assert caught.value.detail == f'events[1].time: "{time}" falls outside years 1 to 9999 once converted to UTC'
+
+
 def test_a_batch_is_refused_at_its_first_invalid_item():
     good = {"type": "user_message", "data": {"content": "hi"}}
     with pytest.raises(InvalidEvent) as caught:
