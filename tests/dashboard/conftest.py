@@ -17,7 +17,7 @@ from django.db import OperationalError, connections
 from django.test import Client
 
 from dashboard import stream
-from sessions_app.models import Project
+from sessions_app.models import Project, Role
 from tests.access import member, token_for
 from tests.servers import RedisServer
 
@@ -25,6 +25,24 @@ QUIET = 0.3  # how long "nothing more arrives" is watched for
 WAIT = 3  # the longest a frame that must come may take
 # Sockets a test opened, closed after it even when it failed.
 opened: list[WebsocketCommunicator] = []
+
+
+@pytest.fixture
+def viewer(client, django_user_model):
+    """A page client logged in as a member of the default project: reads and forks, but may not recover."""
+    user = django_user_model.objects.create_user("viewer")
+    member(user)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def operator(client, django_user_model):
+    """A page client logged in as a staff operator of the default project: may recover."""
+    user = django_user_model.objects.create_user("ops", is_staff=True)
+    member(user, Role.OPERATOR)
+    client.force_login(user)
+    return client
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from django.utils import timezone
 from dashboard.asgi import application
 from sessions_app import services
 from sessions_app.log.events import validate_batch
-from sessions_app.models import CallSighting, Role, Session, ToolPolicy
+from sessions_app.models import CallSighting, Session, ToolPolicy
 from tests.access import member, token_for
 from tests.asgi import response_of
 from tests.sessions_app import factories as f
@@ -48,14 +48,6 @@ def store(session_id: str, events: list[dict], *, agent: str = "checkout-bot", q
 def policies(db):
     ToolPolicy.objects.create(pattern="charge_card", side_effect=ToolPolicy.EXTERNAL_EFFECT)
     ToolPolicy.objects.create(pattern="lookup_*", side_effect=ToolPolicy.READ_ONLY)
-
-
-@pytest.fixture
-def operator(client, django_user_model):
-    user = django_user_model.objects.create_user("ops", is_staff=True)
-    member(user, Role.OPERATOR)
-    client.force_login(user)
-    return client
 
 
 @pytest.mark.django_db

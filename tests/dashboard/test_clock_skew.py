@@ -14,7 +14,6 @@ from django.utils import timezone
 from sessions_app import services
 from sessions_app.log.events import format_time, validate_batch
 from sessions_app.models import Event
-from tests.access import member
 from tests.dashboard.conftest import WAIT
 from tests.sessions_app import factories as f
 
@@ -29,14 +28,6 @@ def append_claiming(session_id: str, items: list[dict], skew: timedelta) -> str:
     claimed = format_time(timezone.now() + skew)
     services.append_events(session_id=session_id, events=validate_batch([{**item, "time": claimed} for item in items]))
     return claimed
-
-
-@pytest.fixture
-def viewer(client, django_user_model):
-    user = django_user_model.objects.create_user("viewer")
-    member(user)
-    client.force_login(user)
-    return client
 
 
 @pytest.mark.django_db

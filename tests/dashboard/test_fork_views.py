@@ -13,7 +13,6 @@ from sessions_app.log.events import event_to_wire, validate_batch
 from sessions_app.log.recovery import open_turns
 from sessions_app.log.structure import place_all
 from sessions_app.models import Event, Session
-from tests.access import member
 from tests.sessions_app.log.strategies import logs, message
 from tests.sessions_app.test_fork import CRASHED
 from tests.sessions_app.test_recovery import store
@@ -21,15 +20,6 @@ from tests.sessions_app.test_recovery import store
 pytestmark = pytest.mark.django_db
 
 CLEAN = CRASHED[:6]  # turn 1 closed at seq 4; nothing open
-
-
-@pytest.fixture
-def viewer(client, django_user_model):
-    """A member of the default project: members may fork."""
-    user = django_user_model.objects.create_user("viewer")
-    member(user)
-    client.force_login(user)
-    return client
 
 
 def text_of(response) -> str:

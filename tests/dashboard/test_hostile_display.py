@@ -8,8 +8,6 @@ import pytest
 from dashboard import transcript
 from sessions_app import services
 from sessions_app.log.events import validate_batch
-from sessions_app.models import Role
-from tests.access import member
 from tests.sessions_app import factories as f
 
 # JSON text nested far past the JSON reader's recursion limit: storable as a string, not as a value.
@@ -23,14 +21,6 @@ def test_looks_like_json_answers_for_any_text(text):
 
 def test_looks_like_json_still_reads_json():
     assert transcript.looks_like_json('  {"a": [1, 2.5, "x"]} ')
-
-
-@pytest.fixture
-def operator(client, django_user_model):
-    user = django_user_model.objects.create_user("ops", is_staff=True)
-    member(user, Role.OPERATOR)
-    client.force_login(user)
-    return client
 
 
 @pytest.mark.django_db

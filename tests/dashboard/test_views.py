@@ -22,15 +22,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def viewer(client, django_user_model):
-    """A member of the default project: reads and forks, but may not recover."""
-    user = django_user_model.objects.create_user("viewer")
-    member(user)
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
 def staff(client, django_user_model):
     """An operator of the default project: may also apply recoveries."""
     user = django_user_model.objects.create_user("ops", is_staff=True)
