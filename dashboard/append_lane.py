@@ -32,6 +32,7 @@ from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 
 from dashboard import middleware as dashboard_middleware
+from dashboard.outage import DATABASE_UNAVAILABLE
 from sessions_app import db_threads, errors, services
 from sessions_app.api import PreparedAppend, prepare_append
 from sessions_app.log import values as log_values
@@ -131,7 +132,7 @@ class AppendLane:
 
         try:
             return await db_threads.run_append(store)
-        except dashboard_middleware.DATABASE_UNAVAILABLE as error:
+        except DATABASE_UNAVAILABLE as error:
             return self.unavailable.process_exception(request, error)
 
     async def created(self, request: ASGIRequest, result: services.AppendResult, send) -> None:

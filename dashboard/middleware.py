@@ -24,20 +24,20 @@ import logging
 from asgiref.sync import sync_to_async
 from django.contrib.auth import middleware as auth_middleware
 from django.contrib.messages import middleware as messages_middleware
-from django.db import DEFAULT_DB_ALIAS, InterfaceError, OperationalError, connections
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.http import HttpResponse, JsonResponse
 from django.middleware import common
 from django.utils.deprecation import MiddlewareMixin
 
 from csp import middleware as csp_middleware
-from dashboard.params import BadParameter
+from dashboard import outage
+from dashboard.outage import CLOSE_UNAVAILABLE, DATABASE_UNAVAILABLE
+from sessions_app.params import BadParameter
 
 logger = logging.getLogger(__name__)
 
 # Seconds a client should wait before retrying (a restart or failover takes a few).
 RETRY_AFTER_SECONDS = 5
-# Django wraps the driver's errors, psycopg_pool's PoolTimeout included, in these.
-DATABASE_UNAVAILABLE = (OperationalError, InterfaceError)
 
 
 def in_event_loop(middleware: type[MiddlewareMixin]) -> type[MiddlewareMixin]:
@@ -95,7 +95,7 @@ class DatabaseUnavailableMiddleware(MiddlewareMixin):
 
 
 class BadParameterMiddleware(MiddlewareMixin):
-    """A numeric parameter too long to read (dashboard.params) is the client's error: a 400 naming it."""
+    """A numeric parameter too long to read (sessions_app.params) is the client's error: a 400 naming it."""
 
     def process_exception(self, request, exception):
         if not isinstance(exception, BadParameter):
@@ -119,11 +119,9 @@ class WebsocketDatabaseGuard:
         self.inner = inner
 
     async def __call__(self, scope, receive, send):
-        from dashboard.stream import database_outage  # (dashboard.stream imports this module)
-
         unreachable = await sync_to_async(pool_unreachable, thread_sensitive=False)()
         if unreachable is not None:
-            database_outage.failed(unreachable)
+            outage.database_outage.failed(unreachable)
             return await close_unavailable(receive, send)
         accepted = received = False
 
@@ -143,13 +141,12 @@ class WebsocketDatabaseGuard:
         except DATABASE_UNAVAILABLE as error:
             if accepted:  # a consumer's own failure: Daphne closes the socket (1011)
                 raise
-            database_outage.failed(error)
+            outage.database_outage.failed(error)
             await close_unavailable(receive, send, connected=received)
 
 
 # Seconds a socket waits for a connection of the database pool before it is closed with 4503.
 SOCKET_DATABASE_WAIT_SECONDS = 1.0
-CLOSE_UNAVAILABLE = 4503  # the database is unreachable as the socket opens (dashboard.consumers lists every close code)
 
 
 def pool_unreachable() -> BaseException | None:

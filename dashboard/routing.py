@@ -1,10 +1,10 @@
 from channels.generic.websocket import WebsocketConsumer
 from django.urls import path, re_path
 
+from dashboard.live.consumers import CLOSE_NOT_FOUND, SessionEventsConsumer
+from dashboard.live.recovery import RecoveryPageConsumer
+from dashboard.live.sessions import SessionListConsumer, SessionPageConsumer
 import sessions_app.converters  # noqa: F401  (registers the session_id converter)
-from dashboard.consumers import CLOSE_NOT_FOUND, SessionEventsConsumer
-from dashboard.live import SessionListConsumer, SessionPageConsumer
-from dashboard.recovery_live import RecoveryPageConsumer
 
 
 class NoSuchSession(WebsocketConsumer):

@@ -186,7 +186,7 @@ def redis_channel_layer(url: str) -> dict:
 
     return {
         # channels-redis's layer, made to ride out Redis outages (see the module).
-        "BACKEND": "dashboard.layer.ResilientRedisChannelLayer",
+        "BACKEND": "dashboard.live.layer.ResilientRedisChannelLayer",
         "CONFIG": {
             # Passed to redis-py's ConnectionPool.from_url. The process's reader
             # blocks in Redis for up to 5 s (BZPOPMIN): a read timeout (redis-py
@@ -213,8 +213,8 @@ REDIS_URL = os.environ.get("REDIS_URL", "")
 if REDIS_URL:
     CHANNEL_LAYERS = {"default": redis_channel_layer(REDIS_URL)}
 else:
-    # channels' in-memory layer with a cheaper expiry sweep (dashboard/layer.py).
-    CHANNEL_LAYERS = {"default": {"BACKEND": "dashboard.layer.InMemoryChannelLayer", "CONFIG": {"capacity": 1500}}}
+    # channels' in-memory layer with a cheaper expiry sweep (dashboard/live/layer.py).
+    CHANNEL_LAYERS = {"default": {"BACKEND": "dashboard.live.layer.InMemoryChannelLayer", "CONFIG": {"capacity": 1500}}}
 
 # AxesStandaloneBackend first: it refuses a locked-out login before any
 # password is checked (bearer tokens and socket sessions never authenticate()).
@@ -238,8 +238,8 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 
-# A page's refusal (403) and a failed CSRF check render the site's own pages (dashboard/refusals.py).
-CSRF_FAILURE_VIEW = "dashboard.refusals.csrf_failure"
+# A page's refusal (403) and a failed CSRF check render the site's own pages (dashboard/pages/refusals.py).
+CSRF_FAILURE_VIEW = "dashboard.pages.refusals.csrf_failure"
 
 # An invitation's set-password link (sessions_app/invitations.py) works once, for this long.
 PASSWORD_RESET_TIMEOUT = int(os.environ.get("TURNLOG_INVITATION_LINK_SECONDS", str(3 * 24 * 3600)))

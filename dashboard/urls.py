@@ -4,18 +4,18 @@ from django.templatetags.static import static
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
-from dashboard import account, agents, projects, views
+from dashboard.pages import account, agents, projects, sessions
 from sessions_app import api
+import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
 
 urlpatterns = [
-    path("", views.session_list, name="session_list"),
-    path("sessions/<session_id:session_id>/", views.session_detail, name="session_detail"),
-    path("sessions/<session_id:session_id>/blocks", views.session_blocks, name="session_blocks"),
-    path("sessions/<session_id:session_id>/events/<seq:seq>.json", views.event_json, name="event_json"),
-    path("sessions/<session_id:session_id>/fork", views.fork_session, name="fork_session"),
-    path("sessions/<session_id:session_id>/recovery", views.recovery_preview, name="recovery_preview"),
-    path("sessions/<session_id:session_id>/lineage", views.session_lineage, name="session_lineage"),
+    path("", sessions.session_list, name="session_list"),
+    path("sessions/<session_id:session_id>/", sessions.session_detail, name="session_detail"),
+    path("sessions/<session_id:session_id>/blocks", sessions.session_blocks, name="session_blocks"),
+    path("sessions/<session_id:session_id>/events/<seq:seq>.json", sessions.event_json, name="event_json"),
+    path("sessions/<session_id:session_id>/fork", sessions.fork_session, name="fork_session"),
+    path("sessions/<session_id:session_id>/recovery", sessions.recovery_preview, name="recovery_preview"),
+    path("sessions/<session_id:session_id>/lineage", sessions.session_lineage, name="session_lineage"),
     path("agents/", agents.agent_list, name="agent_list"),
     path("agents/agent", agents.agent_detail, name="agent_detail"),
     path("projects/", projects.project_list, name="project_list"),
@@ -40,4 +40,4 @@ urlpatterns = [
 ]
 
 # A refused page is the site's styled page (JSON under /api/), not Django's bare 403.
-handler403 = "dashboard.refusals.permission_denied"
+handler403 = "dashboard.pages.refusals.permission_denied"

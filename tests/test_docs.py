@@ -8,7 +8,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management import load_command_class
 
-from dashboard import consumers
+from dashboard.live import consumers
 from sessions_app import access, selectors
 from sessions_app.api import api
 from sessions_app.models import AuditEntry, Role, Scope

@@ -16,7 +16,8 @@ from django.conf import settings
 from django.db import OperationalError, connections
 from django.test import Client
 
-from dashboard import stream
+from dashboard import outage
+from dashboard.live import stream
 from sessions_app.models import Project, Role
 from tests.access import member, token_for
 from tests.servers import RedisServer
@@ -63,7 +64,7 @@ def slow_poll(monkeypatch):
 def fresh_outage(monkeypatch):
     """An outage log of this test's own (none left over from another test), with quick retries."""
     monkeypatch.setattr(stream, "DB_RETRY_FIRST", 0.05)
-    monkeypatch.setattr(stream, "database_outage", stream.DatabaseOutage())
+    monkeypatch.setattr(outage, "database_outage", outage.DatabaseOutage())
 
 
 def down_for(calls: int, function):

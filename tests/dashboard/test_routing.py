@@ -2,7 +2,7 @@ import pytest
 from channels.db import database_sync_to_async
 
 from tests.access import token_for
-from tests.dashboard.test_consumers import closed_with, socket
+from tests.dashboard.live.test_consumers import closed_with, socket
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
 

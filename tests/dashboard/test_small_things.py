@@ -12,7 +12,7 @@ from django.core.management import call_command
 from django.utils import timezone
 from django.utils.html import escape
 
-from dashboard import transcript
+from dashboard.pages import transcript
 from sessions_app import services
 from sessions_app.log.events import validate_batch
 from sessions_app.models import AuditEntry, Project, Role, Session
@@ -190,7 +190,8 @@ def test_a_running_turn_reads_open_and_a_stalled_one_never_closed(operator):
 
 
 def test_the_live_frame_after_a_stall_says_never_closed(settings):
-    from dashboard import live, session_page
+    from dashboard.live import sessions as live
+    from dashboard.pages import session_page
 
     services.create_session(session_id="live")
     append_now("live", [("user_message", message("hi")), ("turn_start", {"turn": 1})])

@@ -4,7 +4,7 @@ import pytest
 from django.db import connection
 from playwright.sync_api import expect
 
-from dashboard.consumers import CLOSE_RENEW
+from dashboard.live.consumers import CLOSE_RENEW
 from tests.e2e.conftest import api_post, open_page, wait_until
 from tests.servers import DaphneServer
 from tests.sessions_app.test_recovery import store

@@ -10,9 +10,6 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 # The Agents page's own wording of its figures, so the table reads the same here.
-from dashboard.params import BadParameter, decimal_int
-from dashboard.templatetags.agents import agent_label, duration, percent, strategy_counts
-from dashboard.templatetags.turnlog import seq_range
 from sessions_app import access, errors, selectors, services
 from sessions_app.log import clock as log_clock
 from sessions_app.log import fork as log_fork
@@ -20,6 +17,8 @@ from sessions_app.log import recovery as log_recovery
 from sessions_app.log import strategy as log_strategy
 from sessions_app.log.events import format_time, tool_name
 from sessions_app.models import SESSION_ID_PATTERN, Project, Role, session_id_validator
+from sessions_app.params import BadParameter, decimal_int
+from sessions_app.wording import agent_label, duration, percent, seq_range, strategy_counts
 
 
 def printable(text: str) -> str:

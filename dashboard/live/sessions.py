@@ -1,0 +1,427 @@
+"""The browsers' live streams: HTML frames of out-of-band swaps for htmx's ws extension.
+
+`SessionPageConsumer` (/ws/sessions/{id}/live?after=N) keeps a session page
+current: every committed event re-renders the transcript blocks (or raw rows)
+it touched and the page's header and tab bar, with the same partials and the
+same inputs as a page load (dashboard.pages.session_page). `SessionListConsumer`
+(/ws/sessions/live?status=&q=&project=) keeps the session list current.
+
+The seq logic (backlog, gaps, writes by other processes) is dashboard.live.stream's,
+shared with the JSON stream; only the frames differ.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import logging
+from collections.abc import Callable
+from urllib.parse import parse_qs
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
+from django.template.loader import render_to_string
+
+from dashboard import outage
+from dashboard.live import credentials, stream
+from dashboard.live.consumers import (
+    CLOSE_BAD_REQUEST,
+    CLOSE_FORBIDDEN_ORIGIN,
+    CLOSE_RENEW,
+    CLOSE_UNAUTHENTICATED,
+    SessionEventsConsumer,
+    close_without_database,
+)
+from dashboard.outage import DATABASE_UNAVAILABLE
+from dashboard.pages import session_page, transcript
+from sessions_app import access, db_threads, selectors, services
+from sessions_app.log import events as log_events
+from sessions_app.params import BadParameter, decimal_int
+
+logger = logging.getLogger(__name__)
+
+# How often pages re-check statuses that change with time alone (running -> stalled), and headers changed with no event.
+STATUS_REFRESH_SECONDS = settings.TURNLOG_PAGE_REFRESH_SECONDS
+# Numbers the header changes found by the status checks: a key of their renders, unique in the process.
+_header_changes = itertools.count(1)
+
+
+async def login_user(consumer: AsyncWebsocketConsumer):
+    """The logged-in user of a browser socket, or None after closing it (4401 / 4403)."""
+    user = consumer.scope.get("user")
+    if user is None or not user.is_authenticated:
+        await consumer.close(code=CLOSE_UNAUTHENTICATED)
+        return None
+    if not stream.origin_allowed(consumer.scope):
+        await consumer.close(code=CLOSE_FORBIDDEN_ORIGIN)
+        return None
+    return user
+
+
+def query_params(scope) -> dict[str, str]:
+    """The socket's query parameters, the first value of each."""
+    return {key: values[0] for key, values in parse_qs(scope.get("query_string", b"").decode("latin-1")).items()}
+
+
+class RenewedSocket:
+    """A browser socket closed with 4012 after TURNLOG_SOCKET_RENEW_SECONDS: the page
+    reconnects from its cursor before any proxy or Daphne timeout (--websocket_timeout)
+    can end live updates silently."""
+
+    _expiry: asyncio.TimerHandle | None = None
+
+    def renew_later(self) -> None:
+        self._expiry = asyncio.get_running_loop().call_later(
+            settings.TURNLOG_SOCKET_RENEW_SECONDS, lambda: asyncio.ensure_future(self.close(code=CLOSE_RENEW))
+        )
+
+    def cancel_renewal(self) -> None:
+        if self._expiry is not None:
+            self._expiry.cancel()
+
+
+class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
+    """HTML frames for one session page; the browser's cursor is `after`."""
+
+    _status_watch: asyncio.Task | None = None
+
+    async def connect(self):
+        await self.accept()
+        if await login_user(self) is None:
+            return
+        query = query_params(self.scope)
+        # The raw log view follows the log too; `first` is the first seq its page shows.
+        try:
+            first = decimal_int(query.get("first", ""), name="first")
+        except BadParameter as bad:
+            return await self.close(code=CLOSE_BAD_REQUEST, reason=str(bad))
+        self.raw_from = (first or 0) if query.get("view") == "raw" else None
+        # What the page's header shows (its data-state): a socket opened after it changed sets it right.
+        self.page_state = query.get("state", "")[:200] or None
+        actor = access.Actor(user=self.scope["user"])
+        await self.connect_stream(actor)
+        # Frames are shared by viewers with the same rights (fork controls show only to those who may fork).
+        self.can_fork = self._stream is not None and actor.can(self._stream.project_id, access.FORK)
+        if self._stream is not None:
+            self._status_watch = asyncio.create_task(self.refresh_status(self._stream.session_id))
+        self.renew_later()
+
+    async def _send_events(self, wires: list[dict]) -> None:
+        session_id, shown_through = self._stream.session_id, wires[0]["seq"] - 1
+        if self.raw_from is None:
+            render = functools.partial(render_page_frame, session_id, wires, shown_through, self.can_fork)
+        else:
+            render = functools.partial(render_raw_frame, session_id, wires, shown_through, self.raw_from, self.can_fork)
+        # Everything a frame depends on, so viewers in step share one render.
+        key = (session_id, self.raw_from, self.can_fork, wires[0]["seq"], wires[-1]["seq"])
+        await self.send(text_data=await shared_frames.get(key, render))
+
+    async def refresh_status(self, session_id: str):
+        """The header changes with no event (a running session turns stalled with silence alone, a
+        fork is made of it): it is re-sent when that happens.
+
+        One check per session per process (`shared_status`), whatever the number of its page
+        sockets; one render per change for the sockets with the same view and rights.
+        """
+        changes = shared_status.follow(session_id, self.page_state)
+        tab = session_page.TRANSCRIPT if self.raw_from is None else session_page.RAW
+        try:
+            while True:
+                change, with_blocks = await changes.get()
+                with_blocks = with_blocks and tab == session_page.TRANSCRIPT
+                render = functools.partial(render_state_frame, session_id, self.can_fork, tab, with_blocks)
+                key = ("state", session_id, change, with_blocks, tab, self.can_fork)
+                await self.send(text_data=await shared_frames.get(key, render))
+        finally:
+            shared_status.unfollow(session_id, changes)
+
+    async def disconnect(self, code):
+        self.cancel_renewal()
+        await super().disconnect(code)
+
+    async def _stop_stream(self) -> None:
+        task, self._status_watch = self._status_watch, None
+        await stop_task(task)
+        await super()._stop_stream()
+
+
+class SharedRenders:
+    """Frames rendered once per process for every page socket that needs the same one.
+
+    Viewers of a session in step with the log need the same frame for each
+    commit; rendering it for each of them (~10 ms a frame) made the CPU, not
+    the sockets, the limit of how many browsers one process could serve. The
+    first socket starts the render and the others await it; a frame is kept
+    for `keep_seconds`, long enough for every socket to ask, and a failed
+    render is not kept.
+    """
+
+    def __init__(self, keep_seconds: float = 10.0):
+        self.keep_seconds = keep_seconds
+        self._renders: dict[tuple, asyncio.Future] = {}
+
+    async def get(self, key: tuple, render: Callable[[], str]) -> str:
+        future = self._renders.get(key)
+        if future is None:
+            # On the database threads, which keep their SQLite connection and give PostgreSQL pool
+            # connections back after each call: channels' sync thread opened a new connection per render.
+            future = asyncio.ensure_future(db_threads.run(render))
+            self._renders[key] = future
+            future.add_done_callback(lambda done: self._forget_later(key, done))
+        # A viewer that goes away must not cancel the render the others await.
+        return await asyncio.shield(future)
+
+    def _forget_later(self, key: tuple, done: asyncio.Future) -> None:
+        if done.cancelled() or done.exception() is not None:
+            self._forget(key, done)
+        else:
+            asyncio.get_running_loop().call_later(self.keep_seconds, self._forget, key, done)
+
+    def _forget(self, key: tuple, future: asyncio.Future) -> None:
+        if self._renders.get(key) is future:
+            del self._renders[key]
+
+    def __len__(self) -> int:
+        return len(self._renders)
+
+
+shared_frames = SharedRenders()
+
+
+class SharedStatus:
+    """One check per watched session per process of what its header shows that no event changes.
+
+    Each page socket `follow`s its session with the state its page shows (the
+    header's data-state, sent by the page as `state`) and gets a queue of
+    changes; one task per session reads `session_page.header_fingerprint` at
+    once when a socket joins, then every STATUS_REFRESH_SECONDS, and tells each
+    socket whose page shows another state: the round's number, and whether
+    the blocks must follow too (the sockets share a render of
+    `render_state_frame` per round, view and rights). So a page whose session
+    changed between its load and its socket (or while it reconnected) is set
+    right as well. Without the database a round is skipped (the streams wait for it anyway).
+    """
+
+    def __init__(self):
+        # session id -> (each follower's queue and the state its page shows, the check, its wake-up)
+        self._sessions: dict[str, tuple[dict[asyncio.Queue, str | None], asyncio.Task, asyncio.Event]] = {}
+
+    def follow(self, session_id: str, shown: str | None = None) -> asyncio.Queue:
+        changes: asyncio.Queue = asyncio.Queue()
+        watched = self._sessions.get(session_id)
+        if watched is None or watched[1].done() or watched[1].get_loop() is not asyncio.get_running_loop():
+            wake = asyncio.Event()
+            watched = self._sessions[session_id] = ({}, asyncio.create_task(self._check(session_id, wake)), wake)
+        watched[0][changes] = shown
+        watched[2].set()
+        return changes
+
+    def unfollow(self, session_id: str, changes: asyncio.Queue) -> None:
+        watched = self._sessions.get(session_id)
+        if watched is None or changes not in watched[0]:
+            return
+        del watched[0][changes]
+        if not watched[0]:
+            del self._sessions[session_id]
+            watched[1].cancel()
+
+    async def _check(self, session_id: str, wake: asyncio.Event) -> None:
+        while True:
+            wake.clear()
+            try:
+                current = await database_sync_to_async(session_page.header_fingerprint)(session_id)
+                watched = self._sessions.get(session_id)
+                number = next(_header_changes)
+                for changes, shown in list(watched[0].items()) if watched is not None else ():
+                    if shown is not None and shown != current:
+                        changes.put_nowait((number, session_page.blocks_follow(session_page.status_in(shown), session_page.status_in(current))))
+                    watched[0][changes] = current
+            except DATABASE_UNAVAILABLE as error:
+                outage.database_outage.failed(error)
+            except Exception:
+                logger.exception("checking the status of session %s failed", session_id)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(wake.wait(), STATUS_REFRESH_SECONDS)
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+
+shared_status = SharedStatus()
+
+
+def render_page_frame(session_id: str, wires: list[dict], shown_through: int, can_fork: bool) -> str:
+    """Out-of-band swaps for new events: each touched block replaced, or appended when new."""
+    session = session_page.page_session(session_id)
+    events = [log_events.event_from_wire(w) for w in wires]
+    context = session_page.header_context(session, can_fork=can_fork, tab=session_page.TRANSCRIPT)
+    parts = []
+    for block in transcript.blocks_touched(session, events):
+        oob = "true" if block.first_seq <= shown_through else None
+        html = render_to_string("sessions/detail.html#block", {**context, "block": block, "oob": oob}).strip()
+        parts.append(html if oob else f'<div hx-swap-oob="beforeend:#blocks">{html}</div>')
+    return "".join(parts) + frame_end(context, wires)
+
+
+def render_raw_frame(session_id: str, wires: list[dict], shown_through: int, first_shown: int, can_fork: bool) -> str:
+    """Out-of-band swaps for the raw log: new rows appended, rows whose badge or fork label
+    the new events changed (a summary shadowing them, their turn closing) replaced."""
+    session = session_page.page_session(session_id)
+    # Read back rather than taken from the wires: PostgreSQL's jsonb orders an object's keys its own
+    # way, and a row must read as a reload shows it.
+    events = selectors.events_since(session, since=wires[0]["seq"], limit=len(wires))
+    context = session_page.header_context(session, can_fork=can_fork, tab=session_page.RAW)
+    new_rows, changed = transcript.raw_frame_rows(session, events, first_shown=first_shown, shown_through=shown_through)
+    parts = [render_to_string("sessions/detail.html#raw-row", {**context, "entry": row, "oob": True}).strip() for row in changed]
+    rows = "".join(render_to_string("sessions/detail.html#raw-row", {**context, "entry": row}) for row in new_rows)
+    parts.append(f'<div hx-swap-oob="beforeend:#raw-rows">{rows}</div>')
+    return "".join(parts) + frame_end(context, wires)
+
+
+def frame_end(context: dict, wires: list[dict]) -> str:
+    """The header and tab bar, then the cursor: last, so a frame cut short is sent again after a reconnect."""
+    cursor = f'<span id="live-cursor" data-last-seq="{wires[-1]["seq"]}" hidden hx-swap-oob="true"></span>'
+    return session_page.header_swaps(context) + cursor
+
+
+def render_state_frame(session_id: str, can_fork: bool, tab: str, with_blocks: bool) -> str:
+    """The header after it changed with no event (a status turning stalled with silence alone, a fork
+    of this session, a flag); `with_blocks`, also the transcript's latest blocks and open turns: their
+    unanswered calls read as pending while the session may still answer them, and as recovery
+    classifies them (or as "no result") once it cannot."""
+    session = session_page.page_session(session_id)
+    context = session_page.header_context(session, can_fork=can_fork, tab=tab)
+    blocks = session_page.status_blocks(session) if with_blocks else []
+    swaps = [render_to_string("sessions/detail.html#block", {**context, "block": block, "oob": "true"}).strip() for block in blocks]
+    return "".join(swaps) + session_page.header_swaps(context)
+
+
+async def stop_task(task: asyncio.Task | None) -> None:
+    if task is not None:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
+    """Row updates for the session list: changed rows replaced, new matching sessions prepended."""
+
+    _refresh: asyncio.Task | None = None
+    _access: credentials.Registration | None = None
+    _joined = False
+    shown: set[str] | None = None
+
+    async def connect(self):
+        await self.accept()
+        if await login_user(self) is None:
+            return
+        query = query_params(self.scope)
+        status = query.get("status", "")
+        self.status = status if status in selectors.STATUSES else None
+        self.q = query.get("q", "").strip()
+        self.projects = None
+        # Joined before the first read (a change during it is handled after connect() returns, as
+        # messages are), and only once authenticated: a refused socket gets no updates.
+        await self.channel_layer.group_add(services.SESSIONS_GROUP, self.channel_name)
+        self._joined = True
+        try:
+            await database_sync_to_async(self.choose_projects)(query.get("project", ""))
+            self.shown = await database_sync_to_async(self.first_page_ids)()
+        except DATABASE_UNAVAILABLE as error:
+            return await close_without_database(self, error)
+        self.statuses: dict[str, str] = {}
+        self._refresh = asyncio.create_task(self.refresh_statuses())
+        self._access = credentials.register(
+            credentials.Registration(
+                user_id=self.scope["user"].pk,
+                token=None,
+                projects=frozenset(self.readable),
+                session_key=credentials.login_session_key(self.scope),
+                close=self.close_for_access,
+            )
+        )
+        self.renew_later()
+
+    async def close_for_access(self, why: str) -> None:
+        """The login ended or the user was deactivated (4401), or the projects they may read changed: renewed (4012), so
+        the page reconnects and this list is rebuilt for the projects they may read now."""
+        self._forget_access()
+        await self.close(code=CLOSE_UNAUTHENTICATED if why == credentials.LOST_CREDENTIAL else CLOSE_RENEW)
+
+    def choose_projects(self, slug: str) -> None:
+        """The projects whose rows this list shows: the user's, or only the one named if it is theirs (as the page does)."""
+        visible = list(access.projects(access.Actor(user=self.scope["user"])).values_list("pk", "slug"))
+        self.readable = [pk for pk, _ in visible]
+        chosen = [pk for pk, project_slug in visible if project_slug == slug]
+        self.projects = chosen or [pk for pk, _ in visible]
+        # The row partial shows a Project column while the list spans several projects, as on the page.
+        self.row_context = {"projects": visible, "project": slug if chosen else None}
+
+    def first_page_ids(self) -> set[str]:
+        return {s.id for s in selectors.list_sessions(status=self.status, q=self.q, projects=self.projects, limit=50).items}
+
+    async def session_changed(self, message):
+        if self.shown is None:  # closed before its first read (4503): nothing to update
+            return
+        try:
+            frame = await database_sync_to_async(self.render_row)(message["session_id"])
+        except DATABASE_UNAVAILABLE as error:  # the row catches up with the session's next change
+            outage.database_outage.failed(error)
+            return
+        if frame:
+            await self.send(text_data=frame)
+
+    def render_row(self, session_id: str) -> str | None:
+        matches = selectors.list_sessions(
+            status=self.status, q=self.q, projects=self.projects, limit=1, ids=[session_id], labelled=True
+        ).items
+        if not matches:
+            return None
+        session = matches[0]
+        self.statuses[session.id] = session.status
+        if session.id in self.shown:
+            return render_to_string("sessions/list.html#session-row", {"session": session, "oob": "true", **self.row_context}).strip()
+        self.shown.add(session.id)
+        row = render_to_string("sessions/list.html#session-row", {"session": session, **self.row_context}).strip()
+        return f'<tbody hx-swap-oob="afterbegin:#session-rows">{row}</tbody>'
+
+    async def refresh_statuses(self):
+        """Statuses that change with silence alone (running -> stalled, active -> clean or recovered) are re-sent."""
+        while True:
+            await asyncio.sleep(STATUS_REFRESH_SECONDS)
+            try:
+                frames = await database_sync_to_async(self.changed_rows)()
+            except DATABASE_UNAVAILABLE as error:  # skip this round
+                outage.database_outage.failed(error)
+                continue
+            for frame in frames:
+                await self.send(text_data=frame)
+
+    def changed_rows(self) -> list[str]:
+        ageing = [sid for sid, status in self.statuses.items() if status in (selectors.RUNNING, selectors.ACTIVE)]
+        return [frame for sid in ageing if (frame := self.render_row(sid))]  # None: it no longer matches
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await super().__call__(scope, receive, send)
+        finally:  # also when the server cancels the application without a disconnect
+            self._forget_access()
+
+    def _forget_access(self) -> None:
+        registration, self._access = self._access, None
+        if registration is not None:
+            credentials.unregister(registration)
+
+    async def disconnect(self, code):
+        self.cancel_renewal()
+        self._forget_access()
+        await stop_task(self._refresh)
+        if self._joined:
+            self._joined = False
+            try:
+                await self.channel_layer.group_discard(services.SESSIONS_GROUP, self.channel_name)
+            except Exception:  # the layer is down: the group entry expires on its own
+                logger.warning("leaving group %s failed", services.SESSIONS_GROUP, exc_info=True)

@@ -1,0 +1,1 @@
+"""The server-rendered screens of the dashboard and the helpers they share."""
