@@ -18,11 +18,14 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from importlib import import_module
 
-from django.contrib.auth import get_user_model
+from django.conf import settings
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
 from django.db import connection
 from django.db.models import QuerySet
 from django.utils import timezone
+from django.utils.crypto import constant_time_compare
 
 from sessions_app import selectors, statements
 from sessions_app.errors import SessionNotFound
@@ -306,3 +309,40 @@ def audit_denied(actor: Actor, *, project_id: int | None, target: str, capabilit
 def role_scopes(role: str) -> frozenset[str]:
     """The scopes a token of a member with this role can use."""
     return ROLE_CAPABILITIES[role] & PROJECT_SCOPES
+
+
+# Credentials that may have ended since a stream opened (dashboard.live.credentials asks) -------
+
+
+def usable_token_ids(token_ids: set[int]) -> set[int]:
+    """Those of these tokens that still authenticate: not revoked, not expired, their owner active."""
+    return set(ApiToken.objects.usable().filter(pk__in=token_ids).values_list("pk", flat=True)) if token_ids else set()
+
+
+def login_sessions(keys: set[str]) -> dict[str, dict]:
+    """The data of each of these login sessions that still exists and has not expired."""
+    store = import_module(settings.SESSION_ENGINE).SessionStore
+    model = store.get_model_class() if hasattr(store, "get_model_class") else None
+    if model is not None:  # the database backends: one query for all
+        rows = model.objects.filter(session_key__in=keys, expire_date__gt=timezone.now()).values_list("session_key", "session_data")
+        return {key: store().decode(data) for key, data in rows}
+    return {key: data for key in keys if (data := store(session_key=key).load())}
+
+
+def still_logged_in(data: dict, user) -> bool:
+    """Whether a login session still authenticates `user`, as django.contrib.auth.get_user decides it
+    (same user and backend, and the session auth hash of their current password, or a fallback key's)."""
+    if user is None or data.get(SESSION_KEY) != str(user.pk) or data.get(BACKEND_SESSION_KEY) not in settings.AUTHENTICATION_BACKENDS:
+        return False
+    given = data.get(HASH_SESSION_KEY) or ""
+    return constant_time_compare(given, user.get_session_auth_hash()) or any(
+        constant_time_compare(given, user._get_session_auth_hash(secret=secret)) for secret in settings.SECRET_KEY_FALLBACKS
+    )
+
+
+def ended_logins(logins: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    """Those of these (login session key, user id) pairs whose login session no longer
+    authenticates that user: logged out, expired, or their password changed (two queries for all)."""
+    sessions = login_sessions({key for key, _ in logins})
+    users = get_user_model().objects.in_bulk({user_id for _, user_id in logins})
+    return {(key, user_id) for key, user_id in logins if key not in sessions or not still_logged_in(sessions[key], users.get(user_id))}

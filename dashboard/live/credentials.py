@@ -28,13 +28,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from importlib import import_module
-
 from channels.db import database_sync_to_async
 from django.conf import settings
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-from django.utils import timezone
-from django.utils.crypto import constant_time_compare
 
 from dashboard import outage
 from dashboard.outage import DATABASE_UNAVAILABLE
@@ -60,35 +55,13 @@ class Registration:
     session_key: str | None = None  # a login-cookie socket: the login session it was opened with
 
 
-def login_sessions(keys: set[str]) -> dict[str, dict]:
-    """The data of each of these login sessions that still exists and has not expired."""
-    store = import_module(settings.SESSION_ENGINE).SessionStore
-    model = store.get_model_class() if hasattr(store, "get_model_class") else None
-    if model is not None:  # the database backends: one query for all
-        rows = model.objects.filter(session_key__in=keys, expire_date__gt=timezone.now()).values_list("session_key", "session_data")
-        return {key: store().decode(data) for key, data in rows}
-    return {key: data for key in keys if (data := store(session_key=key).load())}
-
-
-def still_logged_in(data: dict, user) -> bool:
-    """Whether a login session still authenticates `user`, as django.contrib.auth.get_user decides it
-    (same user and backend, and the session auth hash of their current password, or a fallback key's)."""
-    if user is None or data.get(SESSION_KEY) != str(user.pk) or data.get(BACKEND_SESSION_KEY) not in settings.AUTHENTICATION_BACKENDS:
-        return False
-    given = data.get(HASH_SESSION_KEY) or ""
-    return constant_time_compare(given, user.get_session_auth_hash()) or any(
-        constant_time_compare(given, user._get_session_auth_hash(secret=secret)) for secret in settings.SECRET_KEY_FALLBACKS
-    )
-
-
 def ended_logins(registrations: list[Registration]) -> set[Registration]:
     """The cookie sockets whose login session ended (two queries for all; none without cookie sockets)."""
     keyed = [r for r in registrations if r.session_key is not None]
     if not keyed:
         return set()
-    sessions = login_sessions({r.session_key for r in keyed})
-    users = get_user_model().objects.in_bulk({r.user_id for r in keyed})
-    return {r for r in keyed if r.session_key not in sessions or not still_logged_in(sessions[r.session_key], users.get(r.user_id))}
+    ended = access.ended_logins({(r.session_key, r.user_id) for r in keyed})
+    return {r for r in keyed if (r.session_key, r.user_id) in ended}
 
 
 def login_session_key(scope) -> str | None:
@@ -100,7 +73,7 @@ def login_session_key(scope) -> str | None:
 def lost(registrations: list[Registration]) -> list[tuple[Registration, str]]:
     """Each registration that lost its credential or access now, with why (a few queries for all)."""
     tokens = {r.token.pk for r in registrations if r.token is not None}
-    usable = set(ApiToken.objects.usable().filter(pk__in=tokens).values_list("pk", flat=True)) if tokens else set()
+    usable = access.usable_token_ids(tokens)
     roles = access.roles_of({r.user_id for r in registrations})
     ended = ended_logins(registrations)
     verdicts = []
