@@ -1,15 +1,12 @@
-import io
 import json
 from collections import Counter
 from datetime import UTC, datetime
 
 import pytest
-from django.core.management import call_command
 
-from sessions_app import demo, selectors
+from sessions_app import demo
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery
-from sessions_app.models import Event, ToolPolicy
 
 SEEDS = range(120)
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -131,14 +128,6 @@ def turns(scenario: demo.Scenario) -> list[list[dict]]:
     return found
 
 
-def test_every_demo_tool_has_a_side_effect_class_of_each_kind():
-    classes = {name: demo.side_effect_class(name) for name in demo.TOOLS}
-    assert "unknown" not in classes.values(), classes
-    assert set(classes.values()) == {"read_only", "idempotent", "external_effect"}
-    assert classes["create_refund"] == classes["send_email"] == "external_effect"
-    assert classes["lookup_customer"] == "read_only"
-
-
 def test_a_turn_stops_at_a_failed_tool_and_says_what_failed_what_happened_and_what_did_not(scenarios):
     failed_turns = 0
     for scenario in scenarios:
@@ -187,50 +176,3 @@ def test_final_answers_agree_with_the_tool_results(scenarios):
                     assert json.loads(result["content"])["status"] == "paid" and "unpaid" not in reply.replace("the unpaid notice", "")
                     checked["invoices"] += 1
     assert checked["flights"] and checked["deploys"] and checked["invoices"]
-
-
-def test_seed_demo_stores_the_demo_tool_policies_once(db):
-    call_command("seed_demo", "--sessions", "6", stdout=io.StringIO())
-    called = set(Event.objects.filter(type="tool_result").values_list("data__name", flat=True))
-    assert called and not called - set(demo.TOOLS)
-    classes = selectors.side_effect_classes(set(demo.TOOLS))
-    assert classes == {name: demo.side_effect_class(name) for name in demo.TOOLS}
-    assert "unknown" not in classes.values()
-
-    ToolPolicy.objects.filter(pattern="send_*").update(side_effect=ToolPolicy.IDEMPOTENT)  # a person's edit
-    call_command("seed_demo", stdout=io.StringIO())
-    assert ToolPolicy.objects.get(pattern="send_*").side_effect == ToolPolicy.IDEMPOTENT
-    assert ToolPolicy.objects.count() == len(demo.TOOL_POLICIES)
-
-
-def test_seed_demo_lets_the_worker_recover_the_read_only_agent_and_no_other(db):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from sessions_app import services, worker
-    from sessions_app.log.events import validate_batch
-    from sessions_app.models import AutoRecoveryPolicy, Session
-
-    call_command("seed_demo", "--sessions", "0", stdout=io.StringIO())
-    assert list(AutoRecoveryPolicy.objects.values_list("agent_pattern", flat=True)) == ["research-assistant"]
-    start = timezone.now() - timedelta(hours=1)
-    crashed = {}
-    for seed in range(40):  # a crash of every demo agent, at the point where tools are running
-        scenario = demo.scenario(seed, crash_rate=1.0)
-        if scenario.agent_name in crashed.values() or scenario.crash_point != "tools_running":
-            continue
-        services.create_session(session_id=scenario.session_id, agent_name=scenario.agent_name, created_at=start)
-        for batch in demo.timed_batches(scenario, start):
-            events = validate_batch(batch)  # received when written, an hour ago, as seed_demo writes them
-            services.append_events(session_id=scenario.session_id, events=events, received_at=events[-1].time)
-        crashed[scenario.session_id] = scenario.agent_name
-    assert "research-assistant" in crashed.values() and len(set(crashed.values())) > 1
-    actions = worker.run_round()
-    assert {a.session_id for a in actions if a.outcome == worker.RECOVERED} == {
-        sid for sid, agent in crashed.items() if agent == "research-assistant"
-    }
-    assert not Session.objects.filter(agent_name="research-assistant", interrupted=True).exists()
-    AutoRecoveryPolicy.objects.update(enabled=False)  # a person's edit
-    call_command("seed_demo", stdout=io.StringIO())
-    assert AutoRecoveryPolicy.objects.get().enabled is False

@@ -1,0 +1,24 @@
+"""Storage: every model of the app, Django style.
+
+Each model is defined in the submodule of its concern and imported here, so
+Django registers them all and `from sessions_app.models import X` (and the
+dotted paths migrations hold, such as sessions_app.models.CallIdField) still
+resolve.
+"""
+
+# Dependencies first (projects < sessions < recovery, audit): Django registers the models in this order.
+from sessions_app.models.projects import ApiToken, Membership, Project, Role, Scope, hash_token
+from sessions_app.models.sessions import (
+    REPLACE_BOUND_MAX,
+    SESSION_ID_PATTERN,
+    AppendOnlyViolation,
+    CallIdField,
+    CallSighting,
+    Event,
+    IdempotentRequest,
+    Session,
+    open_turn_labels_of,
+    session_id_validator,
+)
+from sessions_app.models.recovery import AgentHour, AutoRecoveryPolicy, RecoveryRecord, ToolPolicy
+from sessions_app.models.audit import AuditEntry

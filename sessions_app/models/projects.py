@@ -1,0 +1,167 @@
+"""Projects and who may act in them: memberships and roles, API tokens and their scopes."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone
+
+
+class Project(models.Model):
+    """A team's room: every session belongs to one, and people see only their projects' sessions (sessions_app.access)."""
+
+    DEFAULT_SLUG = "default"
+
+    slug = models.SlugField(max_length=64, unique=True, help_text="Short name used in URLs and the CLI (--project)")
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.name or self.slug
+
+    @classmethod
+    def default(cls) -> "Project":
+        """The project of sessions created with no project named (the CLI, the demo, `create_token`)."""
+        project, _ = cls.objects.get_or_create(slug=cls.DEFAULT_SLUG, defaults={"name": "Default"})
+        return project
+
+
+class Role(models.TextChoices):
+    """What a member may do in a project; each role holds the rights of those before it (access.ROLE_CAPABILITIES)."""
+
+    VIEWER = "viewer", "Viewer: reads sessions"
+    MEMBER = "member", "Member: also creates sessions, appends and forks"
+    OPERATOR = "operator", "Operator: also recovers and patches"
+    ADMIN = "admin", "Admin: also manages members and tokens, reads the audit log"
+
+
+class Membership(models.Model):
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships")
+    role = models.CharField(max_length=10, choices=Role.choices, default=Role.MEMBER)
+    created_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["project", "user"], name="membership_project_user_unique")]
+        ordering = ["project", "user"]
+
+    def __str__(self) -> str:
+        return f"{self.user} ({self.role} of {self.project.slug})"
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+class Scope(models.TextChoices):
+    """What a token may do; its owner's role in the token's project bounds it too (access.py)."""
+
+    READ = "read", "read sessions, events, exports and plans; open streams"
+    APPEND = "append", "create and import sessions, append events"
+    FORK = "fork", "fork sessions"
+    RECOVER = "recover", "apply recovery plans and dangling-call patches"
+    METRICS = "metrics", "scrape metrics (site-level tokens only)"
+
+
+class ApiTokenQuerySet(models.QuerySet):
+    def usable(self, now=None):
+        """Tokens that authenticate now: not revoked, not expired, their owner active."""
+        now = now or timezone.now()
+        return self.filter(revoked_at__isnull=True, user__is_active=True).filter(
+            Q(expires_at__isnull=True) | Q(expires_at__gt=now)
+        )
+
+
+class ApiToken(models.Model):
+    """A bearer token of one project (or of the site, for `metrics`); only its SHA-256 is stored.
+
+    Revoked tokens are kept (revoked_at) so the audit log and the token list
+    can still name them.
+    """
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="tokens",
+        help_text="None: a site-level token, which may only carry the metrics scope",
+    )
+    scopes = models.JSONField(default=list, blank=True)
+    name = models.CharField(max_length=100, blank=True, default="")
+    token_sha256 = models.CharField(max_length=64, unique=True)
+    # The first characters, so a person can tell tokens apart in lists.
+    prefix = models.CharField(max_length=12)
+    created_at = models.DateTimeField(default=timezone.now)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    objects = ApiTokenQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self) -> str:
+        label = f" {self.name}" if self.name else ""
+        return f"{self.prefix}…{label} ({self.user})"
+
+    @property
+    def state(self) -> str:
+        """active | expired | revoked, as lists show it."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and self.expires_at <= timezone.now():
+            return "expired"
+        return "active"
+
+    # How stale last_used_at may get: a write per request would cost more than it tells.
+    LAST_USED_RESOLUTION_SECONDS = 60
+
+    def mark_used(self) -> None:
+        """Record use (at most once a minute per token): the API and the streams call it on each authentication."""
+        now = timezone.now()
+        if self.last_used_at is None or (now - self.last_used_at).total_seconds() > self.LAST_USED_RESOLUTION_SECONDS:
+            ApiToken.objects.filter(pk=self.pk).update(last_used_at=now)
+            self.last_used_at = now
+
+    @classmethod
+    def usable_for(cls, secret: str) -> "ApiToken | None":
+        """The usable token with this secret (its user loaded), or None."""
+        # token_sha256 is unique: at most one row, so no ORDER BY (first() would add one).
+        return next(iter(cls.objects.usable().select_related("user", "project").filter(token_sha256=hash_token(secret))), None)
+
+    @classmethod
+    def issue(
+        cls,
+        user,
+        *,
+        project: Project | None,
+        scopes,
+        name: str = "",
+        expires_at=None,
+        created_by=None,
+    ) -> tuple["ApiToken", str]:
+        """Create a token; returns the row and the only copy of the secret.
+
+        Use services.issue_token, which also checks the scopes and audits it.
+        """
+        secret = "tl_" + secrets.token_urlsafe(32)
+        row = cls.objects.create(
+            user=user,
+            project=project,
+            scopes=sorted(set(scopes)),
+            name=name,
+            expires_at=expires_at,
+            created_by=created_by,
+            token_sha256=hash_token(secret),
+            prefix=secret[:10],
+        )
+        return row, secret

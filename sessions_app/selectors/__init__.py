@@ -1,0 +1,57 @@
+"""Reads: the queries views, the API and consumers use.
+
+Callers go through this package (`selectors.list_sessions(...)`); the
+submodules group the reads by concern and import each other directly.
+"""
+
+from sessions_app.cursors import InvalidCursor  # callers catch selectors.InvalidCursor
+from sessions_app.selectors.agents import (
+    AgentSummary,
+    AgentWindow,
+    agent_crashes,
+    agent_exists,
+    agent_stalled_sessions,
+    agent_summaries,
+)
+from sessions_app.selectors.audit import audit_entries, audit_targets
+from sessions_app.selectors.events import (
+    call_lookups,
+    events_since,
+    placed_log_events,
+    session_log,
+    session_messages,
+    steps_open_at,
+    to_log_events,
+)
+from sessions_app.selectors.forks import fork_point, lineage, open_turn_starts_before, unused_fork_id
+from sessions_app.selectors.projects import (
+    project_member,
+    project_members,
+    project_token,
+    project_tokens,
+    session_counts,
+    user_named,
+    user_named_alike,
+    user_token,
+    user_tokens,
+)
+from sessions_app.selectors.recovery import (
+    complete_tail,
+    dangling_patch,
+    recovery_history,
+    recovery_plan,
+    recovery_strategies,
+    side_effect_classes,
+)
+from sessions_app.selectors.sessions import (
+    ACTIVE,
+    CLEAN,
+    RECOVERED,
+    RUNNING,
+    STALLED,
+    STATUSES,
+    get_session,
+    label_open_turns,
+    list_sessions,
+    status_filter,
+)

@@ -1,0 +1,115 @@
+"""Sessions: one by id, the list (filters, status, keyset cursors) and its open-turn labels."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import F, Q
+from django.utils import timezone
+
+from sessions_app import cursors
+from sessions_app.errors import SessionNotFound
+from sessions_app.models import CallSighting, Event, Session, open_turn_labels_of
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    items: list[Session]
+    next_cursor: str | None
+
+
+def get_session(session_id: str) -> Session:
+    try:
+        return Session.objects.select_related("parent", "project").get(pk=session_id)
+    except Session.DoesNotExist:
+        raise SessionNotFound(session_id) from None
+
+
+RUNNING, STALLED, ACTIVE, RECOVERED, CLEAN = "running", "stalled", "active", "recovered", "clean"
+STATUSES = (RUNNING, STALLED, ACTIVE, RECOVERED, CLEAN)
+
+
+def stalled_before(now: datetime | None = None) -> datetime:
+    """An open turn with no event since this moment is likely a crash."""
+    return (now or timezone.now()) - timedelta(seconds=settings.TURNLOG_STALL_SECONDS)
+
+
+def status_filter(status: str, now: datetime | None = None) -> Q:
+    """Session.status as a query: the same rule, so the list, its filter and the API agree."""
+    cutoff = stalled_before(now)
+    # An event received within the window that is not a recovery's own repair (recovered_at is set after them).
+    recent = Q(last_received_at__gt=cutoff) & (Q(recovered_at__isnull=True) | Q(recovered_at__lt=F("last_received_at")))
+    return {
+        RUNNING: Q(interrupted=True, last_activity_at__gt=cutoff),
+        STALLED: Q(interrupted=True, last_activity_at__lte=cutoff),
+        ACTIVE: Q(interrupted=False) & recent,
+        RECOVERED: Q(interrupted=False, recovered_at__isnull=False) & ~recent,
+        CLEAN: Q(interrupted=False, recovered_at__isnull=True) & ~recent,
+    }[status]
+
+
+def list_sessions(
+    *,
+    interrupted: bool | None = None,
+    status: str | None = None,
+    q: str = "",
+    ids: list[str] | None = None,
+    projects: list[int] | None = None,
+    limit: int = 50,
+    cursor: str | None = None,
+    labelled: bool = False,
+) -> SessionPage:
+    """Sessions by newest activity first, keyset-paginated on (activity, id).
+
+    `q` matches the id, the agent name, or the name of a tool the session called.
+    `projects` limits it to those projects' sessions (access.Actor.project_ids); None: all (commands).
+    `labelled` fills the open-turn labels of the whole page in one query (for
+    pages and tables that show them; the API and id lookups do not).
+    """
+    sessions = Session.objects.select_related("project").order_by("-last_activity_at", "-id")
+    if interrupted is not None:
+        sessions = sessions.filter(interrupted=interrupted)
+    if status:
+        sessions = sessions.filter(status_filter(status))
+    if ids is not None:
+        sessions = sessions.filter(pk__in=ids)
+    if projects is not None:
+        sessions = sessions.filter(project_id__in=projects)
+    if "\x00" in q:  # no stored text holds NUL (log.values refuses it), and PostgreSQL cannot take it
+        sessions = sessions.none()
+    elif q:
+        by_tool = CallSighting.objects.filter(tool_name__icontains=q).values("session_id")
+        sessions = sessions.filter(Q(id__icontains=q) | Q(agent_name__icontains=q) | Q(pk__in=by_tool))
+    if cursor:
+        activity, last_id = decode_cursor(cursor)
+        sessions = sessions.filter(Q(last_activity_at__lt=activity) | Q(last_activity_at=activity, id__lt=last_id))
+    items = list(sessions[: limit + 1])
+    has_more = len(items) > limit
+    items = items[:limit]
+    if labelled:
+        label_open_turns(items)
+    next_cursor = encode_cursor(items[-1]) if has_more else None
+    return SessionPage(items=items, next_cursor=next_cursor)
+
+
+def label_open_turns(sessions: list[Session]) -> None:
+    """Fill each session's open_turn_labels with one query for the whole list."""
+    interrupted = [s for s in sessions if s.turn_stack]
+    if not interrupted:
+        return
+    pairs = Q()
+    for s in interrupted:
+        pairs |= Q(session_id=s.id, seq__in=s.turn_stack)
+    starts = {(sid, seq): data for sid, seq, data in Event.objects.filter(pairs).values_list("session_id", "seq", "data")}
+    for s in interrupted:
+        s.open_turn_labels = open_turn_labels_of(s.open_turns, {seq: starts.get((s.id, seq)) for seq in s.turn_stack})
+
+
+def encode_cursor(session: Session) -> str:
+    return cursors.encode(session.last_activity_at, session.id)
+
+
+def decode_cursor(cursor: str) -> tuple[datetime, str]:
+    return cursors.decode(cursor, id_kind=str, given_by="this API returned")
