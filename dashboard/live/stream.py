@@ -295,7 +295,7 @@ def event_counts(session_ids: Iterable[str]) -> dict[str, int]:
     counts: dict[str, int] = {}
     for start in range(0, len(ids), POLL_CHUNK):
         chunk = ids[start : start + POLL_CHUNK]
-        counts.update(Session.objects.filter(pk__in=chunk).values_list("id", "event_count"))
+        counts.update(selectors.event_counts(chunk))
     return counts
 
 

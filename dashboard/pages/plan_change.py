@@ -80,7 +80,7 @@ def plan_change_context(session: Session, *, shown_next_seq: int | None, shown_d
 
 def render_plan_change_frame(session_id: str, shown_next_seq: int, shown_digest: str, last_seq: int) -> str:
     """The banner as an out-of-band swap, then the cursor (last, as in the session page's frames)."""
-    session = Session.objects.get(pk=session_id)
+    session = selectors.session_for_page(session_id)
     context = plan_change_context(session, shown_next_seq=shown_next_seq, shown_digest=shown_digest)
     banner = render_to_string(PARTIAL, {**context, "oob": True}).strip()
     return banner + f'<span id="live-cursor" data-last-seq="{last_seq}" hidden hx-swap-oob="true"></span>'

@@ -15,7 +15,6 @@ re-sends the header when it changes.
 
 from __future__ import annotations
 
-from django.db.models import Count
 from django.template.loader import render_to_string
 
 from dashboard.pages import transcript
@@ -27,7 +26,7 @@ TRANSCRIPT, RAW = "transcript", "raw"
 
 def page_session(session_id: str) -> Session:
     """The session as the header shows it (its project's name read with it)."""
-    return Session.objects.select_related("project").get(pk=session_id)
+    return selectors.session_for_page(session_id)
 
 
 def header_context(session: Session, *, can_fork: bool, tab: str) -> dict:
@@ -61,7 +60,7 @@ def fingerprint(session: Session, forks_made: int) -> str:
 
 
 def header_fingerprint(session_id: str) -> str:
-    session = Session.objects.annotate(forks_made=Count("forks")).get(pk=session_id)
+    session = selectors.session_with_forks_made(session_id)
     return fingerprint(session, session.forks_made)
 
 

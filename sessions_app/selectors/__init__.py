@@ -50,8 +50,11 @@ from sessions_app.selectors.sessions import (
     RUNNING,
     STALLED,
     STATUSES,
+    event_counts,
     get_session,
     label_open_turns,
     list_sessions,
+    session_for_page,
+    session_with_forks_made,
     status_filter,
 )

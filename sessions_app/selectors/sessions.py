@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import F, Q
+from django.db.models import Count, F, Q
 from django.utils import timezone
 
 from sessions_app import cursors
@@ -25,6 +25,21 @@ def get_session(session_id: str) -> Session:
         return Session.objects.select_related("parent", "project").get(pk=session_id)
     except Session.DoesNotExist:
         raise SessionNotFound(session_id) from None
+
+
+def session_for_page(session_id: str) -> Session:
+    """The session with its project (a page's header names it); Session.DoesNotExist when there is none."""
+    return Session.objects.select_related("project").get(pk=session_id)
+
+
+def session_with_forks_made(session_id: str) -> Session:
+    """The session with `forks_made`, the number of its forks, read in the same query."""
+    return Session.objects.annotate(forks_made=Count("forks")).get(pk=session_id)
+
+
+def event_counts(session_ids: list[str]) -> dict[str, int]:
+    """The event count of each of these sessions that exists (one indexed query)."""
+    return dict(Session.objects.filter(pk__in=session_ids).values_list("id", "event_count"))
 
 
 RUNNING, STALLED, ACTIVE, RECOVERED, CLEAN = "running", "stalled", "active", "recovered", "clean"
