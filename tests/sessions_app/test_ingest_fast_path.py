@@ -20,6 +20,7 @@ from sessions_app.log import events as log_events
 from sessions_app.log import structure
 from sessions_app.log import values
 from sessions_app.models import REPLACE_BOUND_MAX, AgentHour, CallSighting, Event, Session
+from sessions_app.services import appends, publishing
 from tests.sessions_app import factories as f
 
 # Bodies ------------------------------------------------------------------
@@ -183,7 +184,7 @@ def reference_store(session: Session, events) -> list[Event]:
         rows.append(
             Event(
                 session=session, seq=seq, type=new.type, time=new.time or now, received_at=now, data=new.data,
-                call_id=log_events.call_id(new.data) if new.type in services.CALL_ID_TYPES else None,
+                call_id=log_events.call_id(new.data) if new.type in appends.CALL_ID_TYPES else None,
                 turn_seq=placement.turn_seq, step_seq=placement.step_seq,
                 replace_start=min(replaced[0], REPLACE_BOUND_MAX) if replaced else None,
                 replace_stop=min(replaced[1], REPLACE_BOUND_MAX) if replaced else None,
@@ -205,8 +206,8 @@ def reference_store(session: Session, events) -> list[Event]:
         session.repeated_failures_at = None
         fields.append("repeated_failures_at")
     session.save(update_fields=fields)
-    for hour, turns in Counter(services.hour_of(now) for r in rows if r.type == "turn_start").items():
-        services._count_for_agent(session, at=hour, turns=turns)
+    for hour, turns in Counter(appends.hour_of(now) for r in rows if r.type == "turn_start").items():
+        appends._count_for_agent(session, at=hour, turns=turns)
     return rows
 
 
@@ -268,7 +269,7 @@ def test_the_fast_insert_stores_the_same_rows_as_the_orm_did(monkeypatch):
         services.create_session(session_id=sid, agent_name=f"agent-{sid}")
     for batch in batches:
         with transaction.atomic():
-            reference_store(services._locked_session("old"), log_events.validate_batch(batch))
+            reference_store(appends._locked_session("old"), log_events.validate_batch(batch))
         services.append_events(session_id="new", events=log_events.validate_batch(batch))
     old, new = stored("old"), stored("new")
     assert len(new["raw_events"]) == 16 and len(new["sightings"]) == 6
@@ -294,7 +295,7 @@ def test_the_results_read_like_events():
 @pytest.mark.django_db(transaction=True)
 def test_an_api_append_is_published_once_after_commit_with_the_stored_events(api, monkeypatch):
     sent = []
-    monkeypatch.setattr(services, "_send", lambda messages: sent.append(messages))
+    monkeypatch.setattr(publishing, "_send", lambda messages: sent.append(messages))
     api.post("/api/v1/sessions", {"id": "pub"})
     sent.clear()
     batch = varied_batch()
@@ -302,7 +303,7 @@ def test_an_api_append_is_published_once_after_commit_with_the_stored_events(api
     assert response.status_code == 201
     assert len(sent) == 1
     (group, message), changed = sent[0]
-    assert group == services.session_group("pub") and message["type"] == "session_events" and changed == services.session_changed("pub")
+    assert group == services.session_group("pub") and message["type"] == "session_events" and changed == publishing.session_changed("pub")
     # The events as appended (data as sent: PostgreSQL's jsonb reorders keys on read), the stored times.
     times = [log_events.format_time(t) for t in Event.objects.filter(session_id="pub").order_by("seq").values_list("time", flat=True)]
     expected = [{"seq": i, "type": item["type"], "time": times[i], "data": json.loads(json.dumps(item["data"]))} for i, item in enumerate(batch)]

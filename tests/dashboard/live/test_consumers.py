@@ -26,6 +26,8 @@ from dashboard.live import stream
 from sessions_app import selectors, services
 from sessions_app.log.events import validate_batch
 from sessions_app.models import AuditEntry, Event, Role
+# Aliased: a test below names its own switch `publishing`.
+from sessions_app.services import publishing as services_publishing
 from tests.access import member, token_for
 from tests.dashboard.conftest import QUIET, WAIT, down_for, opened
 from tests.sessions_app import factories as f
@@ -231,13 +233,13 @@ async def test_appends_racing_a_paged_backlog_arrive_exactly_once_in_order(sid, 
 
 
 async def test_a_lost_layer_message_is_repaired_from_the_database_without_duplicates(sid, token, monkeypatch):
-    real_publish = services.publish_events
+    real_publish = services_publishing.publish_events
     lost = {2}
 
     def lossy_publish(session_id, events):
         real_publish(session_id, [e for e in events if e.seq not in lost])
 
-    monkeypatch.setattr(services, "publish_events", lossy_publish)
+    monkeypatch.setattr(services_publishing, "publish_events", lossy_publish)
     await create(sid, 1)
     ws = await open_socket(sid, token=token)
     assert await seqs(ws, 1) == [0]  # the backlog is done: what follows is live
@@ -255,8 +257,8 @@ async def test_a_lost_layer_message_is_repaired_from_the_database_without_duplic
 
 async def test_hand_crafted_layer_messages_the_database_decides(sid, token, monkeypatch):
     publishing = {"on": False}
-    real_publish = services.publish_events
-    monkeypatch.setattr(services, "publish_events", lambda s, e: real_publish(s, e) if publishing["on"] else None)
+    real_publish = services_publishing.publish_events
+    monkeypatch.setattr(services_publishing, "publish_events", lambda s, e: real_publish(s, e) if publishing["on"] else None)
     await create(sid, 1)
     ws = await open_socket(sid, token=token)
     assert await seqs(ws, 1) == [0]  # the backlog is done
@@ -285,7 +287,7 @@ async def test_hand_crafted_layer_messages_the_database_decides(sid, token, monk
 async def test_writes_never_published_here_arrive_through_the_poll_exactly_once(sid, token, monkeypatch):
     """Another process with the in-memory layer: this process hears nothing."""
     monkeypatch.setattr(stream, "POLL_INTERVAL", 0.05)
-    monkeypatch.setattr(services, "publish_events", lambda session_id, events: None)
+    monkeypatch.setattr(services_publishing, "publish_events", lambda session_id, events: None)
     await create(sid, 2)
     ws = await open_socket(sid, token=token, query="after=0")
     assert await seqs(ws, 1) == [1]

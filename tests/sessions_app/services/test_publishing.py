@@ -10,6 +10,7 @@ from channels.layers import get_channel_layer
 from sessions_app import errors, services
 from sessions_app.log.events import validate_batch
 from sessions_app.models import Event
+from sessions_app.services import publishing
 from tests.sessions_app import factories as f
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -107,13 +108,13 @@ async def test_from_a_database_thread_each_commit_is_published_once_in_order_by_
         channel = await layer.new_channel()
         await layer.group_add(services.session_group("posted"), channel)
         waited_on_the_loop = []
-        real_async_to_sync = services.async_to_sync
-        services.async_to_sync = lambda fn: waited_on_the_loop.append(fn) or real_async_to_sync(fn)
+        real_async_to_sync = publishing.async_to_sync
+        publishing.async_to_sync = lambda fn: waited_on_the_loop.append(fn) or real_async_to_sync(fn)
         try:
             for i in range(20):
                 await db_threads.run(services.append_events, session_id="posted", events=validate_batch([f.user(str(i))]))
         finally:
-            services.async_to_sync = real_async_to_sync
+            publishing.async_to_sync = real_async_to_sync
         received = []
         while len(received) < 20:
             received.append(await asyncio.wait_for(layer.receive(channel), 5))

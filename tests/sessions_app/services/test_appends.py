@@ -125,15 +125,6 @@ def test_a_call_id_longer_than_its_column_is_found_by_the_id_itself():
 
 
 @pytest.mark.django_db
-def test_an_import_warns_of_an_agent_name_or_seed_length_that_does_not_fit_and_leaves_them_out():
-    services.create_session(session_id="parent")
-    blob = {"version": 2, "events": [], "agent_name": 7, "parent": {"session_id": "parent", "seed_length": 1}}
-    session, warnings = services.import_blob(blob=blob, session_id="child")
-    assert (session.agent_name, session.parent_id) == ("", None)
-    assert [w.split(" ")[0] for w in warnings] == ["agent_name", "parent"]
-
-
-@pytest.mark.django_db
 def test_unstorable_text_is_refused_by_every_write_whoever_calls_it(django_user_model):
     from sessions_app.log.values import UnacceptableValue
 

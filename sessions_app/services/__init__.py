@@ -1,0 +1,35 @@
+"""Writes: every change to the stored logs goes through these functions.
+
+Each runs in one transaction and publishes what it stored only after that
+transaction commits (session-log.md section 7; publishing.py). Callers use
+the names below; the modules of this package hold them by concern.
+"""
+
+from .access_admin import InvalidScopes, LastAdmin, issue_token, revoke_token, set_membership
+from .appends import AGENT_NAME_MAX, AppendResult, append_events, create_session
+from .audit_log import audit
+from .forks import fork
+from .publishing import SESSIONS_GROUP, session_group
+from .recovery import RepairResult, patch_dangling_calls, recover, recover_automatically
+from .transfer import import_blob
+
+__all__ = [
+    "AGENT_NAME_MAX",
+    "SESSIONS_GROUP",
+    "AppendResult",
+    "InvalidScopes",
+    "LastAdmin",
+    "RepairResult",
+    "append_events",
+    "audit",
+    "create_session",
+    "fork",
+    "import_blob",
+    "issue_token",
+    "patch_dangling_calls",
+    "recover",
+    "recover_automatically",
+    "revoke_token",
+    "session_group",
+    "set_membership",
+]

@@ -1,0 +1,294 @@
+"""Appends: new sessions and events, and the row writing every append shares.
+
+`_store` is the one place events are inserted after a session's last one
+(appends, recovery and imports go through it); `_locked_session` takes the
+session's row lock every write starts with.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from django.conf import settings
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from sessions_app import access, statements
+from sessions_app.errors import IdempotencyKeyReused, NotGranted, SeqConflict, SessionExists, SessionNotFound
+from sessions_app.log import calls as log_calls
+from sessions_app.log import events as log_events
+from sessions_app.log import structure
+from sessions_app.log import values as log_values
+from sessions_app.models import REPLACE_BOUND_MAX, AgentHour, CallSighting, Event, IdempotentRequest, Project, Session
+
+from .publishing import publish_events_on_commit, publish_session_changed_on_commit
+
+CALL_ID_TYPES = frozenset({"tool_call", "tool_result"})
+AGENT_NAME_MAX = Session._meta.get_field("agent_name").max_length
+TOOL_NAME_MAX = CallSighting._meta.get_field("tool_name").max_length
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    first_seq: int
+    next_seq: int
+    events: list[StoredEvent]
+    # True when an Idempotency-Key matched an earlier request: nothing new was stored.
+    replayed: bool = False
+
+    def as_response(self) -> dict:
+        return {"first_seq": self.first_seq, "next_seq": self.next_seq}
+
+
+def new_session_id() -> str:
+    return uuid.uuid4().hex
+
+
+def create_session(
+    *,
+    session_id: str | None = None,
+    agent_name: str = "",
+    metadata: dict | None = None,
+    project: Project | None = None,
+    parent: Session | None = None,
+    seed_length: int = 0,
+    created_at: datetime | None = None,
+) -> Session:
+    """A new empty session in `project` (default: the default project; a fork: its parent's)."""
+    # log_values.UnacceptableValue: what PostgreSQL would refuse, SQLite is not given either.
+    log_values.check({"agent_name": agent_name, "metadata": metadata or {}})
+    now = created_at or timezone.now()
+    if project is None:
+        project = parent.project if parent is not None else Project.default()
+    session = Session(
+        id=session_id or new_session_id(),
+        project=project,
+        agent_name=agent_name or "",
+        metadata=metadata or {},
+        parent=parent,
+        seed_length=seed_length,
+        created_at=now,
+        last_activity_at=now,
+    )
+    try:
+        with transaction.atomic():
+            session.save(force_insert=True)
+            _count_for_agent(session, at=now, sessions=1)
+    except IntegrityError as exc:
+        raise SessionExists(session.id) from exc
+    publish_session_changed_on_commit(session.id)
+    return session
+
+
+def hour_of(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+AGENT_COUNTS = ("sessions", "turns", "crashed_turns")
+
+
+def _count_for_agent(session: Session, *, at: datetime, **counts: int) -> None:
+    """Add to the agent's counts for the hour of `at` (AgentHour), in the caller's transaction.
+
+    One upsert statement (the same SQL on SQLite and PostgreSQL), so concurrent
+    first writers of an hour add up instead of colliding.
+    """
+    if not any(counts.values()):
+        return
+    quote = connection.ops.quote_name
+    table = quote(AgentHour._meta.db_table)
+    hour = AgentHour._meta.get_field("hour").get_db_prep_value(hour_of(at), connection)
+    additions = ", ".join(f"{quote(name)} = {table}.{quote(name)} + excluded.{quote(name)}" for name in AGENT_COUNTS)
+    statements.execute(
+        f"INSERT INTO {table} (project_id, agent_name, hour, {', '.join(map(quote, AGENT_COUNTS))})"
+        f" VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (project_id, agent_name, hour) DO UPDATE SET {additions}",
+        [session.project_id, session.agent_name, hour, *(counts.get(name, 0) for name in AGENT_COUNTS)],
+    )
+
+
+def append_events(
+    *,
+    session_id: str,
+    events: Sequence[log_events.NewEvent],
+    expected_seq: int | None = None,
+    idempotency_key: str | None = None,
+    request_sha256: str = "",
+    bearer: str | None = None,
+    received_at: datetime | None = None,
+) -> AppendResult:
+    """Append a validated batch atomically and publish it after commit.
+
+    `received_at` is when the server received the batch: now, unless a
+    command writes history as if received then (seed_demo).
+
+    Seqs are assigned under the session's row lock (select_for_update on
+    PostgreSQL; SQLite's IMMEDIATE transactions serialise all writers), so
+    concurrent writers get gapless, unique seqs. With `bearer` (an API token's
+    secret) the append is that token's: checked in the same read as the lock
+    (NotGranted unless it may append there) and its use recorded.
+    """
+    with transaction.atomic():
+        if bearer is None:
+            session = _locked_session(session_id)
+        else:
+            if (granted := access.locked_session_for_token(bearer, session_id, access.APPEND)) is None:
+                raise NotGranted(session_id)
+            session, token = granted
+            token.mark_used()
+        if idempotency_key:
+            prior = IdempotentRequest.objects.filter(session=session, key=idempotency_key).first()
+            if prior is not None:
+                if prior.body_sha256 != request_sha256:
+                    raise IdempotencyKeyReused(idempotency_key)
+                return AppendResult(events=[], replayed=True, **prior.response)
+        if expected_seq is not None and expected_seq != session.event_count:
+            raise SeqConflict(expected_seq, session.event_count)
+        first_seq = session.event_count
+        rows = _store(session, events, received_at=received_at or timezone.now())
+        result = AppendResult(first_seq=first_seq, next_seq=session.event_count, events=rows)
+        if idempotency_key:
+            IdempotentRequest.objects.create(
+                session=session, key=idempotency_key, body_sha256=request_sha256, response=result.as_response()
+            )
+    return result
+
+
+def _locked_session(session_id: str) -> Session:
+    session = statements.get_for_update(Session, session_id)
+    if session is None:
+        raise SessionNotFound(session_id)
+    return session
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event row as `_store` inserted it: the columns of `Event`, without a model instance.
+
+    What the callers of `_store` read (seq, type, time, data, to_log_event) is
+    the same as on an `Event`; building 1000 model instances cost more than
+    inserting them (docs/benchmarks.md, Ingest).
+    """
+
+    session_id: str
+    seq: int
+    type: str
+    time: datetime
+    received_at: datetime | None
+    data: dict
+    call_id: str | None
+    turn_seq: int | None
+    step_seq: int | None
+    replace_start: int | None
+    replace_stop: int | None
+
+    def to_log_event(self) -> log_events.Event:
+        return log_events.Event(seq=self.seq, type=self.type, time=self.time, data=self.data, received_at=self.received_at)
+
+
+# The columns `_store` writes, in the order of StoredEvent's fields (all but the id).
+EVENT_COLUMNS = ("session", "seq", "type", "time", "received_at", "data", "call_id", "turn_seq", "step_seq", "replace_start", "replace_stop")
+SIGHTING_COLUMNS = ("session", "seq", "call_id", "tool_name")
+
+
+def _store(session: Session, events: Sequence[log_events.NewEvent], *, received_at: datetime | None) -> list[StoredEvent]:
+    """Insert events after the session's last one and update its summary.
+
+    `received_at` is when the server received them, the session's activity
+    time from now on; None for an import, whose events the server never
+    received as they happened: its activity is their claimed last time, never
+    later than now, and its turns count in their claimed hours.
+
+    The caller holds the session's lock inside a transaction. The rows go in
+    as plain tuples through the driver's executemany, with the values the
+    ORM would send (the same column adaptations), so they read back exactly
+    as `Event.objects.bulk_create` stored them.
+    """
+    now = timezone.now()
+    turn_stack = list(session.turn_stack)
+    step_stack = list(session.step_stack)
+    rows = []
+    strays = list(session.stray_turn_ends)
+    prep_call_id = Event._meta.get_field("call_id").get_prep_value
+    for seq, new in enumerate(events, start=session.event_count):
+        placement = structure.place(turn_stack, step_stack, seq, new.type)
+        if new.type == "turn_end" and placement.turn_seq is None:
+            strays.append(seq)
+        replaced = log_events.replace_range(new.data)
+        rows.append(
+            StoredEvent(
+                session.id,
+                seq,
+                new.type,
+                new.time or now,
+                received_at,
+                new.data,
+                prep_call_id(log_events.call_id(new.data)) if new.type in CALL_ID_TYPES else None,
+                placement.turn_seq,
+                placement.step_seq,
+                min(replaced[0], REPLACE_BOUND_MAX) if replaced else None,
+                min(replaced[1], REPLACE_BOUND_MAX) if replaced else None,
+            )
+        )
+    if not rows:
+        return rows
+    adapt_time = _sqlite_utc_text if _stores_utc_text() else connection.ops.adapt_datetimefield_value
+    adapt_json = connection.ops.adapt_json_value
+    received = None if received_at is None else adapt_time(received_at)
+    statements.execute_many(
+        statements.insert_sql(Event, EVENT_COLUMNS),
+        [
+            (
+                r.session_id, r.seq, r.type, adapt_time(r.time), received, adapt_json(r.data, None),
+                r.call_id, r.turn_seq, r.step_seq, r.replace_start, r.replace_stop,
+            )
+            for r in rows
+        ],
+    )
+    sightings = list(_sightings(session, rows))
+    if sightings:
+        statements.execute_many(statements.insert_sql(CallSighting, SIGHTING_COLUMNS), sightings)
+    session.event_count += len(rows)
+    session.turn_stack = turn_stack
+    session.step_stack = step_stack
+    session.interrupted = bool(turn_stack)
+    session.stray_turn_ends = strays
+    session.last_event_at = rows[-1].time
+    session.last_received_at = received_at
+    session.last_activity_at = received_at or min(rows[-1].time, now)
+    fields = ["event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_received_at", "last_activity_at"]
+    if not turn_stack and session.repeated_failures_at is not None:
+        session.repeated_failures_at = None  # the crash it flagged is closed (recovered, or by the agent itself)
+        fields.append("repeated_failures_at")
+    statements.save_fields(session, fields)
+    # Turns count in the hour they started: received, or for an import's old turns their own claimed hours.
+    for hour, turns in Counter(hour_of(received_at or row.time) for row in rows if row.type == "turn_start").items():
+        _count_for_agent(session, at=hour, turns=turns)
+    publish_events_on_commit(session.id, rows)
+    return rows
+
+
+def _stores_utc_text() -> bool:
+    """SQLite storing aware datetimes as naive UTC text (Django's adaptation, with USE_TZ and a UTC connection)."""
+    return connection.vendor == "sqlite" and settings.USE_TZ and connection.timezone_name == "UTC"
+
+
+def _sqlite_utc_text(moment: datetime) -> str:
+    """What SQLite's adapt_datetimefield_value makes of an aware datetime, without its per-call checks."""
+    if moment.tzinfo is not UTC:
+        moment = moment.astimezone(UTC)
+    return moment.replace(tzinfo=None).isoformat(" ")
+
+
+def _sightings(session: Session, rows: Sequence[StoredEvent]):
+    """One (session_id, seq, call_id, tool_name) row per distinct call id an assistant message names
+    (the name as log.calls reads it, in either call shape)."""
+    prep_call_id = CallSighting._meta.get_field("call_id").get_prep_value
+    for row in rows:
+        if row.type != "assistant_message":
+            continue
+        for cid, name in log_calls.sighting_names(row.data).items():
+            yield (session.id, row.seq, prep_call_id(cid), name[:TOOL_NAME_MAX])

@@ -1,0 +1,188 @@
+"""Recovery: closing a crashed session's open turns (by a person or the worker) and the dangling-call patch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from sessions_app.errors import RecoveryFirst, StalePlan
+from sessions_app.log import events as log_events
+from sessions_app.log import recovery as log_recovery
+from sessions_app.log import strategy as log_strategy
+from sessions_app.log import values as log_values
+from sessions_app.models import AuditEntry, AutoRecoveryPolicy, RecoveryRecord, Session
+from sessions_app.selectors import dangling_patch, recovery_plan, recovery_strategies
+
+from .appends import StoredEvent, _count_for_agent, _locked_session, _store
+from .audit_log import WORKER, audit
+from .publishing import publish_session_changed_on_commit
+
+
+@dataclass(frozen=True)
+class RepairResult:
+    appended: list[StoredEvent]
+    next_seq: int
+    record: RecoveryRecord | None
+
+
+def recover(
+    *,
+    session_id: str,
+    user,
+    digest: str | None = None,
+    note: str = "",
+    context: bool = False,
+    abandon: bool = False,
+) -> RepairResult:
+    """Apply the session's recovery plan, if `digest` (when given) still matches it.
+
+    Plan, check and append happen under the session's lock, so of two people
+    confirming one plan exactly one appends; the other gets StalePlan with
+    the fresh (empty) plan. A clean session appends nothing. The strategies
+    are recomputed under the lock and recorded (section 8.1); `abandon`
+    records that the person chose to abandon the turns instead, `context`
+    appends the recovery-context system_message right after the plan.
+    """
+    log_values.check(note, prefix="note")
+    with transaction.atomic():
+        session = _locked_session(session_id)
+        plan = recovery_plan(session)
+        return _apply_recovery(session, plan, user=user, digest=digest, note=note, context=context, abandon=abandon)
+
+
+def recover_automatically(*, session_id: str, policy: AutoRecoveryPolicy, now: datetime | None = None) -> RepairResult | None:
+    """The worker's recovery: only a session quiet for the policy's time whose every open turn is restart_turn.
+
+    Everything is decided again under the session's lock (two workers, or a
+    person, may have got there first; the agent may have come back). None
+    when it is not (or no longer) safe, or the agent is past its hourly
+    limit: then the session is flagged "repeated failures" for a person.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        # The policy row serialises its agents' automatic recoveries, so the hourly count cannot race.
+        policy = AutoRecoveryPolicy.objects.select_for_update().get(pk=policy.pk)
+        session = _locked_session(session_id)
+        quiet = (now - session.last_activity_at).total_seconds()
+        if not policy.enabled or not session.turn_stack or quiet < policy.quiet_seconds:
+            return None
+        plan = recovery_plan(session)
+        turns = recovery_strategies(plan)
+        if any(t.strategy != log_strategy.RESTART_TURN for t in turns):
+            session.auto_checked_count = session.event_count
+            session.save(update_fields=["auto_checked_count"])
+            return None
+        # An agent is its name within its project: another team's agent of the same name has its own count.
+        recent = RecoveryRecord.objects.filter(
+            automatic=True, agent_name=session.agent_name, session__project_id=session.project_id, created_at__gt=now - timedelta(hours=1)
+        ).count()
+        if recent >= policy.max_per_hour:
+            if session.repeated_failures_at is None:
+                session.repeated_failures_at = now
+                session.save(update_fields=["repeated_failures_at"])
+                audit(
+                    project=session.project_id,
+                    actor=None,
+                    action=AuditEntry.AUTO_RECOVERY_HELD,
+                    target=session.id,
+                    detail={"agent_name": session.agent_name, "policy": policy.agent_pattern, "limit": policy.max_per_hour},
+                    actor_name=WORKER,
+                )
+                publish_session_changed_on_commit(session.id)
+            return None
+        return _apply_recovery(session, plan, user=None, digest=None, note="", policy=policy, now=now, turns=turns)
+
+
+def _apply_recovery(
+    session: Session,
+    plan: log_recovery.Plan,
+    *,
+    user,
+    digest: str | None,
+    note: str,
+    context: bool = False,
+    abandon: bool = False,
+    policy: AutoRecoveryPolicy | None = None,
+    now: datetime | None = None,
+    turns: list[log_strategy.TurnStrategy] | None = None,
+) -> RepairResult:
+    turns = recovery_strategies(plan) if turns is None else turns
+    extra = []
+    if context and plan.repairs:
+        extra = [log_recovery.Repair("system_message", log_strategy.context_message(turns, abandoned=abandon), None)]
+    recorded = {
+        "strategies": [t.as_wire() for t in turns],
+        "abandoned": abandon,
+        "automatic": policy is not None,
+        "policy": policy,
+        "turns_closed": len(plan.open_turns),
+        "quiet_seconds": ((now or timezone.now()) - session.last_activity_at).total_seconds(),
+    }
+    result = _apply_repairs(session, plan.repairs, plan, RecoveryRecord.RECOVERY, user, digest, note, extra=extra, recorded=recorded)
+    if result.record is not None:
+        _count_for_agent(session, at=result.record.created_at, crashed_turns=len(plan.open_turns))
+    return result
+
+
+def patch_dangling_calls(*, session_id: str, user, digest: str | None = None, note: str = "") -> RepairResult:
+    """The turn-blind patch (session-log.md section 4), only once no turn is open."""
+    log_values.check(note, prefix="note")
+    with transaction.atomic():
+        session = _locked_session(session_id)
+        if session.turn_stack:
+            raise RecoveryFirst(session.open_turns)
+        repairs = dangling_patch(session)
+        return _apply_repairs(session, repairs, None, RecoveryRecord.DANGLING_PATCH, user, digest, note)
+
+
+def _apply_repairs(session, repairs, plan, kind, user, digest, note, *, extra=(), recorded=None) -> RepairResult:
+    """Append the repairs (then `extra`, outside the digest) if the digest still matches; record who did it.
+
+    `user` None is the automatic worker (recorded under its policy).
+    """
+    current = log_recovery.repairs_digest(session.event_count, repairs)
+    if digest is not None and digest != current:
+        raise StalePlan(plan or log_recovery.Plan([], list(repairs), []), session.event_count)
+    if not repairs:
+        return RepairResult(appended=[], next_seq=session.event_count, record=None)
+    rows = _store(session, [log_events.NewEvent(r.type, r.data, None) for r in [*repairs, *extra]], received_at=timezone.now())
+    recorded = recorded or {}
+    if kind == RecoveryRecord.RECOVERY:
+        session.recovered_at = timezone.now()
+        session.save(update_fields=["recovered_at"])
+    policy = recorded.get("policy")
+    record = RecoveryRecord.objects.create(
+        session=session,
+        kind=kind,
+        user=user,
+        username=user.get_username() if user is not None else f"automatic ({policy.agent_pattern})",
+        note=note,
+        digest=current,
+        first_seq=rows[0].seq,
+        last_seq=rows[-1].seq,
+        agent_name=session.agent_name,
+        context_seq=rows[-1].seq if extra else None,
+        **recorded,
+    )
+    detail = {"first_seq": record.first_seq, "last_seq": record.last_seq, "digest": current, "note": note}
+    if kind == RecoveryRecord.RECOVERY:
+        detail |= {
+            "strategies": record.strategy_names,
+            "abandoned": record.abandoned,
+            "automatic": record.automatic,
+            "context": record.context_seq is not None,  # a recovery note for the agent was appended
+        }
+        if policy is not None:
+            detail["policy"] = policy.agent_pattern
+    audit(
+        project=session.project_id,
+        actor=user,
+        action=AuditEntry.RECOVERY if kind == RecoveryRecord.RECOVERY else AuditEntry.DANGLING_PATCH,
+        target=session.id,
+        detail=detail,
+        actor_name=WORKER if policy is not None else "cli",
+    )
+    return RepairResult(appended=rows, next_seq=session.event_count, record=record)
