@@ -1,7 +1,8 @@
 """The layout's rules (docs/architecture.md), checked on the source: imports only go down.
 
 Every import counts, those inside functions too: a lazy import is still a dependency,
-and the circles this layout broke were lazy ones. The source is parsed, not imported.
+and the circles this layout broke were lazy ones. Imports under `if TYPE_CHECKING:` do not
+(they name a type for the reader and never run). The source is parsed, not imported.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
     """Every module `path` imports, anywhere in it; `from package import module` names the module."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in runtime_nodes(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom):
@@ -96,6 +97,16 @@ def imports_of(path: Path, name: str, known: set[str]) -> set[str]:
             for alias in node.names:
                 found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
     return found - {name}
+
+
+def runtime_nodes(tree: ast.AST):
+    """Every node of `tree` but those under `if TYPE_CHECKING:`."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in {"TYPE_CHECKING", "typing.TYPE_CHECKING"}:
+            yield from (n for child in node.orelse for n in [child, *runtime_nodes(child)])
+            continue
+        yield node
+        yield from runtime_nodes(node)
 
 
 def room_of(module: str) -> tuple[int, str] | None:
