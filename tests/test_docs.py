@@ -32,7 +32,7 @@ def test_every_endpoint_is_documented():
 def test_every_error_code_the_api_answers_with_is_documented():
     source = "\n".join(
         (ROOT / name).read_text()
-        for name in ["sessions_app/api.py", "sessions_app/log/fork.py", "sessions_app/log/values.py", "dashboard/middleware.py"]
+        for name in ["sessions_app/api/app.py", "sessions_app/log/fork.py", "sessions_app/log/values.py", "dashboard/middleware.py"]
     )
     codes = set(re.findall(r'(?:ApiError\(\d+|error_response\(request, \d+|ForkRefused\()\s*,?\s*"([a-z_]+)"', source))
     codes |= set(re.findall(r'"(?:text|depth)": "([a-z_]+)"', source))
