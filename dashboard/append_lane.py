@@ -33,7 +33,7 @@ from django.middleware.security import SecurityMiddleware
 
 from dashboard import middleware as dashboard_middleware
 from sessions_app import db_threads, errors, services
-from sessions_app.api import PreparedAppend, prepare_append
+from sessions_app.api.events import PreparedAppend, prepare_append
 from sessions_app.log import values as log_values
 from sessions_app.models import SESSION_ID_PATTERN
 

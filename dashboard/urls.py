@@ -6,7 +6,7 @@ from django.views.generic import RedirectView
 
 import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
 from dashboard import account, agents, projects, views
-from sessions_app import api
+from sessions_app.api import app as api
 
 urlpatterns = [
     path("", views.session_list, name="session_list"),
