@@ -52,7 +52,7 @@ def measure(target: Target, n_events: int, runs: int) -> dict:
     from django.test.utils import CaptureQueriesContext
 
     from sessions_app import selectors
-    from sessions_app.api import plan_to_wire
+    from sessions_app.api.recovery import plan_to_wire
     from sessions_app.log import recovery
 
     log = agent_log(n_events, seed=11, start=datetime(2025, 1, 1, tzinfo=UTC))

@@ -4,7 +4,7 @@ Single-event appends are what most agent runtimes send, and under Daphne
 Django's handler and django-ninja cost more than the append itself (about
 6 ms of a 9.6 ms request, docs/benchmarks.md: per-request cost). This lane
 serves the common case, a bearer-token request whose batch is stored, without
-them: the body read once, the same checks (api.prepare_append), the token's
+them: the body read once, the same checks (sessions_app.api.events.prepare_append), the token's
 access checked in the append's own locked read, and a 201 that passes
 through the response hooks of the same security middleware as every other
 response.
@@ -34,7 +34,7 @@ from django.middleware.security import SecurityMiddleware
 from dashboard import middleware as dashboard_middleware
 from dashboard.outage import DATABASE_UNAVAILABLE
 from sessions_app import db_threads, errors, services
-from sessions_app.api import PreparedAppend, prepare_append
+from sessions_app.api.events import PreparedAppend, prepare_append
 from sessions_app.log import values as log_values
 from sessions_app.models import SESSION_ID_PATTERN
 

@@ -4,9 +4,9 @@ from django.templatetags.static import static
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-from dashboard.pages import account, agents, projects, sessions
-from sessions_app import api
 import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
+from dashboard.pages import account, agents, projects, sessions
+from sessions_app.api import app as api
 
 urlpatterns = [
     path("", sessions.session_list, name="session_list"),

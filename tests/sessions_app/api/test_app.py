@@ -1,18 +1,29 @@
-"""Bad input is a clear 4xx that stores nothing; whatever was accepted reads back everywhere.
+"""app.py over HTTP: who is authenticated; bad input is a clear 4xx that stores
+nothing (the body parser and the error answers) and whatever was accepted reads
+back everywhere; paths and methods no endpoint serves answer in JSON; the
+OpenAPI document and its page.
 
 Every test here runs on SQLite and, with DATABASE_URL, on PostgreSQL: the
 same input must get the same answer from both.
 """
 
 import json
+import re
+import typing
+from datetime import timedelta
 
 import pytest
 from django.test import Client
+from django.utils import timezone
+from ninja import Schema
 
-from sessions_app.models import REPLACE_BOUND_MAX, CallSighting, Event, IdempotentRequest, RecoveryRecord, Role, Session, ToolPolicy
+from sessions_app import field_paths, services
+from sessions_app.api.app import api
+from sessions_app.models import REPLACE_BOUND_MAX, ApiToken, CallSighting, Event, IdempotentRequest, RecoveryRecord, Role, Session, ToolPolicy
 from tests.access import token_for
 from tests.conftest import ApiClient
 from tests.sessions_app import factories as f
+from tests.sessions_app.api.http import assert_error, make_session
 
 pytestmark = pytest.mark.django_db
 
@@ -20,23 +31,9 @@ SURROGATE = "\ud800"
 NUL = "\x00"
 
 
-def make_session(api, session_id="s1", **fields):
-    response = api.post("/api/v1/sessions", {"id": session_id, **fields})
-    assert response.status_code == 201, response.content
-    return response.json()
-
-
 def post_json(api, path, text: str, **headers):
     """Post JSON text as given (json.dumps would refuse or rewrite what these tests send)."""
     return api.post_raw(path, text.encode("utf-8", "surrogatepass"), **headers)
-
-
-def assert_error(response, status, error):
-    assert response.status_code == status, response.content
-    assert response["Content-Type"].startswith("application/json")
-    body = response.json()
-    assert body["error"] == error and isinstance(body["detail"], str) and body["detail"]
-    return body
 
 
 def stored_counts():
@@ -441,6 +438,111 @@ def test_a_logged_in_browser_write_still_needs_its_csrf_token(agent_user):
     assert not Session.objects.exists()
 
 
+@pytest.mark.parametrize("token", [None, "not-a-token"])
+def test_requests_without_a_valid_token_get_401_and_store_nothing(token):
+    anonymous = ApiClient(token)
+    assert_error(anonymous.get("/api/v1/sessions"), 401)
+    assert_error(anonymous.post("/api/v1/sessions", {"id": "x"}), 401)
+    assert not Session.objects.exists()
+
+
+def test_a_token_of_an_inactive_user_is_refused(api, agent_user):
+    agent_user.is_active = False
+    agent_user.save()
+    assert_error(api.get("/api/v1/sessions"), 401)
+
+
+def test_the_login_session_also_authenticates(client, agent_user):
+    client.force_login(agent_user)
+    assert client.get("/api/v1/sessions").status_code == 200
+
+
+# A revoked or expired token's 401 says so (issue 24, item 6, i) ------------------------------
+
+SEND = "send Authorization: Bearer <token> (or log in)"
+
+# A read of each kind of endpoint (sync, async) and the append, whose fast lane leaves refusals to the API.
+REQUESTS = [("get", "/api/v1/sessions", None), ("get", "/api/v1/sessions/s", None), ("post", "/api/v1/sessions/s/events", {"events": [f.user()]})]
+
+
+def refused(token: str | None, method: str, path: str, body) -> dict:
+    client = ApiClient(token)
+    response = client.get(path) if method == "get" else client.post(path, body)
+    assert response.status_code == 401
+    answer = response.json()
+    assert answer["error"] == "unauthenticated"  # the code stays; the words say why
+    return answer
+
+
+@pytest.mark.parametrize("method, path, body", REQUESTS)
+def test_a_revoked_tokens_401_says_it_was_revoked(agent_user, method, path, body):
+    services.create_session(session_id="s")
+    secret = token_for(agent_user)
+    token = ApiToken.usable_for(secret)
+    services.revoke_token(token=token)
+    detail = refused(secret, method, path, body)["detail"]
+    assert detail.startswith(f"token {token.prefix}… was revoked at ") and detail.endswith(SEND)
+
+
+@pytest.mark.parametrize("method, path, body", REQUESTS)
+def test_an_expired_tokens_401_says_it_expired(agent_user, method, path, body):
+    services.create_session(session_id="s")
+    secret = token_for(agent_user, expires_at=timezone.now() + timedelta(days=1))
+    ApiToken.objects.update(expires_at=timezone.now() - timedelta(minutes=1))
+    assert " expired at " in refused(secret, method, path, body)["detail"]
+
+
+def test_a_deactivated_users_token_and_an_unknown_token_say_so_and_no_token_asks_for_one(agent_user):
+    services.create_session(session_id="s")
+    secret = token_for(agent_user)
+    agent_user.is_active = False
+    agent_user.save()
+    assert "user is deactivated: " in refused(secret, "get", "/api/v1/sessions", None)["detail"]
+    assert refused("tl_never-issued", "get", "/api/v1/sessions", None)["detail"] == f"unknown token: {SEND}"
+    assert refused(None, "get", "/api/v1/sessions", None)["detail"] == SEND
+
+
+# Error locations name the field as the client sent it (issue 24, item 6, j) -------------------
+
+
+@pytest.mark.parametrize("method, path, body, loc, shown", [
+    ("post", "/api/v1/sessions", {"agent_name": 5}, ["agent_name"], "agent_name: "),
+    ("post", "/api/v1/sessions/s/events", {"events": "x"}, ["events"], "events: "),
+    ("post", "/api/v1/sessions/s/events", {"events": [f.user()], "expected_seq": "a"}, ["expected_seq"], "expected_seq: "),
+    ("post", "/api/v1/sessions/s/recover", {"context": "yes"}, ["context"], "context: "),
+    ("post", "/api/v1/sessions/s/patch-dangling-calls", {"note": 5}, ["note"], "note: "),
+    ("post", "/api/v1/sessions/s/fork", {"id": 5}, ["id"], "id: "),
+    ("get", "/api/v1/sessions?limit=x", None, ["limit"], "limit: "),
+    ("get", "/api/v1/sessions?status=paused", None, ["status"], "status: "),  # refused, as docs/api.md says
+    ("get", "/api/v1/sessions/s/events?since=x", None, ["since"], "since: "),
+])  # fmt: skip
+def test_an_invalid_request_names_the_field_as_the_client_sent_it(api, method, path, body, loc, shown):
+    api.post("/api/v1/sessions", {"id": "s"})
+    response = api.get(path) if method == "get" else api.post(path, body)
+    assert response.status_code == 422
+    answer = response.json()
+    assert answer["error"] == "invalid_request"
+    assert [error["loc"] for error in answer["errors"]] == [loc]
+    assert answer["detail"].startswith(shown) and "payload" not in answer["detail"] and "query." not in answer["detail"]
+
+
+def test_a_nested_location_reads_as_a_path():
+    assert field_paths.client_loc(["body", "payload", "events", 0, "data"]) == ["events", 0, "data"]
+    assert field_paths.dotted(["events", 0, "data"]) == "events[0].data"
+    assert field_paths.client_loc(["query", "limit"]) == ["limit"] and field_paths.dotted([]) == "body"
+
+
+def test_every_endpoint_names_its_body_parameter_as_field_paths_expects():
+    """field_paths drops the body schema parameter's name from locations: every endpoint uses that one name."""
+    body_parameters = set()
+    for _prefix, router in api._routers:
+        for path_operation in router.path_operations.values():
+            for operation in path_operation.operations:
+                hints = typing.get_type_hints(operation.view_func)
+                body_parameters |= {name for name, hint in hints.items() if isinstance(hint, type) and issubclass(hint, Schema)}
+    assert body_parameters == {field_paths.BODY_PARAMETER}
+
+
 # The OpenAPI document --------------------------------------------------------------------------
 
 
@@ -453,3 +555,25 @@ def test_openapi_lists_400_invalid_json_for_every_body_and_links_the_projects_do
             if "requestBody" in operation or path.endswith("/import"):
                 assert "400" in operation["responses"], (method, path)
         assert "{session_id}" in path or "session_id" not in path  # converters do not leak into the document
+
+
+def test_openapi_describes_every_endpoint(api):
+    schema = api.get("/api/v1/openapi.json").json()
+    paths = {(method.upper(), path) for path, ops in schema["paths"].items() for method in ops}
+    assert {
+        ("POST", "/api/v1/sessions"),
+        ("GET", "/api/v1/sessions"),
+        ("GET", "/api/v1/sessions/{session_id}"),
+        ("POST", "/api/v1/sessions/{session_id}/events"),
+        ("GET", "/api/v1/sessions/{session_id}/events"),
+        ("GET", "/api/v1/sessions/{session_id}/messages"),
+        ("GET", "/api/v1/sessions/{session_id}/export"),
+        ("POST", "/api/v1/sessions/import"),
+    } <= paths
+
+
+def test_docs_are_served_without_a_cdn(api, agent_user, client):
+    client.force_login(agent_user)
+    page = client.get("/api/v1/docs").content.decode()
+    assert "swagger-ui-bundle.js" in page
+    assert not re.search(r"https?://(?!127\.0\.0\.1|localhost)[^\"']*\.(js|css)", page)
