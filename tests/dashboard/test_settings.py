@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from sessions_app import services
 from dashboard.secret_key import development_secret_key
+from sessions_app import services
 from tests.access import token_for
 from tests.servers import PROJECT_DIR, DaphneServer
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_recovery import store
 
 LIMIT = 4096
 

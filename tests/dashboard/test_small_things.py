@@ -18,7 +18,7 @@ from sessions_app.log.events import validate_batch
 from sessions_app.models import AuditEntry, Project, Role, Session
 from tests.access import member, token_for
 from tests.sessions_app.log.strategies import message
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = pytest.mark.django_db
 

@@ -10,7 +10,7 @@ from sessions_app.log.events import validate_batch
 from sessions_app.models import Event, RecoveryRecord
 from tests.e2e.conftest import api_post, open_page
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -8,7 +8,7 @@ from playwright.sync_api import expect
 from sessions_app import services
 from tests.e2e.conftest import PASSWORD, api_post
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -10,7 +10,7 @@ from sessions_app import services
 from sessions_app.models import Session
 from tests.e2e.conftest import open_page
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -242,7 +242,7 @@ def test_a_fork_form_opened_in_the_header_outlives_frames_while_the_fork_is_offe
     """Frames re-render the whole header: a form being filled in stays, until a reload would no longer offer it."""
     from sessions_app import services
     from sessions_app.log.events import validate_batch
-    from tests.sessions_app.test_recovery import store
+    from tests.sessions_app.services.test_recovery import store
 
     def append_now(*events) -> None:
         services.append_events(session_id="forming", events=validate_batch([{"type": t, "data": d} for t, d in events]))

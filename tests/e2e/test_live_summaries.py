@@ -6,7 +6,7 @@ from playwright.sync_api import expect
 from sessions_app import services
 from sessions_app.log.events import validate_batch
 from tests.e2e.conftest import open_page
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -11,8 +11,8 @@ from tests.access import member
 from tests.e2e.conftest import PASSWORD
 from tests.e2e.test_accessibility import axe_report
 from tests.e2e.test_csp import REPORT_VIOLATIONS, log_in, watched_page  # noqa: F401  (the fixture that records CSP violations)
-from tests.sessions_app.test_fork import CRASHED
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_forks import CRASHED
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -16,9 +16,9 @@ from sessions_app.models import Event, RecoveryRecord
 from tests.e2e.conftest import api_post, open_page, wait_until
 from tests.e2e.test_accessibility import axe_report
 from tests.e2e.test_recovery_strategies import CRASH, SESSION, crashed_hours_ago
-from tests.sessions_app.log.strategies import message
-from tests.sessions_app.test_recovery import store
 from tests.servers import DaphneServer
+from tests.sessions_app.log.strategies import message
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

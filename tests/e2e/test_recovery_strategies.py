@@ -19,7 +19,7 @@ from sessions_app.log.events import Event as LogEvent
 from sessions_app.models import Event, RecoveryRecord, Session, ToolPolicy
 from tests.e2e.conftest import open_page
 from tests.sessions_app.log.strategies import message
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

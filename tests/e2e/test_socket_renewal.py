@@ -7,7 +7,7 @@ from playwright.sync_api import expect
 from dashboard.live.consumers import CLOSE_RENEW
 from tests.e2e.conftest import api_post, open_page, wait_until
 from tests.servers import DaphneServer
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

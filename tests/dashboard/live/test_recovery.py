@@ -16,7 +16,7 @@ from tests.dashboard.live.test_sessions import append_events, browser_socket, cl
 from tests.dashboard.pages.test_sessions import staff, text_of  # noqa: F401  (fixture)
 from tests.sessions_app.log.strategies import message
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE, assistant, result
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_recovery import store
 
 LIVE = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
 # The agent comes back inside turn 1: c3 answered, step 2 closed, step 3 begun (the turn stays open).

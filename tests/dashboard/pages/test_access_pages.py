@@ -18,8 +18,8 @@ from sessions_app.models import AuditEntry, Event, Role, Session
 from tests.access import member
 from tests.sessions_app.log.strategies import message
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
-from tests.sessions_app.test_fork import CRASHED
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_forks import CRASHED
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = pytest.mark.django_db
 

@@ -15,8 +15,8 @@ from sessions_app.log.recovery import open_turns
 from sessions_app.log.structure import place_all
 from sessions_app.models import Event, Session
 from tests.sessions_app.log.strategies import logs, message
-from tests.sessions_app.test_fork import CRASHED
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_forks import CRASHED
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = pytest.mark.django_db
 

@@ -20,8 +20,8 @@ from sessions_app.models import ApiToken, AuditEntry, Membership, Project, Role,
 from tests.access import member, token_for
 from tests.conftest import ApiClient
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
-from tests.sessions_app.test_fork import CRASHED
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_forks import CRASHED
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = pytest.mark.django_db
 

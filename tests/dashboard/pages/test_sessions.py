@@ -16,7 +16,7 @@ from sessions_app.models import Event, RecoveryRecord, Role, Session, ToolPolicy
 from tests.access import member
 from tests.sessions_app.log.strategies import message
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE, assistant, result
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = pytest.mark.django_db
 

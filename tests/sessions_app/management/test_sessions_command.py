@@ -9,7 +9,7 @@ from sessions_app.models import AuditEntry, Event, Project, RecoveryRecord, Role
 from tests.access import member
 from tests.sessions_app.log.strategies import events_of
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = pytest.mark.django_db
 

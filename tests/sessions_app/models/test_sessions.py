@@ -74,7 +74,7 @@ def test_status_tells_a_session_written_to_between_turns_from_a_quiet_one(django
     from sessions_app import services
     from sessions_app.log.events import validate_batch
     from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
-    from tests.sessions_app.test_recovery import store
+    from tests.sessions_app.services.test_recovery import store
 
     def append(session_id, items):
         services.append_events(session_id=session_id, events=validate_batch([{"type": t, "data": d} for t, d in items]))

@@ -13,7 +13,7 @@ from sessions_app.log.structure import place_all
 from sessions_app.models import CallSighting, Event, Session
 from tests.sessions_app.log.strategies import logs, message
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE, assistant, result
-from tests.sessions_app.test_recovery import store
+from tests.sessions_app.services.test_recovery import store
 
 pytestmark = pytest.mark.django_db
 
