@@ -36,7 +36,7 @@ from dashboard.live.consumers import (
     close_without_database,
 )
 from dashboard.outage import DATABASE_UNAVAILABLE
-from dashboard.pages import session_page, transcript
+from dashboard.pages import raw_log, session_page, transcript
 from sessions_app import access, db_threads, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.params import BadParameter, decimal_int
@@ -274,7 +274,7 @@ def render_raw_frame(session_id: str, wires: list[dict], shown_through: int, fir
     # way, and a row must read as a reload shows it.
     events = selectors.events_since(session, since=wires[0]["seq"], limit=len(wires))
     context = session_page.header_context(session, can_fork=can_fork, tab=session_page.RAW)
-    new_rows, changed = transcript.raw_frame_rows(session, events, first_shown=first_shown, shown_through=shown_through)
+    new_rows, changed = raw_log.raw_frame_rows(session, events, first_shown=first_shown, shown_through=shown_through)
     parts = [render_to_string("sessions/detail.html#raw-row", {**context, "entry": row, "oob": True}).strip() for row in changed]
     rows = "".join(render_to_string("sessions/detail.html#raw-row", {**context, "entry": row}) for row in new_rows)
     parts.append(f'<div hx-swap-oob="beforeend:#raw-rows">{rows}</div>')

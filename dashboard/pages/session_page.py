@@ -18,6 +18,7 @@ from __future__ import annotations
 from django.template.loader import render_to_string
 
 from dashboard.pages import transcript
+from dashboard.pages.blocks import Block
 from sessions_app import selectors
 from sessions_app.models import Session
 
@@ -69,7 +70,7 @@ def status_in(state: str) -> str:
     return state.split(" ", 1)[0]
 
 
-def status_blocks(session: Session) -> list[transcript.Block]:
+def status_blocks(session: Session) -> list[Block]:
     """The blocks whose rendering follows the session's status rather than its events: the open turns
     (pending calls, then what recovery would say) and the latest page's (a call with no result reads
     "requested" while the session is active, "no result" once it went quiet), as a reload shows them."""

@@ -1,4 +1,5 @@
-"""Pages. Thin: they read through selectors and dashboard.pages.transcript, write through services."""
+"""Pages. Thin: they read through selectors and the view objects of dashboard.pages (transcript,
+raw_log, recovery_page), write through services."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from dashboard.pages import plan_change, session_page, transcript
+from dashboard.pages import plan_change, raw_log, recovery_page, session_page, transcript
 from sessions_app import access, errors, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
@@ -86,7 +87,7 @@ def session_detail(request, session_id: str):
         **rights,
     }
     if view == "raw":
-        context["raw"] = transcript.raw_page(session, before=decimal_int(request.GET.get("before", ""), name="before"))
+        context["raw"] = raw_log.raw_page(session, before=decimal_int(request.GET.get("before", ""), name="before"))
     else:
         context["window"] = transcript.latest_window(session)
     return render(request, "sessions/detail.html", context)
@@ -193,7 +194,7 @@ def recovery_choices(data) -> dict:
 def recovery_context(session, rights: dict, *, choices: dict, stale_from: tuple[int | None, str] | None = None) -> dict:
     """The preview; `stale_from` is the plan (next_seq, digest) a refused confirm was made from."""
     plan = selectors.recovery_plan(session)
-    preview = transcript.recovery_preview(session, plan)
+    preview = recovery_page.recovery_preview(session, plan)
     dangling = selectors.dangling_patch(session) if not plan.interrupted else []
     digest = plan.digest(session.event_count)
     shown_next_seq, shown_digest = stale_from or (session.event_count, digest)

@@ -36,10 +36,10 @@ def seqs(value, last=None) -> str:
 
 @register.filter
 def as_value(data: object):
-    """Event data shown as the transcript shows content (dashboard.pages.transcript.Value): JSON, cut when long."""
-    from dashboard.pages import transcript  # the pages' module imports the models; templates load tags early
+    """Event data shown as the transcript shows content (dashboard.pages.blocks.Value): JSON, cut when long."""
+    from dashboard.pages import blocks  # the pages' module imports the models; templates load tags early
 
-    return transcript.Value.of(data)
+    return blocks.Value.of(data)
 
 
 @register.filter
@@ -51,9 +51,9 @@ def at(mapping: dict | None, key: object) -> object:
 @register.simple_tag
 def innermost_strategy(session):
     """The recommended strategy of a session's innermost open turn (sessions_app.log.strategy.TurnStrategy), or None."""
-    from dashboard.pages import transcript  # the pages' module imports the models; templates load tags early
+    from dashboard.pages import recovery_page  # the pages' module imports the models; templates load tags early
 
-    return transcript.innermost_strategy(session)
+    return recovery_page.innermost_strategy(session)
 
 
 @register.simple_tag

@@ -17,7 +17,7 @@ from websockets.exceptions import ConnectionClosed
 from dashboard.asgi import application
 from dashboard.live import sessions as live
 from dashboard.live.consumers import CLOSE_RENEW
-from dashboard.pages import transcript
+from dashboard.pages import raw_log
 from sessions_app import services
 from sessions_app.log.events import validate_batch
 from sessions_app.models import Role
@@ -451,7 +451,7 @@ async def test_a_failed_render_is_not_kept(monkeypatch):
 
 
 async def test_a_raw_page_rechecks_only_its_latest_rows(sid, session_cookie, monkeypatch):
-    monkeypatch.setattr(transcript, "RESHADOW_ROWS", 2)
+    monkeypatch.setattr(raw_log, "RESHADOW_ROWS", 2)
     await create(sid, 4)  # seqs 0-3, a client claiming to show them all
     page = await browser_socket(f"/ws/sessions/{sid}/live?view=raw&first=0&after=3", session_cookie)
     await append_events(sid, [{"type": "user_message", "data": {"content": "summary", "surface_op": ["replace", 0, 3]}}])

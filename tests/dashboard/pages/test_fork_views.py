@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from django.test.utils import CaptureQueriesContext
 
 from dashboard.live import sessions as live
-from dashboard.pages import transcript
+from dashboard.pages import fork_spots
 from sessions_app import selectors, services
 from sessions_app.log.events import event_to_wire, validate_batch
 from sessions_app.log.recovery import open_turns
@@ -199,7 +199,7 @@ def test_fork_spots_follow_the_fork_rule_on_any_log(events):
     turn open there and where it closes, as the refusal would name them."""
     session = store(events)
     placed = {seq: (type_, turn) for seq, type_, turn in Event.objects.filter(session=session).values_list("seq", "type", "turn_seq")}
-    spots = transcript.fork_spots(session, placed)
+    spots = fork_spots.fork_spots(session, placed)
     placements = place_all(events)[0]
     for event in events:
         unclosed = open_turns(events[: event.seq + 1])
@@ -211,4 +211,4 @@ def test_fork_spots_follow_the_fork_rule_on_any_log(events):
     starts = {e.seq for e in events if e.type == "turn_start"}
     enclosing = {t: open_turns(events[:t])[0] for t in starts if open_turns(events[:t])}
     # Walking back over closed turns, and reading the later turn_ends, agree.
-    assert transcript.enclosing_turns(session, starts) == transcript.enclosing_turns(session, starts, steps=0) == enclosing
+    assert fork_spots.enclosing_turns(session, starts) == fork_spots.enclosing_turns(session, starts, steps=0) == enclosing

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.pages import transcript
+from dashboard.pages import blocks
 from sessions_app import services
 from sessions_app.log.events import validate_batch
 from tests.sessions_app import factories as f
@@ -16,11 +16,11 @@ TOO_DEEP = "[" * 100_000 + "]" * 100_000
 
 @pytest.mark.parametrize("text", [TOO_DEEP, "{" + '"a":' * 50_000 + "1" + "}" * 50_000, "[NaN]", "[1e400]", "[" + "9" * 5000 + "]"])
 def test_looks_like_json_answers_for_any_text(text):
-    assert transcript.looks_like_json(text) is False  # not JSON this log could hold: shown as the text it is
+    assert blocks.looks_like_json(text) is False  # not JSON this log could hold: shown as the text it is
 
 
 def test_looks_like_json_still_reads_json():
-    assert transcript.looks_like_json('  {"a": [1, 2.5, "x"]} ')
+    assert blocks.looks_like_json('  {"a": [1, 2.5, "x"]} ')
 
 
 @pytest.mark.django_db

@@ -8,7 +8,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from django.utils.html import escape
 
-from dashboard.pages import transcript
+from dashboard.pages import blocks, raw_log, transcript
 from sessions_app import selectors, services
 from sessions_app.log import recovery, strategy
 from sessions_app.log.events import validate_batch
@@ -146,7 +146,7 @@ def test_long_values_are_cut_with_a_link_to_the_full_event(viewer):
 
 
 def test_the_latest_raw_page_follows_the_log_and_earlier_pages_do_not(viewer, monkeypatch):
-    monkeypatch.setattr(transcript, "RAW_PAGE", 2)
+    monkeypatch.setattr(raw_log, "RAW_PAGE", 2)
     store([("user_message", message(f"m{i}")) for i in range(5)], session_id="s")
     latest = text_of(viewer.get("/sessions/s/?view=raw"))
     assert 'ws-connect="/ws/sessions/s/live?view=raw&amp;first=3&amp;after=4"' in latest
@@ -206,7 +206,7 @@ def test_long_text_is_cut_between_words_never_inside_one(viewer):
     store([("user_message", message(words, surface_op=["replace", 0, 0]))], session_id="s")
     page = text_of(viewer.get("/sessions/s/"))
     shown = re.search(r'<div class="text">([^<]*)</div>', page).group(1)
-    assert len(shown) <= transcript.TRUNCATE_CHARS and words.startswith(shown) and re.fullmatch(r"(word\d{4} )*word\d{4}", shown)
+    assert len(shown) <= blocks.TRUNCATE_CHARS and words.startswith(shown) and re.fullmatch(r"(word\d{4} )*word\d{4}", shown)
     assert f"show all ({len(words)} characters)" in page
     raw = text_of(viewer.get("/sessions/s/?view=raw"))
     preview = re.search(r"<details><summary>([^<]*)</summary>", raw).group(1)

@@ -1,0 +1,269 @@
+"""What a transcript block is made of, as people read it: values, tool cards, rows, steps, blocks.
+
+The view objects the transcript (dashboard.pages.transcript) builds and the
+templates render, with the words they show (a card's state, a tool's
+side-effect class, a message's role). Content from agents is untrusted: a
+Value is always escaped by the templates.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from dashboard.pages.fork_spots import ForkSpot
+from sessions_app.log import calls as log_calls
+from sessions_app.log import recovery
+from sessions_app.log import values as log_values
+from sessions_app.log.events import Event
+
+# Longer text is cut on the server; the full value is one click away.
+TRUNCATE_CHARS = 2000
+
+# A call with no result is pending (IN_FLIGHT) while its session may still
+# answer it: it reads "dispatched" (a tool_call exists) or "requested".
+# Once its session has stalled it reads as the recovery plan classifies it,
+# and a call nothing will answer (its turn closed) has NO_RESULT.
+COMPLETED, ERROR, IN_FLIGHT, NO_RESULT = "completed", "error", "in_flight", "no_result"
+NOT_STARTED, OUTCOME_UNKNOWN, SUPERSEDED = "not_started", "outcome_unknown", "superseded"
+STATE_LABELS = {
+    COMPLETED: "completed",
+    ERROR: "error",
+    NO_RESULT: "no result",
+    NOT_STARTED: "not started",
+    OUTCOME_UNKNOWN: "outcome unknown",
+    SUPERSEDED: "superseded",
+}
+RISK_STATES = {recovery.TOOL_NOT_STARTED: NOT_STARTED, recovery.TOOL_OUTCOME_UNKNOWN: OUTCOME_UNKNOWN}
+SIDE_EFFECT_LABELS = {
+    "external_effect": "external effect",
+    "idempotent": "idempotent",
+    "read_only": "read-only",
+    "unknown": "side effects unknown",
+}
+ROLE_OF = {"system_message": "system", "user_message": "user", "assistant_message": "assistant", "tool_result": "tool"}
+
+
+@dataclass
+class Value:
+    """A piece of untrusted content prepared for display (always escaped by templates)."""
+
+    text: str
+    is_json: bool
+    truncated: bool
+    full_length: int
+
+    @classmethod
+    def of(cls, value: object) -> Value | None:
+        if value is None:
+            return None
+        is_json = not isinstance(value, str) or looks_like_json(value)
+        text = value if isinstance(value, str) else json.dumps(value, indent=2, ensure_ascii=False, default=str)
+        return cls(text=cut_at_word(text, TRUNCATE_CHARS), is_json=is_json, truncated=len(text) > TRUNCATE_CHARS, full_length=len(text))
+
+
+def cut_at_word(text: str, limit: int) -> str:
+    """At most `limit` characters of text, ending at a word boundary: a cut word reads as another
+    word. Only a single word longer than half the limit is cut inside itself."""
+    if len(text) <= limit:
+        return text
+    if text[limit].isspace():
+        return text[:limit].rstrip()
+    head = text[:limit]
+    last_space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+    return head[:last_space].rstrip() if last_space > limit // 2 else head
+
+
+def looks_like_json(text: str) -> bool:
+    """Tool output that is JSON text reads better in a monospace block (shown as given).
+
+    Read as the log reads JSON (log_values.loads): text nested past the reader's
+    recursion limit, NaN or 1e400 is refused there with a ValueError, not a RecursionError.
+    """
+    stripped = text.strip()
+    if not stripped[:1] in ("{", "[") or len(stripped) > 200_000:
+        return False
+    try:
+        log_values.loads(stripped)
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass
+class ToolCard:
+    id: str
+    name: str | None
+    arguments: Value | None
+    sighted_seq: int
+    dispatch_seqs: list[int]
+    results: list[Event]  # every tool_result answering this id, in seq order
+    state: str
+    side_effect: str
+    # For a synthetic result: its risk; for an owed call of an open turn: what recovery would say.
+    risk: str | None = None
+    rule: int | None = None
+    synthetic: Event | None = None
+    real: Event | None = None
+    started_at: datetime | None = None
+    owed: bool = False  # an open turn owes it a result: recovery would answer it
+
+    @property
+    def state_label(self) -> str:
+        if self.state == IN_FLIGHT:
+            return "dispatched" if self.dispatch_seqs else "requested"
+        return STATE_LABELS[self.state]
+
+    # The recovery page's words (sessions_app.log.recovery), never the card's own.
+    @property
+    def risk_headline(self) -> str | None:
+        return recovery.RISK_HEADLINES.get(self.risk)
+
+    @property
+    def risk_detail(self) -> str | None:
+        return recovery.RISK_DETAILS.get(self.risk)
+
+    @property
+    def rule_reason(self) -> str | None:
+        return recovery.RULE_REASONS.get(self.rule)
+
+    @property
+    def side_effect_label(self) -> str:
+        return SIDE_EFFECT_LABELS[self.side_effect]
+
+    @property
+    def result_value(self) -> Value | None:
+        return Value.of(self.real.data.get("content")) if self.real else None
+
+    @property
+    def loud(self) -> bool:
+        """An unknown outcome of a tool with external effects: check this first."""
+        return self.side_effect == "external_effect" and self.risk == recovery.TOOL_OUTCOME_UNKNOWN and self.state != SUPERSEDED
+
+
+@dataclass
+class BlockCall:
+    """A call written as a content block (log.calls.content_calls): shown with its tool's class,
+    never paired with results (recovery does not track these shapes)."""
+
+    kind: str  # "tool_use" or "function_call"
+    id: str | None
+    name: object
+    arguments: Value | None
+    side_effect: str
+
+    @property
+    def side_effect_label(self) -> str:
+        return SIDE_EFFECT_LABELS[self.side_effect]
+
+    @property
+    def shape(self) -> str:
+        return {log_calls.TOOL_USE: "Anthropic tool_use block", log_calls.FUNCTION_CALL: "OpenAI Responses function_call item"}[self.kind]
+
+
+@dataclass
+class Row:
+    """One event as a transcript row: a message, a tool card's anchor, or a marker."""
+
+    event: Event
+    role: str | None = None
+    content: Value | None = None
+    reasoning: Value | None = None
+    cards: list[ToolCard] = field(default_factory=list)
+    block_calls: list[BlockCall] = field(default_factory=list)  # calls written as content blocks
+    shadowed_by: int | None = None  # seq of the compaction summary hiding it
+    summary_of: tuple[int, int] | None = None  # the range a compaction summary stands for
+    # A summary shown in its place (in the block where its range begins) rather than here.
+    shown_in_place: bool = False
+    answers: str | None = None  # a tool result or dispatch shown apart from its card: the call id
+    card_seq: int | None = None  # where that call's card is
+    inherited: bool = False
+
+    @property
+    def kind(self) -> str:
+        return "message" if self.role else self.event.type
+
+    @property
+    def shown_name(self) -> object:
+        """The name beside the row's kind: a message's `name`, a dispatch's tool (in either call shape)."""
+        data = self.event.data
+        return log_calls.call_name(data) if self.event.type == "tool_call" else data.get("name")
+
+
+@dataclass
+class Step:
+    start: Event
+    number: object
+    end: Event | None
+    rows: list[Row]
+
+    interrupted: bool = False  # never closed, in a turn that recovery closed
+
+    @property
+    def outcome(self) -> str | None:
+        return self.end.data.get("outcome") if self.end else None
+
+    @property
+    def duration(self) -> float | None:
+        return (self.end.time - self.start.time).total_seconds() if self.end else None
+
+
+@dataclass
+class Block:
+    key: str  # DOM id: "turn-<seq>" or "event-<seq>"
+    first_seq: int
+    turn_start: Event | None = None
+    turn_end: Event | None = None
+    parts: list[Row | Step] = field(default_factory=list)
+    open: bool = False
+    inherited: bool = False
+    # Compaction: the summary that hides every event of this block, and the
+    # summaries whose range begins here (shown in their place, as the model sees them).
+    compacted_by: int | None = None
+    summaries: list[Row] = field(default_factory=list)
+    last_real: Event | None = None  # the turn's last event other than its turn_end and recovery's repairs
+    fork_spots: dict[int, ForkSpot] = field(default_factory=dict)  # by seq: may a fork end at that event
+
+    @property
+    def number(self) -> object:
+        return self.turn_start.data.get("turn") if self.turn_start else None
+
+    @property
+    def reason(self) -> str | None:
+        return self.turn_end.data.get("reason") if self.turn_end else None
+
+    @property
+    def recovered(self) -> bool:
+        """Closed by recovery (only recovery writes reason interrupted, session-log.md section 3)."""
+        return self.reason == "interrupted"
+
+    @property
+    def duration(self) -> float | None:
+        """Start to end of a turn that closed by itself (a recovered one: see interrupted_after)."""
+        if self.turn_start and self.turn_end and not self.recovered:
+            return (self.turn_end.time - self.turn_start.time).total_seconds()
+        return None
+
+    @property
+    def interrupted_after(self) -> float | None:
+        """A recovered turn: from its start to its last real event, the time the agent was alive in it."""
+        if self.turn_start and self.recovered:
+            return ((self.last_real or self.turn_start).time - self.turn_start.time).total_seconds()
+        return None
+
+    @property
+    def recovered_later(self) -> float | None:
+        """A recovered turn: from its last real event to the recovery's turn_end."""
+        if self.turn_start and self.recovered:
+            return (self.turn_end.time - (self.last_real or self.turn_start).time).total_seconds()
+        return None
+
+    @property
+    def step_count(self) -> int:
+        return sum(isinstance(part, Step) for part in self.parts)
+
+    @property
+    def cards(self) -> list[ToolCard]:
+        rows = [p for part in self.parts for p in (part.rows if isinstance(part, Step) else [part])]
+        return [card for row in rows for card in row.cards]
