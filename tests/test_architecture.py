@@ -1,4 +1,5 @@
-"""The layout's rules (docs/architecture.md), checked on the source: imports only go down.
+"""The layout's rules (docs/architecture.md), checked on the source: imports only go down,
+and pages and live code query no model manager themselves.
 
 Every import counts, those inside functions too: a lazy import is still a dependency,
 and the circles this layout broke were lazy ones. Imports under `if TYPE_CHECKING:` do not
@@ -61,6 +62,9 @@ FORBIDDEN = {
     "dashboard.live": ["sessions_app.api", "sessions_app.admin", "sessions_app.management", "sessions_app.worker"],
     "dashboard.templatetags": ["sessions_app.api", "sessions_app.admin", "sessions_app.management", "sessions_app.worker"],
 }
+
+# Rooms that read through sessions_app.selectors only: no `Model.objects` of their own.
+READ_THROUGH_SELECTORS = ["dashboard.pages", "dashboard.live", "dashboard.templatetags"]
 
 
 def within(module: str, prefix: str) -> bool:
@@ -187,6 +191,19 @@ def cycles(imports: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+def manager_queries(sources: dict[str, str]) -> list[str]:
+    """Every model manager (an `.objects` attribute) that a module of READ_THROUGH_SELECTORS touches."""
+    found = []
+    for module, source in sources.items():
+        if any(within(module, room) for room in READ_THROUGH_SELECTORS):
+            found += [
+                f"{module}:{node.lineno} queries {ast.unparse(node)}; read through sessions_app.selectors"
+                for node in ast.walk(ast.parse(source))
+                if isinstance(node, ast.Attribute) and node.attr == "objects"
+            ]
+    return sorted(found)
+
+
 def test_imports_only_go_down():
     assert violations_of_rooms(IMPORTS) == []
 
@@ -201,6 +218,10 @@ def test_no_room_reaches_what_it_may_not():
 
 def test_no_module_imports_itself_back_through_a_circle():
     assert cycles(IMPORTS) == []
+
+
+def test_pages_and_live_code_query_no_model_manager_themselves():
+    assert manager_queries({name: path.read_text() for name, path in MODULES.items()}) == []
 
 
 # The checks themselves, on made-up modules: each rule fails for the import it exists to catch.
@@ -221,6 +242,15 @@ def test_no_module_imports_itself_back_through_a_circle():
 )
 def test_each_rule_refuses_an_import_against_it(check, imports):
     assert check(imports) != []
+
+
+@pytest.mark.parametrize("module", ["dashboard.pages.transcript", "dashboard.live.sessions", "dashboard.templatetags.turnlog"])
+def test_the_manager_check_refuses_a_query_in_pages_or_live_code(module):
+    assert manager_queries({module: "Session.objects.get(pk=1)"}) != []
+
+
+def test_the_manager_check_leaves_the_reads_alone():
+    assert manager_queries({"sessions_app.selectors.transcript": "Session.objects.get(pk=1)"}) == []
 
 
 def test_the_circle_check_finds_a_lazy_circle():

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sessions_app import selectors
 from sessions_app.log import fork as log_fork
 from sessions_app.log.events import Event
-from sessions_app.models import Event as EventRow
 from sessions_app.models import Session
 
 
@@ -43,7 +43,7 @@ def fork_spots(session: Session, placed: dict[int, tuple[str, int | None]], *, k
     """
     inside = {seq: turn for seq, (type_, turn) in placed.items() if turn is not None and type_ != "turn_end"}
     closing = {seq: turn for seq, (type_, turn) in placed.items() if turn is not None and type_ == "turn_end"}
-    enclosing = enclosing_turns(session, set(closing.values()))
+    enclosing = selectors.enclosing_turns(session, set(closing.values()))
     inside |= {seq: enclosing[turn] for seq, turn in closing.items() if turn in enclosing}
     turns = set(inside.values())
     known_starts = {e.seq: e.data for e in known if e.seq in turns}
@@ -52,45 +52,11 @@ def fork_spots(session: Session, placed: dict[int, tuple[str, int | None]], *, k
     settled = {turn for turn in turns if turn in closed_at or turn in session.turn_stack}
     starts = known_starts.items()
     if unread := turns - known_starts.keys():
-        starts = [*starts, *EventRow.objects.filter(session=session, seq__in=unread).values_list("seq", "data")]
+        starts = [*starts, *selectors.turn_start_data(session, unread)]
     numbers = {seq: data.get("turn") for seq, data in starts if isinstance(data, dict)}
     if unsettled := turns - settled:
-        closed_at |= dict(EventRow.objects.filter(session=session, type="turn_end", turn_seq__in=unsettled).values_list("turn_seq", "seq"))
+        closed_at |= selectors.turns_closed_at(session, unsettled)
     return {
         seq: ForkSpot(seq, inside[seq], numbers.get(inside[seq]), closed_at.get(inside[seq])) if seq in inside else ForkSpot(seq)
         for seq in placed
     }
-
-
-def enclosing_turns(session: Session, turns: set[int], *, steps: int = 4) -> dict[int, int]:
-    """For each turn opened at a seq in `turns`, the innermost turn it is nested in (absent: none).
-
-    The stack before a turn is the stack after the event just before it: that
-    event's own turn, unless it is a turn_end, after which the stack is the
-    one before the turn it closed. So this walks back over closed turns, one
-    indexed query a step; the few turns still undecided after `steps` steps
-    are decided by the turn_ends after them instead.
-    """
-    nested: dict[int, int] = {}
-    asking = {turn: turn for turn in turns}  # turn -> the turn_start whose predecessor decides it
-    for _ in range(steps):
-        if not asking:
-            return nested
-        rows = EventRow.objects.filter(session=session, seq__in={start - 1 for start in asking.values()})
-        before = {seq: (type_, turn) for seq, type_, turn in rows.values_list("seq", "type", "turn_seq")}
-        walking = {}
-        for turn, start in asking.items():
-            type_, outer = before.get(start - 1, ("", None))
-            if type_ == "turn_end" and outer is not None:
-                walking[turn] = outer
-            elif outer is not None:
-                nested[turn] = outer
-        asking = walking
-    if asking:
-        later_ends = EventRow.objects.filter(session=session, type="turn_end", seq__gt=min(asking), turn_seq__lt=max(asking))
-        spans = [*later_ends.values_list("turn_seq", "seq"), *((t, None) for t in session.turn_stack)]
-        for turn in asking:
-            opened = [start for start, end in spans if start < turn and (end is None or end > turn)]
-            if opened:
-                nested[turn] = max(opened)
-    return nested

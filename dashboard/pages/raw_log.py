@@ -7,10 +7,9 @@ from dataclasses import dataclass, replace
 
 from dashboard.pages.blocks import Value, cut_at_word
 from dashboard.pages.fork_spots import ForkSpot, fork_spots
-from dashboard.pages.transcript import compactions, shadowed_by
+from dashboard.pages.transcript import shadowed_by
 from sessions_app import selectors
 from sessions_app.log.events import Event
-from sessions_app.models import Event as EventRow
 from sessions_app.models import Session
 
 RAW_PAGE = 200
@@ -43,8 +42,7 @@ class RawPage:
 def raw_rows(session: Session, events: list[Event], replaces: list[tuple[int, int, int]]) -> list[RawRow]:
     """The rows of `events`, with their receive times from storage (a live frame's events come from the wire, which has none)."""
     seqs = {e.seq for e in events}
-    in_range = EventRow.objects.filter(session=session, seq__gte=min(seqs, default=0), seq__lte=max(seqs, default=-1))
-    stored = {seq: (t, turn, received) for seq, t, turn, received in in_range.values_list("seq", "type", "turn_seq", "received_at") if seq in seqs}
+    stored = selectors.stored_columns(session, seqs)
     spots = fork_spots(session, {seq: (t, turn) for seq, (t, turn, _) in stored.items()})
     return [
         RawRow(replace(e, received_at=stored[e.seq][2]), Value.of(e.data), shadowed_by(e, replaces), spots[e.seq])
@@ -56,7 +54,7 @@ def raw_page(session: Session, *, before: int | None = None) -> RawPage:
     """RAW_PAGE events ending before `before` (default: the latest ones, which follow the log live)."""
     end = session.event_count if before is None else max(0, min(before, session.event_count))
     start = max(end - RAW_PAGE, 0)
-    rows = raw_rows(session, selectors.events_since(session, since=start, limit=end - start), compactions(session))
+    rows = raw_rows(session, selectors.events_since(session, since=start, limit=end - start), selectors.compactions(session))
     return RawPage(rows, start, start if start > 0 else None, live=end == session.event_count)
 
 
@@ -69,11 +67,11 @@ def raw_frame_rows(session: Session, new_events: list[Event], *, first_shown: in
     client claims; older rows of a page left open for long keep their badge
     until it is reloaded.
     """
-    replaces = compactions(session)
+    replaces = selectors.compactions(session)
     rows = raw_rows(session, new_events, replaces)
     new = {seq: start for seq, start, _ in replaces if seq >= new_events[0].seq}
     ends = [e.seq for e in new_events if e.type == "turn_end"]
-    closed = set(EventRow.objects.filter(session=session, seq__in=ends).values_list("turn_seq", flat=True)) - {None} if ends else set()
+    closed = selectors.turns_closed_by(session, ends)
     # A row's position is its seq, or a summary's own range start (never after its seq).
     since = max(first_shown, min([*new.values(), *closed], default=shown_through + 1), shown_through + 1 - RESHADOW_ROWS)
     if since > shown_through:

@@ -15,7 +15,6 @@ from sessions_app.log import events as log_events
 from sessions_app.log import recovery
 from sessions_app.log import strategy as log_strategy
 from sessions_app.log.events import Event
-from sessions_app.models import Event as EventRow
 from sessions_app.models import Session
 
 SIDE_EFFECT_RANK = {"external_effect": 0, "unknown": 1, "idempotent": 2, "read_only": 3}
@@ -75,7 +74,7 @@ class RecoveryPreview:
 
 def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
     now = timezone.now()
-    starts = {e.seq: e for e in selectors.to_log_events(EventRow.objects.filter(session=session, seq__in=plan.open_turns))}
+    starts = {e.seq: e for e in selectors.turn_starts_at(session, plan.open_turns)}
     quiet = (now - session.last_activity_at).total_seconds()
     open_turns = [
         OpenTurnView(turn_start=starts[seq], quiet_seconds=quiet, may_be_running=quiet < settings.TURNLOG_STALL_SECONDS)

@@ -5,10 +5,11 @@ in it) or an event outside any turn. The page renders the latest blocks and
 loads earlier ones on demand; a live frame re-renders exactly the blocks an
 event touched. Every block is built from stored events plus indexed lookups
 (results and dispatches by call id, compaction ranges), so the cost of a
-page does not grow with the length of the log.
+page does not grow with the length of the log; those reads are
+sessions_app.selectors.transcript's.
 
 What a block is made of: dashboard.pages.blocks. The raw log
-(dashboard.pages.raw_log) reads compactions as the transcript does.
+(dashboard.pages.raw_log) shadows rows by compactions as the transcript does.
 """
 
 from __future__ import annotations
@@ -39,8 +40,6 @@ from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery
 from sessions_app.log.events import Event
-from sessions_app.models import CallSighting
-from sessions_app.models import Event as EventRow
 from sessions_app.models import Session
 from sessions_app.models import open_turn_labels_of
 from sessions_app.wording import json_text
@@ -58,37 +57,16 @@ class Window:
 
 def latest_window(session: Session, *, before: int | None = None, blocks: int = BLOCKS_PER_PAGE) -> Window:
     """The newest `blocks` blocks (or those before seq `before`)."""
-    block_starts = latest_block_starts(session, before=before, count=blocks + 1)
+    block_starts = selectors.latest_block_starts(session, before=before, count=blocks + 1)
     if not block_starts:
         return Window(blocks=[], earlier_before=None, last_seq=session.event_count - 1)
     first = block_starts[: blocks][-1]
-    window = EventRow.objects.filter(session=session, seq__gte=first)
-    if before is not None:
-        window = window.filter(seq__lt=before)
-    built = Builder(session).build(*selectors.placed_log_events(window.order_by("seq")))
+    built = Builder(session).build(*selectors.placed_events_from(session, first, before=before))
     return Window(
         blocks=built,
         earlier_before=first if len(block_starts) > blocks else None,
         last_seq=session.event_count - 1,
     )
-
-
-def latest_block_starts(session: Session, *, before: int | None, count: int) -> list[int]:
-    """Seqs of the last `count` block starts before `before`, newest first.
-
-    Read backwards in growing seq ranges of the unique (session, seq) index,
-    a few small columns at a time, so the cost follows the blocks shown, not
-    the length of the log.
-    """
-    end = session.event_count if before is None else min(before, session.event_count)
-    starts: list[int] = []
-    span = 256
-    while end > 0 and len(starts) < count:
-        low = max(end - span, 0)
-        rows = EventRow.objects.filter(session=session, seq__gte=low, seq__lt=end).order_by("-seq")
-        starts += [seq for seq, type_, turn_seq in rows.values_list("seq", "type", "turn_seq") if turn_seq is None or (type_ == "turn_start" and turn_seq == seq)]
-        end, span = low, span * 2
-    return starts[:count]
 
 
 def blocks_touched(session: Session, events: list[Event]) -> list[Block]:
@@ -97,35 +75,13 @@ def blocks_touched(session: Session, events: list[Event]) -> list[Block]:
     A tool_result also touches the block where its call was made, so a late
     result updates that card.
     """
-    seqs = [e.seq for e in events]
-    placed = dict(EventRow.objects.filter(session=session, seq__in=seqs).values_list("seq", "turn_seq"))
-    call_ids = {log_events.call_id(e.data) for e in events if e.type == "tool_result"} - {None}
-    sighted = CallSighting.objects.filter(session=session, call_id__in=call_ids).values_list("seq", flat=True)
-    for seq, turn_seq in EventRow.objects.filter(session=session, seq__in=list(sighted)).values_list("seq", "turn_seq"):
-        placed[seq] = turn_seq
-    for start, stop in {r for e in events if e.type in ROLE_OF and (r := log_events.replace_range(e.data))}:
-        # A new summary changes the blocks of the range it compacts.
-        placed.update(EventRow.objects.filter(session=session, seq__gte=start, seq__lte=stop).values_list("seq", "turn_seq"))
-    turns = {t for t in placed.values() if t is not None}
-    loose = {seq for seq, t in placed.items() if t is None}
-    # Two index lookups (by turn, by seq), merged here: an OR would scan the log.
-    # A turn_start is in its own turn (turn_seq = seq): only events outside any turn need a second lookup.
-    in_turns, in_turns_placed = selectors.placed_log_events(EventRow.objects.filter(session=session, turn_seq__in=turns))
-    own, own_placed = selectors.placed_log_events(EventRow.objects.filter(session=session, seq__in=loose)) if loose else ([], {})
-    events = {e.seq: e for e in [*in_turns, *own]}
-    return Builder(session).build(sorted(events.values(), key=lambda e: e.seq), {**in_turns_placed, **own_placed})
+    return Builder(session).build(*selectors.events_of_blocks_touched(session, events))
 
 
 def open_turn_blocks(session: Session) -> list[Block]:
     """The blocks of the session's open turns, re-read from storage."""
-    starts = selectors.to_log_events(EventRow.objects.filter(session=session, seq__in=session.turn_stack))
+    starts = selectors.turn_starts_at(session, session.turn_stack)
     return blocks_touched(session, starts) if starts else []
-
-
-def compactions(session: Session) -> list[tuple[int, int, int]]:
-    """(seq, start, stop) of every compaction summary of the session (indexed; few)."""
-    rows = EventRow.objects.filter(session=session, replace_start__isnull=False)
-    return list(rows.values_list("seq", "replace_start", "replace_stop"))
 
 
 def shadowed_by(event: Event, replaces: list[tuple[int, int, int]]) -> int | None:
@@ -219,7 +175,7 @@ class Builder:
         # Where each call was first sighted, so a result elsewhere can point at its card.
         self.sighted_at = {cid: seqs[0] for cid, seqs in calls.sightings.items()}
         self.sighted_in_window = {cid: event.seq for cid, (event, _) in sighted.items()}
-        self.replaces = compactions(session)
+        self.replaces = selectors.compactions(session)
         block_calls = [c for e in events if e.type == "assistant_message" for c in log_calls.content_calls(e.data)]
         self.side_effects = selectors.side_effect_classes(
             [*(log_calls.call_name(call) for _, call in sighted.values()), *(c["name"] for c in block_calls)]

@@ -21,7 +21,6 @@ from sessions_app.selectors.events import (
     session_log,
     session_messages,
     steps_open_at,
-    to_log_events,
 )
 from sessions_app.selectors.forks import fork_point, lineage, open_turn_starts_before, unused_fork_id
 from sessions_app.selectors.projects import (
@@ -57,4 +56,16 @@ from sessions_app.selectors.sessions import (
     session_for_page,
     session_with_forks_made,
     status_filter,
+)
+from sessions_app.selectors.transcript import (
+    compactions,
+    enclosing_turns,
+    events_of_blocks_touched,
+    latest_block_starts,
+    placed_events_from,
+    stored_columns,
+    turn_start_data,
+    turn_starts_at,
+    turns_closed_at,
+    turns_closed_by,
 )

@@ -211,4 +211,4 @@ def test_fork_spots_follow_the_fork_rule_on_any_log(events):
     starts = {e.seq for e in events if e.type == "turn_start"}
     enclosing = {t: open_turns(events[:t])[0] for t in starts if open_turns(events[:t])}
     # Walking back over closed turns, and reading the later turn_ends, agree.
-    assert fork_spots.enclosing_turns(session, starts) == fork_spots.enclosing_turns(session, starts, steps=0) == enclosing
+    assert selectors.enclosing_turns(session, starts) == selectors.enclosing_turns(session, starts, steps=0) == enclosing
