@@ -32,7 +32,7 @@ def page_session(session_id: str) -> Session:
 
 def header_context(session: Session, *, can_fork: bool, tab: str) -> dict:
     """Everything _header.html and _tabs.html read, from the database."""
-    forks = list(session.forks.order_by("created_at", "id"))
+    forks = selectors.forks_of(session)
     return {
         "session": session,
         "status": session.status,

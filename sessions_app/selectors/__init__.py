@@ -22,7 +22,7 @@ from sessions_app.selectors.events import (
     session_messages,
     steps_open_at,
 )
-from sessions_app.selectors.forks import fork_point, lineage, open_turn_starts_before, unused_fork_id
+from sessions_app.selectors.forks import fork_point, forks_of, lineage, open_turn_starts_before, unused_fork_id
 from sessions_app.selectors.projects import (
     project_member,
     project_members,

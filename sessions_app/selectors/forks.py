@@ -77,6 +77,11 @@ class Lineage:
     descendants: list[tuple[Session, int]]  # depth-first, with depth (1 = a direct fork)
 
 
+def forks_of(session: Session) -> list[Session]:
+    """The session's direct forks, oldest first (the header lists them)."""
+    return list(session.forks.order_by("created_at", "id"))
+
+
 def lineage(session: Session) -> Lineage:
     """The chain of parents and the tree of forks around a session (one query per node)."""
     ancestors, current = [], session
