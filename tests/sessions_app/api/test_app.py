@@ -577,3 +577,27 @@ def test_docs_are_served_without_a_cdn(api, agent_user, client):
     page = client.get("/api/v1/docs").content.decode()
     assert "swagger-ui-bundle.js" in page
     assert not re.search(r"https?://(?!127\.0\.0\.1|localhost)[^\"']*\.(js|css)", page)
+
+
+def test_the_openapi_document_keeps_its_path_order_and_operation_ids_across_the_endpoint_modules(api):
+    """Issue 25 split the endpoints into one module per resource; clients generated from the
+    document name their methods after its operation ids, and /sessions/import must be tried
+    before /sessions/{session_id} ("import" is a valid session id)."""
+    paths = api.get("/api/v1/openapi.json").json()["paths"]
+    assert list(paths) == [
+        "/api/v1/sessions", "/api/v1/sessions/import", "/api/v1/sessions/{session_id}",
+        "/api/v1/sessions/{session_id}/events", "/api/v1/sessions/{session_id}/messages",
+        "/api/v1/sessions/{session_id}/export", "/api/v1/sessions/{session_id}/recovery-plan",
+        "/api/v1/sessions/{session_id}/dangling-calls", "/api/v1/sessions/{session_id}/recover",
+        "/api/v1/sessions/{session_id}/patch-dangling-calls", "/api/v1/sessions/{session_id}/fork",
+    ]  # fmt: skip
+    assert [operation["operationId"] for path in paths.values() for operation in path.values()] == [
+        f"sessions_app_api_{name}"
+        for name in [
+            "create_session", "list_sessions", "import_session", "get_session", "append_events", "list_events",
+            "list_messages", "export_session", "get_recovery_plan", "get_dangling_calls", "recover_session",
+            "patch_dangling_calls", "fork_session",
+        ]
+    ]  # fmt: skip
+    imported = api.post("/api/v1/sessions/import", {"version": 2, "events": []})
+    assert imported.status_code != 405, imported.content
