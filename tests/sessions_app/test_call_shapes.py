@@ -15,8 +15,7 @@ from django.db import connection
 from django.db.migrations.loader import MigrationLoader
 from django.utils import timezone
 
-from sessions_app import services, worker
-from sessions_app.log.events import validate_batch
+from sessions_app import worker
 from sessions_app.models import AutoRecoveryPolicy, CallSighting, Event, RecoveryRecord, Role, Session, ToolPolicy
 from tests.access import token_for
 from tests.conftest import ApiClient

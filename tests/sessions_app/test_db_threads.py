@@ -9,7 +9,7 @@ from asgiref.sync import async_to_sync
 from django.db import connection, transaction
 
 from sessions_app import db_threads, errors, services
-from sessions_app.models import Project, Session
+from sessions_app.models import Session
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -14,7 +14,6 @@ import re
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 import redis

@@ -1,7 +1,5 @@
 """Recovery strategies (session-log.md section 8.1): one per open turn, beside the plan."""
 
-from datetime import UTC, datetime
-
 from hypothesis import given
 from hypothesis import strategies as st
 

@@ -11,7 +11,7 @@ from collections import Counter
 
 import pytest
 from django.db import connection, transaction
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessions_app import services
