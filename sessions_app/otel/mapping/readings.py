@@ -1,0 +1,69 @@
+"""What one span says in Turnlog's terms: the output of `conventions.read`, the input of the planner."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+AGENT, MODEL, TOOL, OTHER = "agent", "model", "tool", "other"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """A chat message as session-log.md's events carry it.
+
+    `role` is system, user, assistant or tool. `tool_calls` are
+    `{"id", "name", "arguments"}` dicts (the id may be None when the
+    instrumentation gives none; arguments parsed from JSON text when valid,
+    else kept as text). `content` is a string, a list of parts, or None when
+    the instrumentation recorded no content.
+    """
+
+    role: str
+    content: Any = None
+    tool_calls: tuple[dict, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """One span's evidence.
+
+    For a Logfire pending span (`pending`), `span_id`, `parent_span_id` and
+    the times are those of the real span it announces (the pending span's
+    parent, and `logfire.pending_parent_id`): the start of that span.
+    """
+
+    role: str  # AGENT, MODEL, TOOL or OTHER
+    trace_id: str
+    span_id: str
+    parent_span_id: str | None
+    name: str
+    start_ns: int = 0
+    end_ns: int = 0
+    pending: bool = False
+    family: str = ""  # genai, pydantic_ai, openinference, openllmetry: which table row read it
+    conversation_id: str | None = None  # gen_ai.conversation.id, else OpenInference session.id
+    agent_name: str | None = None
+    error: dict | None = None  # {"type": ..., "message": ...} from an ERROR status or an exception event
+    # Model spans: a step.
+    model: str | None = None
+    provider: str | None = None
+    system_instructions: Any = None
+    input_messages: tuple[Message, ...] = ()
+    output_messages: tuple[Message, ...] = ()  # what the model answered: assistant messages
+    usage: dict[str, Any] = field(default_factory=dict)  # input_tokens, output_tokens, cache_*, reasoning_tokens, model
+    # Tool spans: a call and its result.
+    tool_name: str | None = None
+    tool_call_id: str | None = None
+    tool_arguments: Any = None
+    tool_result: Any = None
+    has_result: bool = False  # the span carries its result (content may be off)
+    # Agent spans: run totals, stored on the turn and never added to the steps' sums.
+    aggregated_usage: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def requested_calls(self) -> tuple[dict, ...]:
+        """The tool calls the model asked for, in order."""
+        return tuple(call for message in self.output_messages for call in message.tool_calls)
