@@ -308,6 +308,14 @@ TURNLOG_WORKER_INTERVAL_SECONDS = float(os.environ.get("TURNLOG_WORKER_INTERVAL_
 if not TURNLOG_WORKER_INTERVAL_SECONDS > 0:
     raise ImproperlyConfigured(f"TURNLOG_WORKER_INTERVAL_SECONDS must be above 0, not {TURNLOG_WORKER_INTERVAL_SECONDS!r}")
 
+# OTLP ingest (docs/otlp.md): a finished run's turn closes once its trace has been quiet this long, so
+# spans exported after the root (other batches, retries) still land inside the turn.
+TURNLOG_OTLP_SETTLE_SECONDS = float(os.environ.get("TURNLOG_OTLP_SETTLE_SECONDS", "5"))
+if not TURNLOG_OTLP_SETTLE_SECONDS >= 0:
+    raise ImproperlyConfigured(f"TURNLOG_OTLP_SETTLE_SECONDS must be 0 or more, not {TURNLOG_OTLP_SETTLE_SECONDS!r}")
+# The server process closes the runs it saw finish (sessions_app/otel/closer.py); the in-process tests turn it off.
+TURNLOG_OTLP_CLOSER = env_flag("TURNLOG_OTLP_CLOSER", True)
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -20,7 +20,7 @@ from sessions_app import services
 from sessions_app.errors import SessionNotFound
 from sessions_app.models import AutoRecoveryPolicy, Session
 
-RECOVERED, HELD, SKIPPED = "recovered", "held", "skipped"
+RECOVERED, HELD, SKIPPED, CLOSED = "recovered", "held", "skipped", "closed"
 # Candidates per round, oldest first; the rest wait for the next round.
 ROUND_LIMIT = 200
 
@@ -29,7 +29,7 @@ ROUND_LIMIT = 200
 class Action:
     """What one round did with one candidate session."""
 
-    outcome: str  # recovered | held (the agent passed its hourly limit) | skipped
+    outcome: str  # recovered | held (the agent passed its hourly limit) | skipped | closed (a finished OTLP run)
     session_id: str
     agent_name: str
     policy: str | None
@@ -62,12 +62,13 @@ def policy_for(agent_name: str, policies: Iterable[AutoRecoveryPolicy]) -> AutoR
 
 
 def run_round(*, now: datetime | None = None, limit: int = ROUND_LIMIT) -> list[Action]:
-    """One round of automatic recovery; what it did with each candidate whose policy is enabled."""
+    """One round: finished OTLP runs closed, then automatic recovery; what it did with each session."""
     now = now or timezone.now()
+    actions = close_finished_runs(now=now)
     policies = list(AutoRecoveryPolicy.objects.all())
     enabled = [p for p in policies if p.enabled]
     if not enabled:
-        return []
+        return actions
     quietest = min(p.quiet_seconds for p in enabled)
     # One indexed query (session_interrupted_idx): no log is read here.
     candidates = (
@@ -81,7 +82,6 @@ def run_round(*, now: datetime | None = None, limit: int = ROUND_LIMIT) -> list[
         .order_by("last_activity_at", "id")
         .values_list("id", "agent_name", "last_activity_at")[:limit]
     )
-    actions = []
     for session_id, agent_name, last_activity_at in candidates:
         policy = policy_for(agent_name, policies)
         if policy is None or not policy.enabled:
@@ -89,6 +89,17 @@ def run_round(*, now: datetime | None = None, limit: int = ROUND_LIMIT) -> list[
         if (now - last_activity_at).total_seconds() < policy.quiet_seconds:
             continue  # not quiet for its own policy's time yet: a later round
         actions.append(_recover(session_id, agent_name, policy, now))
+    return actions
+
+
+def close_finished_runs(*, now: datetime) -> list[Action]:
+    """The turn_end of each OTLP run whose root arrived and whose trace is quiet for the settle time,
+    where no server process closed it (one restarted before its settle time was up). Before recovery,
+    so that a finished run is never taken for a crash."""
+    actions = []
+    for session_id in services.sessions_to_settle(now=now):
+        services.close_settled_turns(session_id=session_id, now=now)
+        actions.append(Action(CLOSED, session_id, "", None, "finished OTLP run: its turn closed after the settle time"))
     return actions
 
 

@@ -32,6 +32,13 @@ def database_work_on_the_test_thread(settings):
     settings.TURNLOG_DB_THREADS = 0
 
 
+@pytest.fixture(autouse=True)
+def no_otlp_closer_thread(settings):
+    """In-process tests close finished OTLP runs by calling services.close_settled_turns themselves:
+    a closer thread would write outside the test's transaction. Every Daphne the tests start runs it."""
+    settings.TURNLOG_OTLP_CLOSER = False
+
+
 @pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
     """pytest-django's test databases, dropped at the end even on PostgreSQL.

@@ -22,3 +22,4 @@ from sessions_app.models.sessions import (
 )
 from sessions_app.models.recovery import AgentHour, AutoRecoveryPolicy, RecoveryRecord, ToolPolicy
 from sessions_app.models.audit import AuditEntry
+from sessions_app.models.otel import OtlpSpan, OtlpTrace

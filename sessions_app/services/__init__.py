@@ -9,6 +9,7 @@ from .access_admin import InvalidScopes, LastAdmin, issue_token, revoke_token, s
 from .appends import AGENT_NAME_MAX, AppendResult, append_events, create_session
 from .audit_log import audit
 from .forks import fork
+from .otlp import IngestResult, SpanRefusal, close_settled_turns, ingest_spans, sessions_to_settle
 from .publishing import SESSIONS_GROUP, session_group
 from .recovery import RepairResult, patch_dangling_calls, recover, recover_automatically
 from .transfer import import_blob
@@ -17,19 +18,24 @@ __all__ = [
     "AGENT_NAME_MAX",
     "SESSIONS_GROUP",
     "AppendResult",
+    "IngestResult",
     "InvalidScopes",
     "LastAdmin",
     "RepairResult",
+    "SpanRefusal",
     "append_events",
     "audit",
+    "close_settled_turns",
     "create_session",
     "fork",
     "import_blob",
+    "ingest_spans",
     "issue_token",
     "patch_dangling_calls",
     "recover",
     "recover_automatically",
     "revoke_token",
     "session_group",
+    "sessions_to_settle",
     "set_membership",
 ]

@@ -1,0 +1,49 @@
+"""OTLP ingest's memory of each session: the traces it has turned into turns, and the spans it has taken.
+
+Neither is an event: the log holds what the spans said; these rows hold what
+the planner needs to place the next span (sessions_app/otel/mapping/planner.py).
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from sessions_app.models.sessions import Session
+
+
+class OtlpTrace(models.Model):
+    """One trace (one run) of a session: its turn and what the log already holds of it."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="otlp_traces")
+    trace_id = models.CharField(max_length=32)
+    turn_seq = models.PositiveIntegerField(null=True, blank=True)
+    root_arrived = models.BooleanField(default=False)
+    closed = models.BooleanField(default=False)
+    # When the server received the trace's latest span: a finished run's turn closes after the settle time.
+    last_span_at = models.DateTimeField()
+    state = models.JSONField(default=dict)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "trace_id"], name="otlp_trace_session_unique")]
+        indexes = [
+            # A trace's session, for spans of it that carry no conversation id.
+            models.Index(fields=["trace_id"], name="otlp_trace_id_idx"),
+            # The open traces of a session (loaded by every batch), and the worker's finished ones to close.
+            models.Index(fields=["session", "turn_seq"], name="otlp_trace_open_idx", condition=Q(closed=False)),
+            models.Index(fields=["last_span_at"], name="otlp_trace_settle_idx", condition=Q(closed=False, root_arrived=True)),
+        ]
+
+
+class OtlpSpan(models.Model):
+    """A span taken (or the start of one, from a pending span): a repeat stores nothing new."""
+
+    session = models.ForeignKey(Session, on_delete=models.CASCADE, related_name="otlp_spans")
+    trace_id = models.CharField(max_length=32)
+    span_id = models.CharField(max_length=16)
+    pending = models.BooleanField(default=False)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["session", "trace_id", "span_id", "pending"], name="otlp_span_unique")
+        ]

@@ -1,0 +1,73 @@
+"""What a reading's values become in event data: call states, message data, times, and the check
+that no database here would refuse them (sessions_app/log/values.py)."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+
+import orjson
+
+from sessions_app.log import values as log_values
+
+from .readings import Reading
+
+# Room left for the event around a reading's values (data, metadata, otel) within the stored nesting limit.
+CONTENT_DEPTH = log_values.MAX_DEPTH - 4
+
+
+def call_state(name, arguments) -> dict:
+    return {"name": name if isinstance(name, str) else None, "args": canonical(arguments), "step": None, "dispatched": False, "resulted": False}
+
+
+def message_data(content, metadata: dict, *, name=None) -> dict:
+    return {"content": content, "name": name, "metadata": metadata}
+
+
+def canonical(value) -> str:
+    if isinstance(value, str):
+        try:
+            value = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return repr(value)
+
+
+def digest(value) -> str:
+    return hashlib.sha256(canonical(value).encode()).hexdigest()[:32]
+
+
+def event_time(time_ns: int | None) -> datetime | None:
+    """A span's time as the event's, or None (the append time) when the span has none usable."""
+    if not time_ns or time_ns <= 0:
+        return None
+    try:
+        return datetime.fromtimestamp(time_ns / 1e9, tz=UTC)
+    except (OverflowError, OSError, ValueError):
+        return None
+
+
+def content_problem(reading: Reading) -> str | None:
+    """Why no database here could store what this reading would write, said with where; else None."""
+    values = {
+        "name": reading.name,
+        "conversation_id": reading.conversation_id,
+        "agent_name": reading.agent_name,
+        "error": reading.error,
+        "system_instructions": reading.system_instructions,
+        "input_messages": [[m.role, m.content, list(m.tool_calls), m.tool_call_id, m.name] for m in reading.input_messages],
+        "output_messages": [[m.role, m.content, list(m.tool_calls), m.tool_call_id, m.name] for m in reading.output_messages],
+        "usage": reading.usage,
+        "tool_name": reading.tool_name,
+        "tool_call_id": reading.tool_call_id,
+        "tool_arguments": reading.tool_arguments,
+        "tool_result": reading.tool_result,
+        "aggregated_usage": reading.aggregated_usage,
+    }
+    problem = log_values.first_problem(values, max_depth=CONTENT_DEPTH)
+    if problem is None:
+        return None
+    return f"span {reading.span_id} of trace {reading.trace_id}: {problem.describe()}"
