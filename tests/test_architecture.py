@@ -50,7 +50,8 @@ ROOMS = {
 PURE = {
     "sessions_app.log": {"orjson"},
     # The mapping writes events of the log's core: it may use that core (pure too), nothing else of the project.
-    "sessions_app.otel.mapping": {"orjson", "opentelemetry", "sessions_app.log"},
+    # google.protobuf is opentelemetry-proto's runtime: the decoder catches its parse errors.
+    "sessions_app.otel.mapping": {"orjson", "opentelemetry", "google.protobuf", "sessions_app.log"},
     "turnlog_client": {"httpx", "websockets", "orjson"},
 }
 
