@@ -39,6 +39,10 @@ def read(span: Span) -> Reading:
         "name": span.name, "start_ns": span.start_ns, "end_ns": span.end_ns, "pending": pending,
         "family": family.name, "conversation_id": first(attributes, family.conversation, ident),
         "error": None if pending else error_of(span),
+        # Agent frameworks put the agent's name on every span of its run (Pydantic AI through baggage):
+        # a session created by a batch without the agent span still gets it. A family's other name
+        # keys may name something else on such spans (OpenLLMetry's entity is the tool), so only this one.
+        "agent_name": text(attributes.get("gen_ai.agent.name")),
     }
     if role == AGENT:
         fields |= agent_fields(family, span)

@@ -80,6 +80,8 @@ def test_pydantic_ai_spans_read_as_an_agent_run_with_steps_and_tool_calls():
     assert atlantis.tool_call_id == "call_atlantis" and atlantis.has_result
     assert atlantis.error == {"type": "pydantic_ai.exceptions.ToolRetryError", "message": "no such city: Atlantis"}
     assert atlantis.tool_result == "no such city: Atlantis"
+    # The run's agent is named on every span (a session made from a batch without the agent span is named too).
+    assert {r.agent_name for r in (agent, first, paris, atlantis, second)} == {"weather_agent"}
 
 
 def test_pydantic_ai_without_content_still_gives_roles_names_ids_and_usage():
