@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sessions_app.log import recovery
+from sessions_app.log.events import Event
 from sessions_app.otel.mapping.conventions import read
 from sessions_app.otel.mapping.planner import Planner, ordered
 from sessions_app.otel.mapping.readings import AGENT, MODEL, OTHER, TOOL, Message, Reading
@@ -323,21 +324,19 @@ def test_a_langchain_tool_output_without_a_call_id():
 # ---- through the planner: the recorded runs give the events docs/otlp.md describes -------------------
 
 
-def planned(found: list[Reading]) -> list:
+def planned(found: list[Reading]) -> list[Event]:
+    """The log a new session gets from these readings, in one batch, once the settle time has passed."""
     planner = Planner(next_seq=0, turn_stack=[], step_stack=[], turn_count=0, traces={}, seen=set(), received=1.0)
     for reading in ordered(found):
         planner.take(reading)
     planner.close_settled(now=1e9, settle=5.0)
-    return [type("E", (), {"seq": i, "type": e.type, "data": e.data, "time": e.time or datetime.now(UTC)})()
-            for i, e in enumerate(planner.events)]
+    return [Event(seq, new.type, new.time or datetime.now(UTC), new.data) for seq, new in enumerate(planner.events)]
 
 
 @pytest.mark.parametrize("name", ["pydantic_ai", "pydantic_ai_v2", "logfire_pydantic_ai", "openinference_langgraph",
                                   "openllmetry_langgraph", "openllmetry_langgraph_flattened"])
 def test_a_recorded_run_plans_to_one_closed_turn_whose_calls_all_have_results(name):
-    from sessions_app.log.events import Event
-
-    events = [Event(e.seq, e.type, e.time, e.data) for e in planned(readings(name))]
+    events = planned(readings(name))
     types = [e.type for e in events]
     assert types.count("turn_start") == types.count("turn_end") == 1
     assert types.count("step_start") == types.count("step_end") == 2
@@ -352,9 +351,7 @@ def test_a_recorded_run_plans_to_one_closed_turn_whose_calls_all_have_results(na
 @pytest.mark.parametrize("name", ["pydantic_ai_nocontent", "openinference_langgraph_hidden",
                                   "openllmetry_langgraph_nocontent"])
 def test_a_recorded_run_without_content_still_plans_its_structure(name):
-    from sessions_app.log.events import Event
-
-    events = [Event(e.seq, e.type, e.time, e.data) for e in planned(readings(name))]
+    events = planned(readings(name))
     types = [e.type for e in events]
     assert types.count("turn_start") == types.count("turn_end") == 1
     assert types.count("step_start") == types.count("step_end") == 2
