@@ -176,7 +176,7 @@ class Client(_Base):
                 next_seq, turns = self.get_session(session_id)["event_count"], None
             except BaseException:
                 if opened is not None:
-                    opened.close()
+                    opened.close(remove=False)
                 raise
             if opened is not None:
                 opened.start(session_id, next_seq)

@@ -73,7 +73,7 @@ def query(**values: object) -> dict[str, str]:
 def create_session(
     session_id: str | None, agent_name: str | None, metadata: Mapping[str, Any] | None, project: str | None
 ) -> Call:
-    body = {k: v for k, v in {"id": session_id, "agent_name": agent_name, "project": project}.items() if v is not None}
+    body: dict[str, Any] = {k: v for k, v in {"id": session_id, "agent_name": agent_name, "project": project}.items() if v is not None}
     if metadata is not None:
         body["metadata"] = dict(metadata)
     return Call("POST", f"{API}/sessions", body=body, ok=201)

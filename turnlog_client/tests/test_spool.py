@@ -159,3 +159,13 @@ def test_the_spool_file_survives_a_torn_last_line_and_is_held_by_one_writer(tmp_
     again.close(remove=False)
     with pytest.raises(SpoolError, match="undelivered events of session 's1'"):
         Spool.open(path, "s2")
+
+
+def test_a_writer_that_cannot_start_releases_its_spool(token, tmp_path):
+    from tests.servers import free_port
+    from turnlog_client import TransportError
+
+    path = tmp_path / "agent.spool"
+    with Client(f"http://127.0.0.1:{free_port()}", token, timeout=1) as nowhere, pytest.raises(TransportError):
+        nowhere.writer("s1", spool=path)  # a fresh spool: the session's count must come from the server
+    Spool.open(path, "s1").close(remove=True)  # not held any more
