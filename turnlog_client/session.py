@@ -31,6 +31,12 @@ error in its data. An exception inside `turn()`:
   rejected. Calls the model asked for and that were never dispatched did not
   run (this writer records every dispatch first), so closing the turn hides
   nothing.
+
+Callbacks that see a start and its end apart (a tracing processor's
+`on_span_start` / `on_span_end`) use the explicit calls instead of the
+context managers: `start_turn` / `end_turn(reason)`, `start_step` /
+`end_step(outcome)`, `tool_call` when a tool starts, `tool_result` when it
+ends; `event` (or `writer.add`) for anything else.
 """
 
 from __future__ import annotations
