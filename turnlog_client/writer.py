@@ -223,6 +223,7 @@ class Writer:
     def _buffer_event(self, encoded: bytes) -> None:
         if not self._buffer:
             self._buffer_since = time.monotonic()
+            self._changed.notify_all()  # the thread sleeps without a deadline while nothing waits
         self._buffer.append(encoded)
         self._buffer_bytes += len(encoded)
 

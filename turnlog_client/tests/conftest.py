@@ -23,8 +23,19 @@ from tests.servers import PROJECT_DIR, DaphneServer
 from turnlog_client import Client
 
 
+@pytest.fixture(scope="module")
+def server(django_db_setup, tmp_path_factory) -> Iterator[DaphneServer]:
+    """One Daphne per test module (starting one costs seconds); each test's data is its own (transactional_db)."""
+    daphne = DaphneServer(connection.settings_dict, tmp_path_factory.mktemp("daphne") / "daphne.log")
+    try:
+        yield daphne.start()
+    finally:
+        daphne.stop()
+
+
 @pytest.fixture
-def server(transactional_db, tmp_path) -> Iterator[DaphneServer]:
+def own_server(transactional_db, tmp_path) -> Iterator[DaphneServer]:
+    """A Daphne of this test alone, for tests that stop and start it."""
     daphne = DaphneServer(connection.settings_dict, tmp_path / "daphne.log")
     try:
         yield daphne.start()
@@ -33,13 +44,13 @@ def server(transactional_db, tmp_path) -> Iterator[DaphneServer]:
 
 
 @pytest.fixture
-def token(django_user_model) -> str:
-    """A member's token: reads, creates sessions, appends, forks."""
+def token(transactional_db, django_user_model) -> str:
+    """A member's token (committed, so the server sees it): reads, creates sessions, appends, forks."""
     return token_for(django_user_model.objects.create_user("agent"))
 
 
 @pytest.fixture
-def operator_token(django_user_model) -> str:
+def operator_token(transactional_db, django_user_model) -> str:
     """An operator's token: may also apply recoveries."""
     return token_for(django_user_model.objects.create_user("operator"), Role.OPERATOR)
 

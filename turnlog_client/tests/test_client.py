@@ -14,6 +14,9 @@ from turnlog_client.errors import OpenTurn
 from turnlog_client.tests.conftest import events_of
 from tests.servers import free_port
 
+
+pytestmark = pytest.mark.django_db(transaction=True)  # the server reads what the test commits
+
 TURN = [
     {"type": "user_message", "data": {"content": "charge order 42"}},
     {"type": "turn_start", "data": {"turn": 1}},
