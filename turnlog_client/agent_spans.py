@@ -87,7 +87,7 @@ def call_of(call_id: str, name: str | None, namespace: str | None, item: dict) -
         try:
             arguments = json.loads(raw) if raw.strip() else {}
         except ValueError:
-            arguments = {"_invalid_arguments": raw}
+            pass  # kept as the text the model wrote: the server shows text that is not JSON as it is (session-log.md 1)
     names = frozenset(n for n in (name, f"{namespace}.{name}" if namespace and name else None) if n)
     return Call(call_id, name, jsonable(arguments), names)
 
