@@ -6,7 +6,7 @@
 
     set_trace_processors([TurnlogProcessor(Client(URL, TOKEN))])  # replaces the SDK's OpenAI exporter
 
-Needs the optional extra: `pip install 'turnlog-client[agents]'` (openai-agents 0.24).
+Needs the optional extra `agents` (openai-agents 0.24): `pip install './turnlog_client[agents]'`.
 
 Why a processor and not OTLP: the SDK tells a processor when a span *starts*.
 An OTLP exporter sends a span only when it ends, so a process that dies inside
@@ -23,11 +23,12 @@ What maps to what:
   tool or handoff span (so a new session gets the agent's name) and ends when
   the trace ends: `complete`, or `rejected` with the error when an exception
   leaves the run (the SDK ends the trace from a `with` block, so the exception
-  is the one being handled then). Run totals of the SDK's task span go to the
+  is the one being handled then; one that was already being handled when the
+  run started, in the caller's `except` block, is not the run's). Run totals of the SDK's task span go to the
   turn_end's `metadata.usage`, never into the steps' sums.
 - A model span (`ResponseSpanData`, `GenerationSpanData`) is a step: step_start
   when it starts; when it ends, the run's input user messages (first step
-  only), then the assistant message with the calls it requested and
+  only; a chat span's system message once per session), then the assistant message with the calls it requested and
   `metadata.usage` (input_tokens, output_tokens, cache_read_input_tokens,
   cache_creation_input_tokens, reasoning_tokens, total_tokens, model). The step
   ends when the next model span of the run starts, or the trace ends; a model
@@ -76,7 +77,7 @@ from typing import Any
 try:
     from agents.tracing import AgentSpanData, Span, Trace, TracingProcessor
 except ImportError as error:  # the optional extra is not installed
-    raise ImportError("turnlog_client.agents needs the OpenAI Agents SDK: pip install 'turnlog-client[agents]'") from error
+    raise ImportError("turnlog_client.agents needs the OpenAI Agents SDK: pip install './turnlog_client[agents]'") from error
 
 from turnlog_client.agent_spans import Call, dict_of, jsonable, kind_of, read_output, text_of, usage_in_output, usage_of
 from turnlog_client.client import Client

@@ -269,4 +269,4 @@ def test_the_client_imports_without_the_agents_sdk():
     )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "pip install 'turnlog-client[agents]'" in done.stdout
+    assert "pip install './turnlog_client[agents]'" in done.stdout
