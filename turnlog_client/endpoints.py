@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import quote
 
-from turnlog_client.errors import error_for
+from turnlog_client.errors import ApiError, error_for
 
 API = "/api/v1"
 NO_BODY = object()
@@ -56,7 +56,7 @@ def answer(call: Call, status: int, content: bytes, retry_after: str | None) -> 
         return decoded
     text = content.decode(errors="replace")
     if status == call.ok:  # a success status without JSON: not a Turnlog server (a proxy's page, say)
-        raise error_for(502, None, text=f"HTTP {status} without a JSON body: {text}")
+        raise ApiError(status, None, text=f"not JSON: {text}")
     raise error_for(status, decoded, text=text, retry_after=retry_after)
 
 

@@ -121,11 +121,12 @@ class Writer:
         self._trouble: BaseException | None = None  # the latest retryable failure of the batch in flight
         self._closed = self._stop = False
         if spool is not None:  # what an earlier run left: first in line, with its own keys
-            for spooled in spool.batches:
-                self._outbox.append(Batch(spooled.key, spooled.events))
-                self._cut += len(spooled.events)
-            for event in spool.loose:
-                self._buffer_event(event)
+            with self._lock:
+                for spooled in spool.batches:
+                    self._outbox.append(Batch(spooled.key, spooled.events))
+                    self._cut += len(spooled.events)
+                for event in spool.loose:
+                    self._buffer_event(event)
         self._thread = threading.Thread(target=self._run, name=f"turnlog-writer-{session_id}", daemon=True)
         self._thread.start()
         _open_writers.add(self)
