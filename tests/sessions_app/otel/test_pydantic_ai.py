@@ -40,8 +40,11 @@ def token():
     return token_for(get_user_model().objects.create_user("support-agent"))
 
 
-def api(server, token, path: str):
+def api(server, token, path: str, *, missing=...):
+    """GET an API path; `missing` is the answer for a 404 (a session its spans have not created yet)."""
     answer = httpx.get(f"{server.url}/api/v1{path}", headers={"Authorization": f"Bearer {token}"}, timeout=10)
+    if answer.status_code == 404 and missing is not ...:
+        return missing
     assert answer.status_code == 200, answer.text
     return answer.json()
 
@@ -54,14 +57,14 @@ def run_agent(server, token, conversation: str, *options: str, timeout: float = 
 def wait_for(condition, *, seconds: float = 15.0, what: str = ""):
     deadline = time.monotonic() + seconds
     while True:
-        if (value := condition()) :
+        if value := condition():
             return value
         assert time.monotonic() < deadline, f"not within {seconds} s: {what}"
         time.sleep(0.1)
 
 
 def events(server, token, session_id: str) -> list[dict]:
-    return api(server, token, f"/sessions/{session_id}/events?limit=1000")["events"]
+    return api(server, token, f"/sessions/{session_id}/events?limit=1000", missing={"events": []})["events"]
 
 
 def closed(server, token, session_id: str) -> list[dict] | None:

@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from tests.sessions_app.otel.test_pydantic_ai import api, server, token, wait_for  # noqa: F401 (fixtures)
+from tests.sessions_app.otel.test_pydantic_ai import closed, server, token, wait_for  # noqa: F401 (fixtures)
 from tests.servers import PROJECT_DIR
 
 
@@ -27,6 +27,6 @@ def test_the_readme_otlp_example_runs_and_its_session_reads_back(server, token, 
     }
     done = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    log = wait_for(lambda: (e := api(server, token, "/sessions/order-a1/events")["events"]) and e[-1]["type"] == "turn_end" and e, what="the run's turn closed")
+    log = wait_for(lambda: closed(server, token, "order-a1"), what="the run's turn closed")
     assert any(e["type"] == "tool_result" and e["data"]["name"] == "refund" for e in log)
     assert log[-1]["data"]["reason"] == "complete"
