@@ -83,7 +83,8 @@ def killed(process) -> None:
     process.wait(timeout=10)
 
 
-def test_a_killed_writer_restarted_on_its_spool_loses_nothing_and_repeats_nothing(own_server, token, tmp_path):
+def spooled_while_away_then_killed(own_server, token, tmp_path):
+    """A writer that spooled events while its server was down, killed before it came back (the server is up again)."""
     spool = tmp_path / "agent.spool"
     process = run_script(WRITE_WHILE_AWAY, own_server.url, token, str(spool))
     try:
@@ -95,6 +96,11 @@ def test_a_killed_writer_restarted_on_its_spool_loses_nothing_and_repeats_nothin
     finally:
         killed(process)
     own_server.start()
+    return spool
+
+
+def test_a_killed_writer_restarted_on_its_spool_loses_nothing_and_repeats_nothing(own_server, token, tmp_path):
+    spool = spooled_while_away_then_killed(own_server, token, tmp_path)
     resumed = run_script(RESUME, own_server.url, token, str(spool))
     assert resumed.wait(timeout=60) == 0, resumed.stderr.read()
     with Client(own_server.url, token) as api:
@@ -119,17 +125,7 @@ def test_a_writer_killed_between_the_answer_and_its_record_is_answered_from_the_
 def test_a_session_recovered_while_the_writer_was_dead_is_a_conflict_and_the_spool_keeps_the_events(
     own_server, token, operator_token, tmp_path
 ):  # fmt: skip
-    spool = tmp_path / "agent.spool"
-    process = run_script(WRITE_WHILE_AWAY, own_server.url, token, str(spool))
-    try:
-        wait_for_line(process, "UP")
-        own_server.stop()
-        process.stdin.write("go\n")
-        process.stdin.flush()
-        wait_for_line(process, "SPOOLED")
-    finally:
-        killed(process)
-    own_server.start()
+    spool = spooled_while_away_then_killed(own_server, token, tmp_path)
     with Client(own_server.url, operator_token) as operator:
         operator.append("s1", [{"type": "user_message", "data": {"content": "someone else"}}])
     with Client(own_server.url, token) as api:

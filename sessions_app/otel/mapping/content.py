@@ -12,6 +12,7 @@ import orjson
 
 from sessions_app.log import values as log_values
 
+from .conventions.values import parsed
 from .readings import Message, Reading
 
 # Room left for the event around a reading's values (data, metadata, otel) within the stored nesting limit.
@@ -19,8 +20,8 @@ CONTENT_DEPTH = log_values.MAX_DEPTH - 4
 
 
 def call_state(name, arguments) -> dict:
-    parsed = _parsed(arguments)
-    value = next(iter(parsed.values())) if isinstance(parsed, dict) and len(parsed) == 1 else None
+    parsed_arguments = parsed(arguments)
+    value = next(iter(parsed_arguments.values())) if isinstance(parsed_arguments, dict) and len(parsed_arguments) == 1 else None
     # The value of a one-argument call, as some instrumentations record its input: as text or as JSON.
     only_value = [canonical(value), orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS, default=repr).decode()] if value is not None else []
     return {
@@ -31,15 +32,6 @@ def call_state(name, arguments) -> dict:
         "dispatched": False,
         "resulted": False,
     }
-
-
-def _parsed(value):
-    if isinstance(value, str):
-        try:
-            return orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return value
-    return value
 
 
 def message_data(content, metadata: dict, *, name=None) -> dict:

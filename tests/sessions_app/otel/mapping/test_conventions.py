@@ -333,15 +333,21 @@ def planned(found: list[Reading]) -> list[Event]:
     return [Event(seq, new.type, new.time or datetime.now(UTC), new.data) for seq, new in enumerate(planner.events)]
 
 
-@pytest.mark.parametrize("name", ["pydantic_ai", "pydantic_ai_v2", "logfire_pydantic_ai", "openinference_langgraph",
-                                  "openllmetry_langgraph", "openllmetry_langgraph_flattened"])
-def test_a_recorded_run_plans_to_one_closed_turn_whose_calls_all_have_results(name):
+def planned_run(name: str) -> tuple[list[Event], list[str], list[str]]:
+    """A recorded run's events, checked to be one closed turn of two steps; its call ids and result ids."""
     events = planned(readings(name))
     types = [e.type for e in events]
     assert types.count("turn_start") == types.count("turn_end") == 1
     assert types.count("step_start") == types.count("step_end") == 2
     calls = sorted(e.data["id"] for e in events if e.type == "tool_call")
     results = sorted(e.data["tool_call_id"] for e in events if e.type == "tool_result")
+    return events, calls, results
+
+
+@pytest.mark.parametrize("name", ["pydantic_ai", "pydantic_ai_v2", "logfire_pydantic_ai", "openinference_langgraph",
+                                  "openllmetry_langgraph", "openllmetry_langgraph_flattened"])
+def test_a_recorded_run_plans_to_one_closed_turn_whose_calls_all_have_results(name):
+    events, calls, results = planned_run(name)
     assert calls == results == ["call_atlantis", "call_paris"]
     errors = [e.data["metadata"].get("error") for e in events if e.type == "tool_result"]
     assert sum(error is not None for error in errors) == 1
@@ -351,12 +357,7 @@ def test_a_recorded_run_plans_to_one_closed_turn_whose_calls_all_have_results(na
 @pytest.mark.parametrize("name", ["pydantic_ai_nocontent", "openinference_langgraph_hidden",
                                   "openllmetry_langgraph_nocontent"])
 def test_a_recorded_run_without_content_still_plans_its_structure(name):
-    events = planned(readings(name))
-    types = [e.type for e in events]
-    assert types.count("turn_start") == types.count("turn_end") == 1
-    assert types.count("step_start") == types.count("step_end") == 2
-    calls = sorted(e.data["id"] for e in events if e.type == "tool_call")
-    results = sorted(e.data["tool_call_id"] for e in events if e.type == "tool_result")
+    events, calls, results = planned_run(name)
     # Without content LangChain's tool spans carry no call id and the model spans no calls: each
     # tool span is a call of its own (docs/otlp.md), still dispatched and answered.
     assert calls == results and len(calls) == 2
