@@ -162,11 +162,14 @@ def _ingest_session(session_id: str, project: Project, readings: Sequence[Readin
         session = _locked_session(session_id)
         if session.project_id != project.pk:
             raise _OtherProject(session_id)
-        rows = {row.trace_id: row for row in OtlpTrace.objects.filter(Q(trace_id__in=trace_ids) | Q(closed=False), session=session)}
-        seen = set(
-            OtlpSpan.objects.filter(session=session, span_id__in={r.span_id for r in readings}).values_list("trace_id", "span_id", "pending")
-        )
-        turn_count = _turn_count(session) if trace_ids - set(rows) else 0
+        if session.event_count == 0:
+            rows, seen, turn_count = {}, set(), 0  # a new session: nothing to read (most sessions of a batch)
+        else:
+            rows = {row.trace_id: row for row in OtlpTrace.objects.filter(Q(trace_id__in=trace_ids) | Q(closed=False), session=session)}
+            seen = set(
+                OtlpSpan.objects.filter(session=session, span_id__in={r.span_id for r in readings}).values_list("trace_id", "span_id", "pending")
+            )
+            turn_count = _turn_count(session) if trace_ids - set(rows) else 0
         planner = _planner(session, rows, seen=seen, turn_count=turn_count, now=now)
         refused = [_refusal(r, reason) for r in ordered(readings) if (reason := planner.take(r)) is not None]
         _write(session, planner, rows, now)
