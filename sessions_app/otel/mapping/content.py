@@ -17,7 +17,27 @@ CONTENT_DEPTH = log_values.MAX_DEPTH - 4
 
 
 def call_state(name, arguments) -> dict:
-    return {"name": name if isinstance(name, str) else None, "args": canonical(arguments), "step": None, "dispatched": False, "resulted": False}
+    parsed = _parsed(arguments)
+    value = next(iter(parsed.values())) if isinstance(parsed, dict) and len(parsed) == 1 else None
+    # The value of a one-argument call, as some instrumentations record its input: as text or as JSON.
+    only_value = [canonical(value), orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS, default=repr).decode()] if value is not None else []
+    return {
+        "name": name if isinstance(name, str) else None,
+        "args": canonical(arguments),
+        "only_value": only_value,
+        "step": None,
+        "dispatched": False,
+        "resulted": False,
+    }
+
+
+def _parsed(value):
+    if isinstance(value, str):
+        try:
+            return orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+    return value
 
 
 def message_data(content, metadata: dict, *, name=None) -> dict:

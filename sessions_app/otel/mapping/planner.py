@@ -214,8 +214,10 @@ class Planner:
 
     def _model(self, trace: TraceState, reading: Reading) -> None:
         step = trace.steps.get(reading.span_id)
-        if step is None:
+        if step is None or not reading.pending:
+            # A pending span carries no input: the ended span writes what it says, once.
             self._run_inputs(trace, reading)
+        if step is None:
             trace.step_count += 1
             step = {"seq": None, "n": trace.step_count, "start_ns": reading.start_ns, "calls": [], "done": False, "ended": False, "error": False}
             trace.steps[reading.span_id] = step
@@ -299,8 +301,8 @@ class Planner:
             self._sight(trace, call_id)
             self._tool_call(call_id, known["name"] or reading.tool_name, reading.tool_arguments, reading.start_ns, inferred=False, span_id=reading.span_id)
             known["dispatched"] = True
-        if reading.pending or known["resulted"]:
-            return
+        if reading.pending or not reading.has_result or known["resulted"]:
+            return  # started, or ended without a result (a deferred call): still owed
         self._tool_result(call_id, known["name"] or reading.tool_name, reading, late=False)
         known["resulted"] = True
         step = trace.steps.get(known["step"]) if known["step"] else None
@@ -317,7 +319,8 @@ class Planner:
         claimed = set(trace.tool_spans.values())
         open_calls = [(cid, c) for cid, c in trace.calls.items() if not c["resulted"] and cid not in claimed]
         args = canonical(reading.tool_arguments)
-        match = next((cid for cid, c in open_calls if c["name"] == reading.tool_name and c["args"] == args), None)
+        # OpenInference records a one-argument tool's input as the bare value: "Atlantis" for {"city": "Atlantis"}.
+        match = next((cid for cid, c in open_calls if c["name"] == reading.tool_name and (args == c["args"] or args in c.get("only_value", ()))), None)
         if match is None:
             match = next((cid for cid, c in open_calls if c["name"] == reading.tool_name), None)
         call_id = match or f"otel-{reading.span_id}"
@@ -356,7 +359,7 @@ class Planner:
         elif reading.role == TOOL:
             call_id = self._pair(trace, reading)
             known = trace.calls.setdefault(call_id, call_state(reading.tool_name, reading.tool_arguments))
-            if not known["resulted"]:
+            if reading.has_result and not known["resulted"]:
                 self._tool_result(call_id, known["name"] or reading.tool_name, reading, late=True)
                 known["resulted"] = True
 
@@ -378,6 +381,8 @@ class Planner:
             if last and reading.error is not None:
                 metadata["error"] = reading.error
             data = message_data(message.content, metadata, name=message.name)
+            if message.reasoning_content is not None:
+                data["reasoning_content"] = message.reasoning_content
             data["tool_calls"] = [{"id": c["id"], "name": c["name"], "arguments": c["arguments"]} for c in calls] if last else []
             self._emit("assistant_message", data, reading.end_ns)
 

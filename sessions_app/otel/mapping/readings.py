@@ -16,7 +16,9 @@ class Message:
     `{"id", "name", "arguments"}` dicts (the id may be None when the
     instrumentation gives none; arguments parsed from JSON text when valid,
     else kept as text). `content` is a string, a list of parts, or None when
-    the instrumentation recorded no content.
+    the instrumentation recorded no content. `reasoning_content` is the
+    model's reasoning text where the instrumentation records it (the
+    assistant_message field of the same name).
     """
 
     role: str
@@ -24,6 +26,7 @@ class Message:
     tool_calls: tuple[dict, ...] = ()
     tool_call_id: str | None = None
     name: str | None = None
+    reasoning_content: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +62,10 @@ class Reading:
     tool_call_id: str | None = None
     tool_arguments: Any = None
     tool_result: Any = None
-    has_result: bool = False  # the span carries its result (content may be off)
+    # The span ran the tool to a result, an error result included (content may be off: tool_result
+    # None). False for a pending span and for a call the tool deferred outside the run (Pydantic AI's
+    # CallDeferred / ApprovalRequired): no tool_result is owed by such a span.
+    has_result: bool = False
     # Agent spans: run totals, stored on the turn and never added to the steps' sums.
     aggregated_usage: dict[str, Any] = field(default_factory=dict)
 

@@ -346,9 +346,39 @@ def test_a_tool_span_without_a_call_id_answers_the_call_of_the_same_name_and_arg
 def test_a_span_without_content_still_gives_the_structure():
     log = Log()
     log.send(Reading(MODEL, T, "a000000000000001", ROOT, "chat m", start_ns=10, end_ns=20))
-    log.send(Reading(TOOL, T, "b000000000000001", ROOT, "execute_tool refund", start_ns=30, end_ns=40, tool_name="refund", tool_call_id="c1"))
+    log.send(Reading(TOOL, T, "b000000000000001", ROOT, "execute_tool refund", start_ns=30, end_ns=40, tool_name="refund", tool_call_id="c1", has_result=True))
     assert log.types() == ["turn_start", "step_start", "step_end", "tool_call", "tool_result"]
     assert [e.data["id"] for e in log.events if e.type == "tool_call"] == ["c1"]
+
+
+def test_a_one_argument_call_recorded_as_its_bare_value_pairs_with_its_call():
+    log = Log()
+    log.send(chat("a000000000000001", ["x1", "x2"]))
+    log.send(Reading(TOOL, T, "b000000000000002", ROOT, "refund", start_ns=30, end_ns=40, tool_name="refund", tool_arguments="x2", tool_result="ok", has_result=True))
+    assert [e.data["tool_call_id"] for e in log.events if e.type == "tool_result"] == ["x2"]
+
+
+def test_a_tool_span_that_ended_without_a_result_leaves_its_call_owed():
+    log = Log()
+    log.send(chat("a000000000000001", ["c1"]), tool("b000000000000001", "c1", has_result=False, tool_result=None))
+    assert "tool_result" not in log.types() and log.plan_risks() == {"c1": UNKNOWN}
+
+
+def test_reasoning_is_kept_on_the_assistant_message():
+    log = Log()
+    output = (Message("assistant", "done", (), reasoning_content="thought it through"),)
+    log.send(Reading(MODEL, T, "a000000000000001", ROOT, "chat m", start_ns=10, end_ns=20, output_messages=output))
+    (message,) = [e for e in log.events if e.type == "assistant_message"]
+    assert message.data["reasoning_content"] == "thought it through"
+
+
+def test_the_run_inputs_come_from_the_ended_model_span_when_its_pending_span_came_first():
+    log = Log()
+    started = Reading(MODEL, T, "a000000000000001", ROOT, "chat m", start_ns=10, pending=True)
+    log.send(started)
+    log.send(chat("a000000000000001", []))
+    assert [e.data["content"] for e in log.events if e.type == "user_message"] == ["refund my orders"]
+    assert log.types().count("step_start") == 1
 
 
 def test_content_no_database_stores_refuses_that_span_alone():
