@@ -558,6 +558,78 @@ def measure_phoenix(work: Workload, args, tmpdir: Path) -> ExportResult:
     return result
 
 
+# Where the time goes (--phases) -------------------------------------------------------------
+
+
+def measure_phases(work: Workload, args) -> None:
+    """In this process, on a fresh SQLite file: each OTLP batch through the endpoint's steps, timed one by one.
+
+    decode (the door's protobuf decoding), read (conventions.read of every
+    span), plan + store (services.ingest_readings: the planner and the
+    writes); then the native batches through validate_batch +
+    services.append_events. With --profile, cProfile of the OTLP steps (the
+    server's database threads are invisible to a profile of daphne's main
+    thread, hence in-process).
+    """
+    import cProfile
+    import pstats
+
+    from _common import setup_django
+
+    with torn_down(Target("sqlite", None, prefix="turnlog-bench-otlp"), "phases") as target:
+        target.setup(servers=0)
+        setup_django(target)
+        from django.conf import settings
+
+        from sessions_app import access, services
+        from sessions_app.log import events as log_events
+        from sessions_app.models import ApiToken, Session
+        from sessions_app.otel.mapping import conventions, decode
+        from sessions_app.services import otlp as otlp_service
+
+        token = ApiToken.usable_for(target.token)
+        actor, project = access.Actor(user=token.user, token=token), token.project
+        phases = {"decode": 0.0, "read": 0.0, "plan + store": 0.0}
+        profile = cProfile.Profile() if args.profile else None
+        for k, body in enumerate(work.bodies):
+            if profile:
+                profile.enable()
+            t0 = time.perf_counter()
+            decoded = decode.decode(body, content_type="application/x-protobuf", content_encoding=None, max_bytes=settings.TURNLOG_OTLP_MAX_BODY_BYTES)
+            t1 = time.perf_counter()
+            readings = [conventions.read(span) for span in decoded.spans]
+            t2 = time.perf_counter()
+            result = otlp_service.ingest_readings(actor=actor, project=project, readings=readings)
+            t3 = time.perf_counter()
+            if profile:
+                profile.disable()
+            if decoded.refused or result.refused or result.accepted != len(work.batch_spans[k]):
+                raise RuntimeError(f"batch {k}: {len(decoded.refused)} refused by decode, {result.refused[:3]} by the service")
+            phases["decode"] += t1 - t0
+            phases["read"] += t2 - t1
+            phases["plan + store"] += t3 - t2
+        total = sum(phases.values())
+        print(f"\n== where the OTLP time goes, in-process, {len(work.spans):,} spans in {len(work.bodies)} batches ==")
+        for name, seconds in phases.items():
+            print(f"{name:<14} {seconds:7.2f} s  {seconds / total:5.0%}  {seconds / len(work.bodies) * 1000:7.1f} ms/batch")
+        print(f"{'all':<14} {total:7.2f} s         {len(work.spans) / total:7,.0f} spans/s")
+        native = 0.0
+        for batch in work.native:
+            for session, body, _ in batch:
+                sid = f"native-{session}"
+                events = json.loads(body)["events"]
+                t0 = time.perf_counter()
+                if not Session.objects.filter(pk=sid).exists():
+                    services.create_session(session_id=sid, agent_name="support", project=project)
+                services.append_events(session_id=sid, events=log_events.validate_batch(events))
+                native += time.perf_counter() - t0
+        print(f"{'native':<14} {native:7.2f} s         {work.native_events / native:7,.0f} events/s (validate_batch + create_session + append_events)")
+        if profile:
+            stats = pstats.Stats(profile)
+            stats.sort_stats("cumulative").print_stats(r"sessions_app|django/db", 40)
+            stats.sort_stats("tottime").print_stats(25)
+
+
 # Report -----------------------------------------------------------------------------------
 
 
@@ -639,11 +711,13 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-native", action="store_true", help="skip (a), the native comparison")
     parser.add_argument("--timeout", type=float, default=900, help="seconds after the export to wait for every span to read back (default 900)")
     parser.add_argument("--stall-seconds", type=float, default=10, help="TURNLOG_STALL_SECONDS of the Turnlog server (default 10)")
+    parser.add_argument("--phases", action="store_true", help="instead: time the OTLP path's steps in-process (decode, read, plan + store)")
+    parser.add_argument("--profile", action="store_true", help="with --phases: cProfile of the OTLP steps")
     parser.add_argument("--json-out", help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
-    if not args.no_phoenix and not (args.phoenix_venv / "bin" / "phoenix").exists():
+    if not (args.no_phoenix or args.phases) and not (args.phoenix_venv / "bin" / "phoenix").exists():
         print(f"no Phoenix at {args.phoenix_venv}: `make phoenix-venv`, or --phoenix-venv DIR, or --no-phoenix", file=sys.stderr)
         return 2
     print(machine_line("Turnlog OTLP benchmark"))
@@ -656,6 +730,9 @@ def main(argv=None) -> int:
         f" (built in {time.perf_counter() - t0:.0f} s)",
         flush=True,
     )
+    if args.phases:
+        measure_phases(work, args)
+        return 0
     ingest, turnlog = measure_turnlog(work, args)
     phoenix = None
     if not args.no_phoenix:
