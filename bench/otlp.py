@@ -60,7 +60,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from _common import ROOT, Client, Target, free_port, machine_line, quantile, torn_down
+from _common import ROOT, Client, Server, Target, free_port, machine_line, quantile, torn_down
 from _otlp_workload import MARKER, Workload, build
 
 TARGET_NATIVE_RATIO = 0.5  # OTLP spans/s over native events/s, same content
@@ -110,6 +110,8 @@ class IngestResult:
     create_seconds: float = 0.0
     server_cpu: float = 0.0
     wall: float = 0.0
+    noop_otlp_seconds: float = 0.0  # the same requests to a no-op ASGI app under the same daphne command
+    noop_native_seconds: float = 0.0
 
     @property
     def otlp_rate(self) -> float:
@@ -121,7 +123,18 @@ class IngestResult:
 
     @property
     def ratio(self) -> float:
+        """The target's reading: OTLP spans/s over the native appends' events/s."""
         return self.otlp_rate / self.native_rate
+
+    @property
+    def content_ratio(self) -> float:
+        """The same runs: native append time over OTLP time (1 = as fast; each span is ~2.7 native events)."""
+        return self.native_seconds / self.otlp_seconds
+
+    @property
+    def content_ratio_with_creation(self) -> float:
+        """The same, counting the native sessions' creation (OTLP creates its sessions inside its requests)."""
+        return (self.native_seconds + self.create_seconds) / self.otlp_seconds
 
 
 def measure_ingest(work: Workload, target: Target) -> IngestResult:
@@ -168,7 +181,28 @@ def measure_ingest(work: Workload, target: Target) -> IngestResult:
     result.server_cpu, result.wall = cpu_seconds(target.server.pid) - cpu0, time.perf_counter() - wall0
     otlp.close()
     native.conn.close()
+    measure_noop(work, target, result)
     return result
+
+
+def measure_noop(work: Workload, target: Target, result: IngestResult) -> None:
+    """The transport's share: the same bodies to bench/noop_asgi.py under the same daphne command (a ceiling)."""
+    noop = Server(target.env, target.tmpdir / "daphne-noop.log", application="noop_asgi:application", cwd=Path(__file__).parent)
+    try:
+        noop.start(target.token)
+        conn = http.client.HTTPConnection("127.0.0.1", noop.port, timeout=300)
+        headers = {**PROTOBUF, "Authorization": f"Bearer {target.token}"}
+        for k, body in enumerate(work.bodies):
+            t0 = time.perf_counter()
+            post(conn, OTLP_PATH, body, headers)
+            result.noop_otlp_seconds += time.perf_counter() - t0
+            for session, native_body, _ in work.native[k]:
+                t0 = time.perf_counter()
+                post(conn, f"/api/v1/sessions/native-{session}/events", native_body, {**headers, "Content-Type": "application/json"})
+                result.noop_native_seconds += time.perf_counter() - t0
+        conn.close()
+    finally:
+        noop.stop()
 
 
 # (b) export, then read back ---------------------------------------------------------------
@@ -586,6 +620,11 @@ def measure_phases(work: Workload, args) -> None:
         from sessions_app.models import ApiToken, Session
         from sessions_app.otel.mapping import conventions, decode
         from sessions_app.services import otlp as otlp_service
+        from sessions_app.services import publishing
+
+        # The server posts a commit's messages to its event loop from the database thread; here,
+        # with no loop, async_to_sync would start a thread per commit, which the server never does.
+        publishing.get_channel_layer = lambda: None
 
         token = ApiToken.usable_for(target.token)
         actor, project = access.Actor(user=token.user, token=token), token.project
@@ -659,7 +698,11 @@ def report(work: Workload, ingest: IngestResult | None, turnlog: ExportResult, p
         print(f"OTLP   {ingest.otlp_spans:>7,} spans  in {len(work.bodies):>4} requests  {ingest.otlp_seconds:7.2f} s  {ingest.otlp_rate:8,.0f} spans/s  ({ingest.otlp_rate * work.native_events / len(work.spans):,.0f} native-event equivalents/s)")
         print(f"native {ingest.native_events:>7,} events in {ingest.native_requests:>4} requests  {ingest.native_seconds:7.2f} s  {ingest.native_rate:8,.0f} events/s"
               f"  (+ {ingest.create_sessions} session creations, {ingest.create_seconds:.2f} s)")
-        print(f"same runs: OTLP took {ingest.otlp_seconds / ingest.native_seconds:.2f}x the native appends' time; server CPU {ingest.server_cpu:.1f} s over {ingest.wall:.1f} s")
+        print(f"(ceiling) the same requests to a no-op app under the same daphne: OTLP {ingest.noop_otlp_seconds:.2f} s"
+              f" ({ingest.otlp_spans / ingest.noop_otlp_seconds:,.0f} spans/s), native {ingest.noop_native_seconds:.2f} s"
+              f" ({ingest.native_events / ingest.noop_native_seconds:,.0f} events/s)")
+        print(f"same runs, native time / OTLP time: {ingest.content_ratio:.2f} (appends), {ingest.content_ratio_with_creation:.2f} (with the sessions' creation);"
+              f" server CPU {ingest.server_cpu:.1f} s over {ingest.wall:.1f} s")
     products = [p for p in (turnlog, phoenix) if p]
     print("\n== (b) export, then read back through the API (one product at a time) ==")
     print(f"{'':<44}" + "".join(f"{p.product + ' ' + p.version:>24}" for p in products))
@@ -668,11 +711,11 @@ def report(work: Workload, ingest: IngestResult | None, turnlog: ExportResult, p
         ("export, s", lambda p: fmt(p.export_seconds)),
         ("accepted, spans/s", lambda p: fmt(p.accepted_rate)),
         ("export end -> every span read back, s", lambda p: fmt(p.readback_seconds) + ("" if p.complete else f" ({p.unread:,} never)")),
+        ("  every chat/tool span, s", lambda p: fmt(p.body_readback_seconds)),
+        ("  every root (Turnlog: its turn_end), s", lambda p: fmt(p.root_readback_seconds)),
         ("end to end, spans/s", lambda p: fmt(p.end_to_end_rate) if p.complete else "incomplete"),
         ("sampled span lag after its batch: max, s", lambda p: fmt(p.lag_max)),
         ("  median, s (n = 2 per batch)", lambda p: fmt(p.lag_p50)),
-        ("  of which chat/tool spans, s", lambda p: fmt(p.body_readback_seconds)),
-        ("  of which roots (Turnlog: turn_end), s", lambda p: fmt(p.root_readback_seconds)),
         ("read requests", lambda p: f"{p.reads:,}"),
         ("server CPU s: export / until read back", lambda p: f"{p.server_cpu_export:.1f} / {p.server_cpu_total:.1f}"),
     ]
