@@ -223,6 +223,7 @@ class ExportResult:
     body_readback_seconds: float | None = None  # chat and tool spans only
     root_readback_seconds: float | None = None  # roots only (Turnlog: the last turn_end, after the settle time)
     reads: int = 0
+    reads_after_export: int = 0
     server_cpu_export: float = 0.0
     server_cpu_total: float = 0.0
     crash: dict = field(default_factory=dict)
@@ -230,6 +231,11 @@ class ExportResult:
     @property
     def accepted_rate(self) -> float:
         return self.spans / self.export_seconds
+
+    @property
+    def cpu_per_read_ms(self) -> float | None:
+        reads = self.reads_after_export
+        return (self.server_cpu_total - self.server_cpu_export) / reads * 1000 if reads else None
 
     @property
     def end_to_end_rate(self) -> float:
@@ -407,6 +413,7 @@ def export_and_read(work: Workload, result: ExportResult, port: int, path: str, 
         check_otlp_answer(status, answer, len(work.batch_spans[k]), result.product)
     end = exported[-1]
     result.server_cpu_export = cpu_seconds(pid) - cpu0
+    reads_before = reads.reads
     conn.close()
     deadline, last_report = end + timeout, end
     while len(reads.seen) < len(work.spans) and time.perf_counter() < deadline and not errors:
@@ -420,6 +427,7 @@ def export_and_read(work: Workload, result: ExportResult, port: int, path: str, 
     if errors:
         raise errors[0]
     result.server_cpu_total = cpu_seconds(pid) - cpu0
+    result.reads_after_export = reads.reads - reads_before
     result.spans, result.export_seconds, result.reads = len(work.spans), end - start, reads.reads
     result.unread = len(work.spans) - len(reads.seen)
     result.complete = result.unread == 0
@@ -652,6 +660,7 @@ def measure_phases(work: Workload, args) -> None:
         for name, seconds in phases.items():
             print(f"{name:<14} {seconds:7.2f} s  {seconds / total:5.0%}  {seconds / len(work.bodies) * 1000:7.1f} ms/batch")
         print(f"{'all':<14} {total:7.2f} s         {len(work.spans) / total:7,.0f} spans/s")
+        read_back_phases(work)
         native = 0.0
         for batch in work.native:
             for session, body, _ in batch:
@@ -667,6 +676,24 @@ def measure_phases(work: Workload, args) -> None:
             stats = pstats.Stats(profile)
             stats.sort_stats("cumulative").print_stats(r"sessions_app|django/db", 40)
             stats.sort_stats("tottime").print_stats(25)
+
+
+def read_back_phases(work: Workload) -> None:
+    """What GET events' view itself does for every OTLP session: read the session and its events, make the wire form.
+
+    Next to the server CPU per read request of (b), this tells the view's reads from the rest of the request.
+    """
+    from sessions_app import selectors
+    from sessions_app.log import events as log_events
+
+    t0 = time.perf_counter()
+    events = 0
+    for session in work.sessions:
+        found = selectors.get_session(session)
+        events += len([log_events.event_to_wire(e) for e in selectors.events_since(found, since=0, limit=5000)])
+    seconds = time.perf_counter() - t0
+    print(f"read back     {seconds:7.2f} s  {seconds / len(work.sessions) * 1000:.1f} ms per session: GET events' own reads and wire form"
+          f" ({events / len(work.sessions):.0f} events each)")
 
 
 # Report -----------------------------------------------------------------------------------
@@ -716,7 +743,8 @@ def report(work: Workload, ingest: IngestResult | None, turnlog: ExportResult, p
         ("end to end, spans/s", lambda p: fmt(p.end_to_end_rate) if p.complete else "incomplete"),
         ("sampled span lag after its batch: max, s", lambda p: fmt(p.lag_max)),
         ("  median, s (n = 2 per batch)", lambda p: fmt(p.lag_p50)),
-        ("read requests", lambda p: f"{p.reads:,}"),
+        ("read requests (sampler + read back)", lambda p: f"{p.reads:,}"),
+        ("  server CPU per read after the export, ms", lambda p: fmt(p.cpu_per_read_ms) if p.product == "Turnlog" else "(it is storing)"),
         ("server CPU s: export / until read back", lambda p: f"{p.server_cpu_export:.1f} / {p.server_cpu_total:.1f}"),
     ]
     for label, cell in rows:
