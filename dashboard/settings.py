@@ -275,6 +275,12 @@ TURNLOG_MAX_REQUEST_BYTES = int(os.environ.get("TURNLOG_MAX_REQUEST_BYTES", str(
 # Django enforces it (RequestDataTooBig, answered 413 too_large by the API).
 DATA_UPLOAD_MAX_MEMORY_SIZE = TURNLOG_MAX_REQUEST_BYTES
 
+# OTLP ingest (POST /otlp/v1/traces, docs/otlp.md): the largest body once inflated (413 beyond; a gzip or
+# deflate body stops inflating at it). The endpoint reads its body itself, so this limit, not the one above, applies.
+TURNLOG_OTLP_MAX_BODY_BYTES = int(os.environ.get("TURNLOG_OTLP_MAX_BODY_BYTES", str(16 * 1024 * 1024)))
+if TURNLOG_OTLP_MAX_BODY_BYTES < 1:
+    raise ImproperlyConfigured(f"TURNLOG_OTLP_MAX_BODY_BYTES must be above 0, not {TURNLOG_OTLP_MAX_BODY_BYTES!r}")
+
 # Threads that run the database work of the append, events and session endpoints
 # (sessions_app/db_threads.py: each keeps its connection, on PostgreSQL one from the pool;
 # SQLite's appends get one more thread); 0 runs it on the request's own thread, as the in-process tests do.

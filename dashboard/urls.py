@@ -7,6 +7,7 @@ from django.views.generic import RedirectView
 import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
 from dashboard.pages import account, agents, projects, sessions
 from sessions_app.api import app as api
+from sessions_app.otel import endpoint as otlp
 
 urlpatterns = [
     path("", sessions.session_list, name="session_list"),
@@ -37,6 +38,10 @@ urlpatterns = [
     path("api/v1/", api.urls()),
     # Last: whatever no endpoint above serves under /api/ is a JSON 404, not an HTML page.
     re_path(r"^api/", api.not_found),
+    # OTLP/HTTP (docs/otlp.md): exporters post to OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces. The view answers
+    # other methods 405 itself; other paths under /otlp/ (metrics, logs) a 404 in OTLP's form.
+    path("otlp/v1/traces", otlp.traces, name="otlp_traces"),
+    re_path(r"^otlp/", otlp.not_found),
 ]
 
 # A refused page is the site's styled page (JSON under /api/), not Django's bare 403.

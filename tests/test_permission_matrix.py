@@ -71,6 +71,13 @@ class Probe:
     expect: dict[str, str]
     data: dict | None = None
     api: bool = False  # JSON bodies, and tried with each actor's bearer token too
+    credentials: tuple[str, ...] = ()  # only these ("login", "token"); anonymous always tries without any
+
+
+def credentials_of(probe: Probe, actor: str) -> tuple[str, ...]:
+    if actor == "anonymous":
+        return ("login",)
+    return probe.credentials or (("login", "token") if probe.api else ("login",))
 
 
 def page_read(path: str) -> Probe:
@@ -94,6 +101,11 @@ def api_write(path: str, data: dict, *, needs: str) -> Probe:
 
 
 CLOSED, OPEN = "/sessions/{closed}", "/sessions/{open}"
+# An OTLP/JSON export: one model span of a conversation naming alpha's closed session.
+OTLP_CHAT = {"resourceSpans": [{"scopeSpans": [{"spans": [{
+    "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "00f067aa0ba902b7", "name": "chat m",
+    "attributes": [{"key": "gen_ai.operation.name", "value": {"stringValue": "chat"}}, {"key": "gen_ai.conversation.id", "value": {"stringValue": "{closed}"}}],
+}]}]}]}  # fmt: skip
 API = "/api/v1/sessions"
 
 # URL name (or route, for unnamed patterns) -> the requests that probe it.
@@ -189,6 +201,14 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     "api-v1:fork_session": [api_write(API + "/{closed}/fork", {"boundary": "last", "id": "alpha-fork"}, needs="member")],
     # Whatever no endpoint serves under /api/: a JSON 404 for anyone, credentials or not.
     "^api/": [Probe("GET", "/api/v1/nothing", everyone("404"), api=True), Probe("POST", "/api/v2/sessions", everyone("404"), api=True)],
+    # OTLP: bearer tokens only (a login is no credential there); the token's project receives the spans, so the
+    # outsider's chat naming alpha's session is refused span by span (a partial success) and stores nothing.
+    "otlp_traces": [
+        Probe("POST", "/otlp/v1/traces", everyone("401"), data=OTLP_CHAT, api=True, credentials=("login",)),
+        Probe("POST", "/otlp/v1/traces", by_role("401", "200 +belongs", "403", "200 stored"), data=OTLP_CHAT, api=True, credentials=("token",)),
+        Probe("GET", "/otlp/v1/traces", everyone("405"), api=True),
+    ],
+    "^otlp/": [Probe("POST", "/otlp/v1/metrics", everyone("404"), data=OTLP_CHAT, api=True)],
 }
 
 
@@ -363,7 +383,7 @@ class TestHttpRoutes:
             mismatch
             for probe in MATRIX[key]
             for actor in ACTORS
-            for credential in (("login", "token") if probe.api and actor != "anonymous" else ("login",))
+            for credential in credentials_of(probe, actor)
             if (mismatch := world.check(probe, actor, credential))
         ]
         assert not mismatches, f"{key}:\n" + "\n".join(mismatches)

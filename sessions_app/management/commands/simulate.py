@@ -2,18 +2,15 @@
 
 The simulator is an HTTP client on purpose: writes from another process never reach the
 server's in-memory channel layer, so the dashboard must show them anyway (ARCHITECTURE.md).
-It doubles as the reference client: one request per batch, `expected_seq` from the last
-answer, and an `Idempotency-Key` per batch so a retry after a lost answer stores nothing twice.
+It talks through the Python client (turnlog_client), one request per planned batch:
+`expected_seq` from the last answer, and an `Idempotency-Key` per batch so a retry after a
+lost answer stores nothing twice.
 """
 
-import json
 import random
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
-from http.client import HTTPException
 from pathlib import Path
 
 from django.conf import settings
@@ -23,6 +20,7 @@ from django.core.management.base import BaseCommand, CommandError
 from sessions_app import access, demo, services
 from sessions_app.management.commands.create_token import at_least
 from sessions_app.models import ApiToken, Project, Role, hash_token
+from turnlog_client import ApiError, Client, TransportError, Unauthenticated
 
 SIMULATOR_USERNAME = "simulator"
 # Reused across runs, so that simulating does not leave a token per run behind.
@@ -32,51 +30,13 @@ MAX_FAILURES_IN_A_ROW = 5  # then the cause is systematic (wrong URL, a server b
 
 
 class ServerUnreachable(Exception):
-    def __init__(self, url: str, reason: object):
-        super().__init__(f"{url}: {reason}")
-        self.reason = reason
+    def __init__(self, error: TransportError):
+        super().__init__(str(error))
+        self.reason = error
 
 
 class SessionFailed(Exception):
     pass
-
-
-class ApiClient:
-    def __init__(self, base_url: str, token: str, timeout: float = 15.0):
-        self.base_url = base_url.rstrip("/")
-        self.token = token
-        self.timeout = timeout
-
-    def call(self, method: str, path: str, body: object = None, headers: dict | None = None) -> tuple[int, object]:
-        """(status, decoded answer); error statuses are answers too. Raises ServerUnreachable."""
-        request = urllib.request.Request(
-            self.base_url + path,
-            data=None if body is None else json.dumps(body).encode(),
-            method=method,
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": "application/json", **(headers or {})},
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                return response.status, decode(response.read())
-        except urllib.error.HTTPError as error:
-            return error.code, decode(error.read())
-        except (HTTPException, OSError) as error:  # URLError is an OSError
-            raise ServerUnreachable(self.base_url + path, getattr(error, "reason", error)) from error
-
-
-def decode(raw: bytes) -> object:
-    try:
-        return json.loads(raw)
-    except ValueError:
-        return raw.decode(errors="replace")
-
-
-def describe(status: int, answer: object) -> str:
-    """An error answer in one line: status, machine code, human detail."""
-    if isinstance(answer, dict):
-        code = f" {answer['error']}" if answer.get("error") else ""
-        return f"HTTP {status}{code}: {answer.get('detail', answer)}"
-    return f"HTTP {status}: {' '.join(str(answer).split())[:160]}"  # an HTML page, say: one short line
 
 
 class Simulation:
@@ -88,7 +48,7 @@ class Simulation:
     """
 
     def __init__(
-        self, api: ApiClient, *, workers: int, rate: float, crash_rate: float, fork_rate: float, seed: int, say: Callable[[str, str, str], None]
+        self, api: Client, *, workers: int, rate: float, crash_rate: float, fork_rate: float, seed: int, say: Callable[[str, str, str], None]
     ):
         self.api, self.crash_rate, self.fork_rate, self.say = api, crash_rate, fork_rate, say
         self.session_rate = rate / workers  # events per second for each concurrent session
@@ -138,17 +98,16 @@ class Simulation:
                 if self.count("failed") >= MAX_FAILURES_IN_A_ROW:
                     self.abort(f"{MAX_FAILURES_IN_A_ROW} sessions failed in a row; stopped (see the lines above)")
             except ServerUnreachable as error:
-                self.abort(f"lost the server at {error}. Is it still running (`make run`)?")
+                self.abort(f"lost the server: {error}. Is it still running (`make run`)?")
 
     def play(self, scenario: demo.Scenario) -> None:
-        status, answer = self.api.call(
-            "POST",
-            "/api/v1/sessions",
-            {"id": scenario.session_id, "agent_name": scenario.agent_name, "metadata": scenario.metadata},
-        )
-        if status != 201:
-            hint = " (was this --seed already simulated against this database?)" if status == 409 else ""
-            raise SessionFailed(f"creating the session: {describe(status, answer)}{hint}")
+        try:
+            self.api.create_session(scenario.session_id, agent_name=scenario.agent_name, metadata=scenario.metadata)
+        except TransportError as error:
+            raise ServerUnreachable(error) from error
+        except ApiError as error:
+            hint = " (was this --seed already simulated against this database?)" if error.status == 409 else ""
+            raise SessionFailed(f"creating the session: {error}{hint}") from error
         events = len(scenario.events)
         self.say("started", scenario.session_id, f"{scenario.agent_name}, {events} events to send")
         # Keep the scenario's rhythm (user, model and tool latencies) at this session's share of --rate.
@@ -176,28 +135,28 @@ class Simulation:
 
     def fork(self, session_id: str) -> None:
         """Hand the finished session on as a fork, as someone replaying it would."""
-        status, answer = self.api.call("POST", f"/api/v1/sessions/{session_id}/fork", {"boundary": "last", "id": f"{session_id}-fork"})
-        if status != 201:
-            raise SessionFailed(f"forking: {describe(status, answer)}")
+        try:
+            answer = self.api.fork(session_id, boundary="last", new_id=f"{session_id}-fork")
+        except TransportError as error:
+            raise ServerUnreachable(error) from error
+        except ApiError as error:
+            raise SessionFailed(f"forking: {error}") from error
         self.count("forked")
         self.say("forked", answer["id"], f"from {session_id}, {answer['event_count']} events inherited")
 
     def append(self, session_id: str, index: int, batch: list[dict], expected_seq: int) -> int:
         """Send one batch; returns the next seq. Retries a failed connection with the same key."""
-        path = f"/api/v1/sessions/{session_id}/events"
-        body = {"events": batch, "expected_seq": expected_seq}
-        headers = {"Idempotency-Key": f"{session_id}:{index}"}
         for delay in (*RETRY_DELAYS, None):
             try:
-                status, answer = self.api.call("POST", path, body, headers)
-                break
-            except ServerUnreachable:
+                answer = self.api.append(session_id, batch, expected_seq=expected_seq, idempotency_key=f"{session_id}:{index}")
+                return answer["next_seq"]
+            except TransportError as error:
                 if delay is None or self.aborted.is_set():
-                    raise
+                    raise ServerUnreachable(error) from error
                 time.sleep(delay)
-        if status != 201:
-            raise SessionFailed(f"batch {index} (seq {expected_seq}): {describe(status, answer)}")
-        return answer["next_seq"]
+            except ApiError as error:
+                raise SessionFailed(f"batch {index} (seq {expected_seq}): {error}") from error
+        raise AssertionError("unreachable")
 
 
 class Command(BaseCommand):
@@ -229,10 +188,11 @@ class Command(BaseCommand):
             raise CommandError("--sessions must be at least 1, --rate above 0, --crash-rate and --fork-rate within 0..1")
         self.output_lock, self.started_at = threading.Lock(), time.monotonic()
         seed = random.SystemRandom().randrange(2**32) if seed is None else seed
-        api = ApiClient(url, token or "")
+        api = Client(url, token or "", timeout=15.0)
         status = self.probe(api)  # first, so a run against no server issues no token
         if not token:
-            api.token = self.local_token()
+            api.close()
+            api = Client(url, self.local_token(), timeout=15.0)
             status = self.probe(api)
         if status == 401:
             hint = "" if token else " Its token was issued in this project's database: is the server using another one?"
@@ -251,6 +211,7 @@ class Command(BaseCommand):
             self.say("stopping", url, "Ctrl-C: sessions in progress stop where they are")
             simulation.abort()
         simulation.drain()
+        api.close()
         if simulation.fatal:
             raise CommandError(simulation.fatal)
         counts = simulation.counts
@@ -290,16 +251,20 @@ class Command(BaseCommand):
         TOKEN_FILE.chmod(0o600)
         return token
 
-    def probe(self, api: ApiClient) -> int:
+    def probe(self, api: Client) -> int:
         """The status of an authenticated read: 200, or 401 for a refused token."""
         try:
-            status, answer = api.call("GET", "/api/v1/sessions?limit=1")
-        except ServerUnreachable as error:
+            answer = api.list_sessions(limit=1)
+        except TransportError as error:
             raise CommandError(
-                f"cannot reach the Turnlog server at {api.base_url} ({error.reason}). "
+                f"cannot reach the Turnlog server at {api.url} ({error}). "
                 "Start it first with `make run`, or point --url at it (`make simulate` takes the HOST and PORT "
                 "you gave `make run`: `make simulate PORT=8123`)."
             ) from None
-        if status not in (200, 401) or (status == 200 and not (isinstance(answer, dict) and "items" in answer)):
-            raise CommandError(f"{api.base_url} does not answer like a Turnlog server: {describe(status, answer)}")
-        return status
+        except Unauthenticated:
+            return 401
+        except ApiError as error:
+            raise CommandError(f"{api.url} does not answer like a Turnlog server: {error}") from None
+        if not (isinstance(answer, dict) and "items" in answer):
+            raise CommandError(f"{api.url} does not answer like a Turnlog server: HTTP 200: {str(answer)[:160]}")
+        return 200

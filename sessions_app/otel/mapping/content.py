@@ -3,6 +3,8 @@ that no database here would refuse them (sessions_app/log/values.py)."""
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 import hashlib
 from datetime import UTC, datetime
 
@@ -10,7 +12,7 @@ import orjson
 
 from sessions_app.log import values as log_values
 
-from .readings import Reading
+from .readings import Message, Reading
 
 # Room left for the event around a reading's values (data, metadata, otel) within the stored nesting limit.
 CONTENT_DEPTH = log_values.MAX_DEPTH - 4
@@ -91,3 +93,38 @@ def content_problem(reading: Reading) -> str | None:
     if problem is None:
         return None
     return f"span {reading.span_id} of trace {reading.trace_id}: {problem.describe()}"
+
+
+def without_bytes(reading: Reading) -> Reading:
+    """The reading with every bytes value (OTLP's AnyValue bytesValue) as base64 text: JSON has no bytes."""
+    changes = {}
+    for name in ("system_instructions", "tool_arguments", "tool_result", "error", "usage", "aggregated_usage", "name", "agent_name", "tool_name", "tool_call_id", "conversation_id", "model"):
+        value = getattr(reading, name)
+        if (plain := _plain(value)) is not value:
+            changes[name] = plain
+    for name in ("input_messages", "output_messages"):
+        messages = getattr(reading, name)
+        plain = tuple(_plain_message(m) for m in messages)
+        if any(a is not b for a, b in zip(plain, messages, strict=True)):
+            changes[name] = plain
+    return dataclasses.replace(reading, **changes) if changes else reading
+
+
+def _plain_message(message: Message) -> Message:
+    content, calls = _plain(message.content), _plain(message.tool_calls)
+    if content is message.content and calls is message.tool_calls:
+        return message
+    return dataclasses.replace(message, content=content, tool_calls=calls)
+
+
+def _plain(value):
+    """`value` itself when it holds no bytes, else a copy with each bytes value as base64 text."""
+    if isinstance(value, bytes | bytearray):
+        return base64.b64encode(value).decode()
+    if isinstance(value, dict):
+        items = {k: _plain(v) for k, v in value.items()}
+        return items if any(items[k] is not value[k] for k in value) else value
+    if isinstance(value, list | tuple):
+        items = [_plain(v) for v in value]
+        return type(value)(items) if any(a is not b for a, b in zip(items, value, strict=True)) else value
+    return value

@@ -40,7 +40,7 @@ import orjson
 from sessions_app.log import structure
 from sessions_app.log.events import NewEvent
 
-from .content import call_state, canonical, content_problem, digest, event_time, message_data
+from .content import call_state, canonical, content_problem, digest, event_time, message_data, without_bytes
 from .readings import AGENT, MODEL, OTHER, TOOL, Message, Reading
 
 @dataclass
@@ -115,6 +115,7 @@ class Planner:
         trace = self.traces.get(reading.trace_id)
         if reading.role == OTHER and trace is None:
             return None  # no run of this trace is known: nothing to show (and nothing remembered)
+        reading = without_bytes(reading)
         if (problem := content_problem(reading)) is not None:
             return problem
         self.seen.add(key)

@@ -4,16 +4,17 @@ import sys
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
 
 from sessions_app import demo, services
 from sessions_app.management.commands import simulate
-from sessions_app.management.commands.simulate import ApiClient
 from sessions_app.models import ApiToken, Event, Session, hash_token
 from tests.access import token_for
 from tests.conftest import ApiClient as DjangoApiClient
 from tests.servers import PROJECT_DIR, DaphneServer, free_port
+from turnlog_client import Client
 
 
 def run(*args) -> str:
@@ -80,10 +81,8 @@ def test_simulate_writes_live_sessions_through_the_real_api(daphne_url, agent_us
         elif what == "forked":
             forks[subject] = line
     assert len(outcomes) >= 2, output
-    api = ApiClient(daphne_url, token)
-    status, page = api.call("GET", "/api/v1/sessions?limit=200")
-    assert status == 200
-    listed = {s["id"]: s for s in page["items"]}
+    api = Client(daphne_url, token)
+    listed = {s["id"]: s for s in api.list_sessions(limit=200)["items"]}
     assert set(listed) == set(outcomes) | set(forks), output
     assert forks and len(forks) == list(outcomes.values()).count("finished")  # every finished session was forked
     for fork_id in forks:
@@ -92,8 +91,7 @@ def test_simulate_writes_live_sessions_through_the_real_api(daphne_url, agent_us
         assert parent["seed_length"] == listed[parent["session_id"]]["event_count"] == listed[fork_id]["event_count"]
     for session_id, outcome in outcomes.items():
         session = listed[session_id]
-        status, answer = api.call("GET", f"/api/v1/sessions/{session_id}/events?limit=5000")
-        assert status == 200
+        answer = api.events(session_id, limit=5000)
         assert [e["seq"] for e in answer["events"]] == list(range(session["event_count"]))
         assert session["interrupted"] == (outcome == "crashed")
         scenario = demo.scenario(session["metadata"]["demo_seed"], crash_rate=0.5)
@@ -133,3 +131,9 @@ def test_simulate_replaces_its_local_token_once_it_expires(tmp_path, monkeypatch
     ApiToken.objects.filter(token_sha256=hash_token(first)).update(expires_at=timezone.now())
     second = simulate.Command().local_token()
     assert second != first and ApiToken.objects.usable().get().token_sha256 == hash_token(second)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_simulate_with_a_refused_token_says_so(daphne_url):
+    with pytest.raises(CommandError, match=r"refused the token \(HTTP 401\)"):
+        run("simulate", "--url", daphne_url, "--token", "tl_not-a-token", "--duration", "1")

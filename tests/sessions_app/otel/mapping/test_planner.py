@@ -414,3 +414,10 @@ def test_a_finished_run_stays_open_while_it_holds_calls_of_another_run_still_owe
     log.send(tool("c0000000000000b1", "c1"), tool("c0000000000000b2", "c2", start=41, end=50))
     log.settle()
     assert [e.data["reason"] for e in log.events if e.type == "turn_end"] == ["complete"]  # B; A's root never came
+
+
+def test_bytes_values_are_stored_as_base64_text():
+    log = Log()
+    log.send(chat("a000000000000001", ["c1"]), tool("b000000000000001", "c1", tool_result=b"\x00\xff", tool_arguments={"blob": [b"x"]}))
+    (result,) = [e for e in log.events if e.type == "tool_result"]
+    assert result.data["content"] == "AP8=" and log.refusals == []

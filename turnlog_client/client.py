@@ -1,0 +1,282 @@
+"""`Client` (blocking, httpx) and `AsyncClient` (asyncio): one method per endpoint of docs/api.md.
+
+Both send `Authorization: Bearer <token>`, return the decoded JSON (typed in
+turnlog_client.types) and raise an exception of turnlog_client.errors for
+every error answer, with the API's `error` code and `detail`. A request that
+gets no answer raises TransportError. These methods never retry by
+themselves: `Client.writer` does, with the same Idempotency-Key.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from turnlog_client import endpoints
+from turnlog_client.endpoints import Call
+from turnlog_client.errors import SessionExists, TransportError
+from turnlog_client.stream import follow, follow_async
+from turnlog_client.types import (
+    AppendResult, Event, EventsPage, ImportResult, Message, NewEvent, Plan, RepairApplied, Session, SessionPage,
+)  # fmt: skip
+
+if TYPE_CHECKING:
+    from turnlog_client.session import SessionWriter
+
+DEFAULT_TIMEOUT = 30.0
+PAGE = 5000  # the most events GET .../events returns at once
+
+
+class _Base:
+    def __init__(self, url: str, token: str, timeout: float):
+        self.url = url.rstrip("/")
+        self.headers = {"Authorization": f"Bearer {token}"}
+        self.timeout = timeout
+
+    def _request_args(self, call: Call) -> dict[str, Any]:
+        content = call.content()
+        headers = {**(call.headers or {}), **({"Content-Type": "application/json"} if content is not None else {})}
+        return {"params": call.params, "content": content, "headers": headers}
+
+    def _failed(self, call: Call, error: httpx.TransportError) -> TransportError:
+        return TransportError(f"{call.method} {self.url}{call.path}: {type(error).__name__}: {error}")
+
+
+class Client(_Base):
+    """A blocking client of one Turnlog server. Safe to share between threads; close it (or use `with`).
+
+    `transport` is handed to httpx (tests put a fault injector there).
+    """
+
+    def __init__(self, url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT, transport: httpx.BaseTransport | None = None):
+        super().__init__(url, token, timeout)
+        self._http = httpx.Client(base_url=self.url, headers=self.headers, timeout=timeout, transport=transport)
+
+    def send(self, call: Call) -> Any:
+        try:
+            response = self._http.request(call.method, call.path, **self._request_args(call))
+        except httpx.TransportError as error:
+            raise self._failed(call, error) from error
+        return endpoints.answer(call, response.status_code, response.content, response.headers.get("Retry-After"))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def create_session(
+        self, session_id: str | None = None, *, agent_name: str | None = None, metadata: Mapping[str, Any] | None = None,
+        project: str | None = None,
+    ) -> Session:  # fmt: skip
+        """A new session (201); SessionExists when the id is taken. The id is generated when absent."""
+        return self.send(endpoints.create_session(session_id, agent_name, metadata, project))
+
+    def get_session(self, session_id: str) -> Session:
+        return self.send(endpoints.get_session(session_id))
+
+    def list_sessions(self, **filters: object) -> SessionPage:
+        """One page: filters `interrupted`, `status`, `q`, `project`, `limit`, `cursor` (docs/api.md)."""
+        return self.send(endpoints.list_sessions(**filters))
+
+    def iter_sessions(self, **filters: object) -> Iterator[Session]:
+        """Every session the filters select, page after page."""
+        cursor = filters.pop("cursor", None)
+        while True:
+            page = self.list_sessions(**filters, cursor=cursor)
+            yield from page["items"]
+            if not (cursor := page["next_cursor"]):
+                return
+
+    def append(
+        self, session_id: str, events: Sequence[NewEvent | Mapping[str, Any]], *, expected_seq: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> AppendResult:  # fmt: skip
+        """Append a batch, all or nothing. With `idempotency_key`, sending it again stores nothing twice."""
+        return self.send(endpoints.append(session_id, events, expected_seq, idempotency_key))
+
+    def events(self, session_id: str, since: int = 0, *, limit: int | None = None) -> EventsPage:
+        """One page of events with seq >= since (inclusive), oldest first."""
+        return self.send(endpoints.events(session_id, since, limit))
+
+    def iter_events(self, session_id: str, since: int = 0) -> Iterator[Event]:
+        """Every event from `since` to the end of the log as it is now, paging as needed."""
+        while events := self.events(session_id, since, limit=PAGE)["events"]:
+            yield from events
+            since = events[-1]["seq"] + 1
+
+    def messages(self, session_id: str) -> list[Message]:
+        """The fold: what the model sees."""
+        return self.send(endpoints.messages(session_id))["messages"]
+
+    def recovery_plan(self, session_id: str) -> Plan:
+        return self.send(endpoints.recovery_plan(session_id))
+
+    def recover(
+        self, session_id: str, *, digest: str | None = None, note: str | None = None, context: bool = False, abandon: bool = False
+    ) -> RepairApplied:
+        """Apply the plan (the one with `digest`, else the current one); StalePlan carries the fresh plan."""
+        return self.send(endpoints.recover(session_id, digest, note, context, abandon))
+
+    def dangling_calls(self, session_id: str) -> dict[str, Any]:
+        return self.send(endpoints.dangling_calls(session_id))
+
+    def patch_dangling_calls(self, session_id: str, *, digest: str | None = None, note: str | None = None) -> RepairApplied:
+        return self.send(endpoints.patch_dangling_calls(session_id, digest, note))
+
+    def fork(self, session_id: str, *, boundary: int | str = "last", new_id: str | None = None) -> Session:
+        return self.send(endpoints.fork(session_id, boundary, new_id))
+
+    def export(self, session_id: str) -> dict[str, Any]:
+        """The session as a version 2 blob (docs/session-log.md, section 8)."""
+        return self.send(endpoints.export(session_id))
+
+    def import_session(self, blob: Mapping[str, Any], *, session_id: str | None = None, project: str | None = None) -> ImportResult:
+        return self.send(endpoints.import_session(blob, session_id, project))
+
+    def stream(self, session_id: str, *, after: int | None = None, open_timeout: float = 10.0) -> Iterator[Event]:
+        """The session's events with seq > `after` (all when None), then each new one as it is committed.
+
+        Resumes from the last seq after any close except the final refusals
+        (4401, 4404: StreamClosed). It never ends by itself: break out of the
+        loop, or close the generator.
+        """
+        return follow(self.url, self.headers, session_id, after, open_timeout=open_timeout)
+
+    def writer(
+        self, session_id: str | None = None, *, agent_name: str | None = None, metadata: Mapping[str, Any] | None = None,
+        project: str | None = None, spool: str | os.PathLike[str] | None = None, **options: Any,
+    ) -> SessionWriter:  # fmt: skip
+        """A SessionWriter for the session, creating it when it does not exist yet.
+
+        `spool` (a file path) makes the writer durable: see turnlog_client.spool.
+        A spool that still holds this session's undelivered events is resumed
+        without asking the server anything. `options` go to Writer (batch_size,
+        flush_interval, flush_timeout, backoff).
+        """
+        from turnlog_client.session import SessionWriter
+        from turnlog_client.spool import Spool
+        from turnlog_client.writer import Writer
+
+        opened = Spool.open(spool, session_id) if spool is not None else None
+        if opened is not None and session_id is None:
+            session_id = opened.session_id
+        if opened is None or opened.next_seq is None:
+            try:
+                created = self.create_session(session_id, agent_name=agent_name, metadata=metadata, project=project)
+                session_id, next_seq, turns = created["id"], 0, 0
+            except SessionExists:
+                assert session_id is not None
+                next_seq, turns = self.get_session(session_id)["event_count"], None
+            except BaseException:
+                if opened is not None:
+                    opened.close(remove=False)
+                raise
+            if opened is not None:
+                opened.start(session_id, next_seq)
+        else:
+            next_seq, turns = opened.next_seq, None
+        assert session_id is not None
+        return SessionWriter(Writer(self, session_id, next_seq=next_seq, spool=opened, **options), turns=turns)
+
+
+class AsyncClient(_Base):
+    """The asyncio client: the same methods as Client, awaited. Close it with `await client.aclose()`.
+
+    It has no writer: the writer's batching thread and spool are blocking by
+    design (a tool must wait until its call is recorded before it runs).
+    """
+
+    def __init__(self, url: str, token: str, *, timeout: float = DEFAULT_TIMEOUT, transport: httpx.AsyncBaseTransport | None = None):
+        super().__init__(url, token, timeout)
+        self._http = httpx.AsyncClient(base_url=self.url, headers=self.headers, timeout=timeout, transport=transport)
+
+    async def send(self, call: Call) -> Any:
+        try:
+            response = await self._http.request(call.method, call.path, **self._request_args(call))
+        except httpx.TransportError as error:
+            raise self._failed(call, error) from error
+        return endpoints.answer(call, response.status_code, response.content, response.headers.get("Retry-After"))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def create_session(
+        self, session_id: str | None = None, *, agent_name: str | None = None, metadata: Mapping[str, Any] | None = None,
+        project: str | None = None,
+    ) -> Session:  # fmt: skip
+        return await self.send(endpoints.create_session(session_id, agent_name, metadata, project))
+
+    async def get_session(self, session_id: str) -> Session:
+        return await self.send(endpoints.get_session(session_id))
+
+    async def list_sessions(self, **filters: object) -> SessionPage:
+        return await self.send(endpoints.list_sessions(**filters))
+
+    async def iter_sessions(self, **filters: object) -> AsyncIterator[Session]:
+        cursor = filters.pop("cursor", None)
+        while True:
+            page = await self.list_sessions(**filters, cursor=cursor)
+            for item in page["items"]:
+                yield item
+            if not (cursor := page["next_cursor"]):
+                return
+
+    async def append(
+        self, session_id: str, events: Sequence[NewEvent | Mapping[str, Any]], *, expected_seq: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> AppendResult:  # fmt: skip
+        return await self.send(endpoints.append(session_id, events, expected_seq, idempotency_key))
+
+    async def events(self, session_id: str, since: int = 0, *, limit: int | None = None) -> EventsPage:
+        return await self.send(endpoints.events(session_id, since, limit))
+
+    async def iter_events(self, session_id: str, since: int = 0) -> AsyncIterator[Event]:
+        while events := (await self.events(session_id, since, limit=PAGE))["events"]:
+            for event in events:
+                yield event
+            since = events[-1]["seq"] + 1
+
+    async def messages(self, session_id: str) -> list[Message]:
+        return (await self.send(endpoints.messages(session_id)))["messages"]
+
+    async def recovery_plan(self, session_id: str) -> Plan:
+        return await self.send(endpoints.recovery_plan(session_id))
+
+    async def recover(
+        self, session_id: str, *, digest: str | None = None, note: str | None = None, context: bool = False, abandon: bool = False
+    ) -> RepairApplied:
+        return await self.send(endpoints.recover(session_id, digest, note, context, abandon))
+
+    async def dangling_calls(self, session_id: str) -> dict[str, Any]:
+        return await self.send(endpoints.dangling_calls(session_id))
+
+    async def patch_dangling_calls(self, session_id: str, *, digest: str | None = None, note: str | None = None) -> RepairApplied:
+        return await self.send(endpoints.patch_dangling_calls(session_id, digest, note))
+
+    async def fork(self, session_id: str, *, boundary: int | str = "last", new_id: str | None = None) -> Session:
+        return await self.send(endpoints.fork(session_id, boundary, new_id))
+
+    async def export(self, session_id: str) -> dict[str, Any]:
+        return await self.send(endpoints.export(session_id))
+
+    async def import_session(
+        self, blob: Mapping[str, Any], *, session_id: str | None = None, project: str | None = None
+    ) -> ImportResult:
+        return await self.send(endpoints.import_session(blob, session_id, project))
+
+    def stream(self, session_id: str, *, after: int | None = None, open_timeout: float = 10.0) -> AsyncIterator[Event]:
+        """As Client.stream, for `async for`."""
+        return follow_async(self.url, self.headers, session_id, after, open_timeout=open_timeout)
