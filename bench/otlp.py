@@ -501,7 +501,8 @@ def turnlog_target(args) -> Target:
 
 def turnlog_version() -> str:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    return f"commit {commit or '?'}"
+    changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    return f"{commit or '?'}{'+changes' if changed else ''}"
 
 
 # Phoenix -----------------------------------------------------------------------------------
