@@ -24,24 +24,29 @@ resources off.
     state. Target: OTLP spans/s >= half the native events/s.
 (b) Turnlog and Phoenix one after the other, each alone on the machine: every
     batch POSTed back to back over one keep-alive connection (the accepted
-    rate), while a reader thread reads back through the product's API
-    (Turnlog: `GET /api/v1/sessions/{id}/events` of the sessions with spans
-    not yet seen; Phoenix: `GET /v1/projects/default/spans`, in insertion order)
-    and notes when each span first reads back (the start of the read that
-    showed it). A chat span shows as the assistant message carrying its
-    marker, a tool span as the tool_result of its call id, a root as its turn's
-    turn_end (written once the settle time has passed: `TURNLOG_OTLP_SETTLE_SECONDS`).
-    Then the crashed run: Turnlog's session and recovery plan (an open turn,
-    stalled, owing the call that was running) and Phoenix's spans of that trace.
-    Targets: Turnlog's end-to-end rate (spans / time from the first export
-    until every span reads back) >= 20x Phoenix's, every chat and tool span
-    readable within 2 s of the end of its batch's export, the crashed run a
-    stalled turn owing that call.
+    rate). Meanwhile a sampler polls the first and last chat or tool span of
+    each exported batch through the product's API (their lag: the start of
+    the read that first showed the span, minus the end of its batch's
+    export). After the export, everything is read back (Turnlog: `GET
+    /api/v1/sessions/{id}/events` of every session; Phoenix: `GET
+    /v1/projects/default/spans` in insertion order, polled until all are
+    stored). A chat span shows as the assistant message carrying its marker,
+    a tool span as the tool_result of its call id, a root as its turn's
+    turn_end (written once `TURNLOG_OTLP_SETTLE_SECONDS` have passed). Then
+    the crashed run: Turnlog's session and recovery plan (an open turn,
+    stalled, owing the call that was running) and Phoenix's spans of that
+    trace. Targets: Turnlog's end-to-end rate (spans / time from the first
+    export until every span read back) >= 20x Phoenix's, every sampled span
+    readable within 2 s of its batch's export, the crashed run a stalled turn
+    owing that call.
+
+--phases instead times the OTLP path's steps in-process (decode, read, plan +
+store) next to the native append of the same runs, with --profile a cProfile.
 
 Prints a table; the exit status is 1 when a target is missed. Results and
 method: docs/benchmarks.md.
 
-    .venv/bin/python bench/otlp.py [--spans N] [--phoenix-venv DIR | --no-phoenix] [--skip-native]
+    .venv/bin/python bench/otlp.py [--spans N] [--phoenix-venv DIR | --no-phoenix] [--skip-native] [--phases [--profile]]
 """
 
 from __future__ import annotations
@@ -52,7 +57,6 @@ import json
 import os
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import threading
