@@ -823,7 +823,8 @@ def main(argv=None) -> int:
             "turnlog": asdict(turnlog), "phoenix": asdict(phoenix) if phoenix else None,
             "checks": checks(ingest, turnlog, phoenix),
         }, indent=1))
-    print(f"({time.perf_counter() - t0:.0f} s in all)")
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"({time.perf_counter() - t0:.0f} s in all; load average at the end {load})")
     return 0 if passed else 1
 
 
