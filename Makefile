@@ -2,13 +2,17 @@
 #   with the automatic recovery worker (manage.py recovery_worker) beside it, stopped when the server exits
 # `make simulate`: live demo agents against the server `make run` started (the same HOST=... PORT=...)
 # `make test`: set everything up and run the whole test suite
+# `make bench`: every benchmark (bench/otlp.py also runs Arize Phoenix from its own virtualenv, PHOENIX_VENV)
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
+# bench/otlp.py compares with Arize Phoenix, pinned, in a virtualenv of its own outside the repository.
+PHOENIX_VENV ?= ../phoenix-venv
+PHOENIX_VERSION := 20.26.1
 
-.PHONY: run test migrate simulate bench clean
+.PHONY: run test migrate simulate bench phoenix-venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,12 +42,20 @@ simulate: migrate
 test: $(VENV)/.installed-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+$(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION):
+	$(PYTHON) -m venv $(PHOENIX_VENV)
+	$(PHOENIX_VENV)/bin/python -m pip install --quiet 'arize-phoenix==$(PHOENIX_VERSION)'
+	touch $@
+
+phoenix-venv: $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION)
+
 # Each benchmark exits non-zero when it misses its target; all of them run.
-bench: $(VENV)/.installed-test
+bench: $(VENV)/.installed-test phoenix-venv
 	-$(BIN)/python bench/ingest.py
 	-$(BIN)/python bench/recovery.py
 	-$(BIN)/python bench/fork.py
 	-$(BIN)/python bench/live.py
+	-$(BIN)/python bench/otlp.py --phoenix-venv $(PHOENIX_VENV)
 	$(BIN)/python bench/per_request.py
 
 clean:
