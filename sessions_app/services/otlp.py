@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from sessions_app import statements
 from sessions_app.errors import SessionExists, SessionNotFound
 from sessions_app.models import Event, OtlpSpan, OtlpTrace, Project, Session
 from sessions_app.otel.mapping import conventions
@@ -173,9 +174,6 @@ def _ingest_session(session_id: str, project: Project, readings: Sequence[Readin
         planner = _planner(session, rows, seen=seen, turn_count=turn_count, now=now)
         refused = [_refusal(r, reason) for r in ordered(readings) if (reason := planner.take(r)) is not None]
         _write(session, planner, rows, now)
-        OtlpSpan.objects.bulk_create(
-            [OtlpSpan(session=session, trace_id=t, span_id=s, pending=p) for t, s, p in planner.taken]
-        )
         return refused, planner.settle_due(now=now.timestamp(), settle=settings.TURNLOG_OTLP_SETTLE_SECONDS)
 
 
@@ -203,10 +201,20 @@ def _planner(session: Session, rows: dict[str, OtlpTrace], *, seen, turn_count: 
     )
 
 
+TRACE_FIELDS = ("turn_seq", "root_arrived", "closed", "last_span_at", "state")
+SPAN_COLUMNS = ("session", "trace_id", "span_id", "pending")
+
+
 def _write(session: Session, planner: Planner, rows: dict[str, OtlpTrace], now: datetime) -> None:
+    """Store the planned events (the one append path), then the traces' and spans' rows.
+
+    The rows go in as plain statements with the values the ORM would send
+    (statements.py), as the events do: bulk_create and bulk_update were a
+    sixth of a batch's ingest (docs/benchmarks.md, OTLP ingest)."""
     if planner.events:
         _store(session, planner.events, received_at=now)
-    changed, new = [], []
+    prep = {name: OtlpTrace._meta.get_field(name).get_db_prep_save for name in ("session", "trace_id", *TRACE_FIELDS)}
+    new = []
     for trace_id in planner.touched:
         trace = planner.traces[trace_id]
         row = rows.get(trace_id) or OtlpTrace(session=session, trace_id=trace_id)
@@ -215,8 +223,11 @@ def _write(session: Session, planner: Planner, rows: dict[str, OtlpTrace], now: 
         row.closed = trace.closed
         row.last_span_at = datetime.fromtimestamp(trace.last_seen, tz=now.tzinfo) if trace.last_seen else now
         row.state = trace.as_json()
-        (changed if row.pk else new).append(row)
+        if row.pk:
+            statements.save_fields(row, TRACE_FIELDS)
+        else:
+            new.append([prep[name](getattr(row, name if name != "session" else "session_id"), connection) for name in ("session", "trace_id", *TRACE_FIELDS)])
     if new:
-        OtlpTrace.objects.bulk_create(new)
-    if changed:
-        OtlpTrace.objects.bulk_update(changed, ["turn_seq", "root_arrived", "closed", "last_span_at", "state"])
+        statements.execute_many(statements.insert_sql(OtlpTrace, ("session", "trace_id", *TRACE_FIELDS)), new)
+    if planner.taken:
+        statements.execute_many(statements.insert_sql(OtlpSpan, SPAN_COLUMNS), [(session.id, t, s, p) for t, s, p in planner.taken])
