@@ -63,13 +63,12 @@ def ingest_readings(*, actor, project: Project, readings: Sequence[Reading], rec
     by_session, originals = _sessions_of(project, readings)
     existing = dict(Session.objects.filter(pk__in=list(by_session)).values_list("pk", "project_id"))
     for session_id, session_readings in by_session.items():
-        if session_id in existing and existing[session_id] != project.pk:
+        if existing.get(session_id, project.pk) != project.pk:
             refused += [_refusal(r, f"its conversation names session {session_id}, which belongs to another project") for r in session_readings]
             continue
-        if session_id not in existing:
-            _create(session_id, project, session_readings, originals.get(session_id), now)
+        new = session_id not in existing
         try:
-            refusals, due = _ingest_session(session_id, project, session_readings, now)
+            refusals, due = _ingest_session(session_id, project, session_readings, now, new=new, original=originals.get(session_id))
         except _OtherProject:
             refusals = [_refusal(r, f"its conversation names session {session_id}, which belongs to another project") for r in session_readings]
             due = None
@@ -146,21 +145,28 @@ def _sessions_of(project: Project, readings: Sequence[Reading]) -> tuple[dict[st
     return by_session, originals
 
 
-def _create(session_id: str, project: Project, readings: Sequence[Reading], original: str | None, now: datetime) -> None:
+def _created(session_id: str, project: Project, readings: Sequence[Reading], original: str | None, now: datetime) -> Session | None:
+    """The new session, created in the caller's transaction (its row is the caller's until it commits);
+    None when another batch created it meanwhile (or another project has it: the locked read says)."""
     agent_name = next((r.agent_name for r in readings if r.agent_name), "") or ""
     metadata: dict = {"source": "otlp"}
     if original is not None:
         metadata["otel"] = {"conversation_id": original}
     try:
-        create_session(session_id=session_id, project=project, agent_name=agent_name[:AGENT_NAME_MAX], metadata=metadata, created_at=now)
+        return create_session(session_id=session_id, project=project, agent_name=agent_name[:AGENT_NAME_MAX], metadata=metadata, created_at=now)
     except SessionExists:
-        pass  # created meanwhile by another batch (or in another project: the locked read below says)
+        return None
 
 
-def _ingest_session(session_id: str, project: Project, readings: Sequence[Reading], now: datetime) -> tuple[list[SpanRefusal], float | None]:
+def _ingest_session(
+    session_id: str, project: Project, readings: Sequence[Reading], now: datetime, *, new: bool, original: str | None
+) -> tuple[list[SpanRefusal], float | None]:
+    """One session's spans, planned and stored in one transaction (a new session created in it)."""
     trace_ids = {r.trace_id for r in readings}
     with transaction.atomic():
-        session = _locked_session(session_id)
+        session = _created(session_id, project, readings, original, now) if new else None
+        if session is None:
+            session = _locked_session(session_id)
         if session.project_id != project.pk:
             raise _OtherProject(session_id)
         if session.event_count == 0:
