@@ -87,9 +87,22 @@ def content_problem(reading: Reading) -> str | None:
     return f"span {reading.span_id} of trace {reading.trace_id}: {problem.describe()}"
 
 
+def run_inputs(messages: tuple[Message, ...]) -> tuple[Message, ...]:
+    """What the log takes of a model span's input: its system messages and the user messages at its
+    end (the run's prompt). The rest is the conversation so far, already in the log as it happened."""
+    trailing = len(messages)
+    while trailing and messages[trailing - 1].role == "user":
+        trailing -= 1
+    return tuple(m for m in messages[:trailing] if m.role == "system") + messages[trailing:]
+
+
 def without_bytes(reading: Reading) -> Reading:
-    """The reading with every bytes value (OTLP's AnyValue bytesValue) as base64 text: JSON has no bytes."""
-    changes = {}
+    """The reading with only the input the log takes (run_inputs), and every bytes value (OTLP's
+    AnyValue bytesValue) as base64 text: JSON has no bytes. Checks and planning then walk the
+    content written, not the whole history a model span carries."""
+    changes: dict = {}
+    if reading.input_messages and (used := run_inputs(reading.input_messages)) != reading.input_messages:
+        reading = dataclasses.replace(reading, input_messages=used)
     for name in ("system_instructions", "tool_arguments", "tool_result", "error", "usage", "aggregated_usage", "name", "agent_name", "tool_name", "tool_call_id", "conversation_id", "model"):
         value = getattr(reading, name)
         if (plain := _plain(value)) is not value:

@@ -40,7 +40,7 @@ import orjson
 from sessions_app.log import structure
 from sessions_app.log.events import NewEvent
 
-from .content import call_state, canonical, content_problem, digest, event_time, message_data, without_bytes
+from .content import call_state, canonical, content_problem, digest, event_time, message_data, run_inputs, without_bytes
 from .readings import AGENT, MODEL, OTHER, TOOL, Message, Reading
 
 @dataclass
@@ -256,12 +256,9 @@ class Planner:
         if system is not None and (digest_ := digest(system)) != trace.system_digest:
             self._emit("system_message", message_data(system, {"otel": {"span_id": reading.span_id}}), reading.start_ns)
             trace.system_digest = self.system_digest = digest_
-        trailing: list[Message] = []
-        for message in reversed(reading.input_messages):
+        for message in run_inputs(reading.input_messages):
             if message.role != "user":
-                break
-            trailing.insert(0, message)
-        for message in trailing:
+                continue
             if (digest_ := digest([message.content, message.name])) not in trace.user_digests:
                 trace.user_digests.append(digest_)
                 data = message_data(message.content, {"otel": {"span_id": reading.span_id}}, name=message.name)
