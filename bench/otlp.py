@@ -64,7 +64,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from _common import ROOT, Client, Server, Target, free_port, machine_line, quantile, torn_down
+from _common import ROOT, Client, Server, Target, free_port, log_tail, machine_line, quantile, stop_process, torn_down
 from _otlp_workload import MARKER, Workload, build
 
 TARGET_NATIVE_RATIO = 0.5  # OTLP spans/s over native events/s, same content
@@ -554,19 +554,10 @@ class Phoenix:
             time.sleep(0.5)
 
     def log_tail(self, lines: int = 20) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
+        return log_tail(self.log_path, lines)
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=20)
 
 
 def phoenix_crash(work: Workload, port: int) -> dict:

@@ -26,10 +26,6 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from sessions_app.otel.mapping import wire_json, wire_protobuf
 from sessions_app.otel.mapping.spans import Span
 from sessions_app.otel.mapping.wire import (  # noqa: F401  (the door's names for them)
-    MAX_ATTRIBUTES,
-    MAX_EVENTS,
-    MAX_SPANS,
-    MAX_VALUE_DEPTH,
     DecodeError,
     Refusal,
     TooLarge,

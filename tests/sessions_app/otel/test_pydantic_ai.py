@@ -12,32 +12,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from django.contrib.auth import get_user_model
-from django.db import connection
 
-from tests.access import token_for
-from tests.servers import DaphneServer
+from tests.sessions_app.otel.conftest import STALL
 
 AGENT_RUN = Path(__file__).with_name("agent_run.py")
-SETTLE = 1.0
-STALL = 3
-
-
-@pytest.fixture
-def server(transactional_db, tmp_path):
-    daphne = DaphneServer(
-        connection.settings_dict, tmp_path / "daphne.log",
-        TURNLOG_OTLP_SETTLE_SECONDS=str(SETTLE), TURNLOG_STALL_SECONDS=str(STALL),
-    )  # fmt: skip
-    try:
-        yield daphne.start()
-    finally:
-        daphne.stop()
-
-
-@pytest.fixture
-def token():
-    return token_for(get_user_model().objects.create_user("support-agent"))
 
 
 def api(server, token, path: str, *, missing=...):

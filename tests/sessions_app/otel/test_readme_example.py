@@ -7,7 +7,7 @@ import re
 import subprocess
 import sys
 
-from tests.sessions_app.otel.test_pydantic_ai import closed, server, token, wait_for  # noqa: F401 (fixtures)
+from tests.sessions_app.otel.test_pydantic_ai import closed, wait_for
 from tests.servers import PROJECT_DIR
 
 
@@ -17,7 +17,7 @@ def readme_example() -> str:
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-def test_the_readme_otlp_example_runs_and_its_session_reads_back(server, token, tmp_path):  # noqa: F811
+def test_the_readme_otlp_example_runs_and_its_session_reads_back(server, token, tmp_path):
     script = tmp_path / "agent.py"
     script.write_text(readme_example())
     env = {
