@@ -44,6 +44,13 @@ def execute(sql: str, params: Sequence) -> None:
         cursor.execute(_driver_sql(sql, driver), params)
 
 
+def execute_counted(sql: str, params: Sequence) -> int:
+    """Run one statement that returns no rows; the number of rows it wrote."""
+    with _cursor() as (cursor, driver):
+        cursor.execute(_driver_sql(sql, driver), params)
+        return cursor.rowcount
+
+
 def execute_many(sql: str, rows: Sequence[Sequence]) -> None:
     """Run one statement once per row of parameters, as `cursor.executemany`."""
     with _cursor() as (cursor, driver):

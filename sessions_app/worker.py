@@ -96,11 +96,10 @@ def close_finished_runs(*, now: datetime) -> list[Action]:
     """The turn_end of each OTLP run whose root arrived and whose trace is quiet for the settle time,
     where no server process closed it (one restarted before its settle time was up). Before recovery,
     so that a finished run is never taken for a crash."""
-    actions = []
-    for session_id in services.sessions_to_settle(now=now):
-        services.close_settled_turns(session_id=session_id, now=now)
-        actions.append(Action(CLOSED, session_id, "", None, "finished OTLP run: its turn closed after the settle time"))
-    return actions
+    session_ids = services.sessions_to_settle(now=now)
+    for start in range(0, len(session_ids), 200):  # a transaction per 200 (SQLite's write lock is held meanwhile)
+        services.close_settled_turns(session_ids=session_ids[start : start + 200], now=now)
+    return [Action(CLOSED, session_id, "", None, "finished OTLP run: its turn closed after the settle time") for session_id in session_ids]
 
 
 def _recover(session_id: str, agent_name: str, policy: AutoRecoveryPolicy, now: datetime) -> Action:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 from django.utils import timezone
 
 from sessions_app import access, statements
@@ -59,12 +59,37 @@ def create_session(
     created_at: datetime | None = None,
 ) -> Session:
     """A new empty session in `project` (default: the default project; a fork: its parent's)."""
+    session = _new_session(
+        session_id=session_id, agent_name=agent_name, metadata=metadata, project=project, parent=parent,
+        seed_length=seed_length, created_at=created_at,
+    )
+    try:
+        with transaction.atomic():
+            session.save(force_insert=True)
+            _count_for_agent(session, at=session.created_at, sessions=1)
+    except IntegrityError as exc:
+        raise SessionExists(session.id) from exc
+    publish_session_changed_on_commit(session.id)
+    return session
+
+
+def _new_session(
+    *,
+    session_id: str | None,
+    agent_name: str,
+    metadata: dict | None,
+    project: Project | None,
+    parent: Session | None = None,
+    seed_length: int = 0,
+    created_at: datetime | None = None,
+) -> Session:
+    """The unsaved row of a new session (what create_session inserts)."""
     # log_values.UnacceptableValue: what PostgreSQL would refuse, SQLite is not given either.
     log_values.check({"agent_name": agent_name, "metadata": metadata or {}})
     now = created_at or timezone.now()
     if project is None:
         project = parent.project if parent is not None else Project.default()
-    session = Session(
+    return Session(
         id=session_id or new_session_id(),
         project=project,
         agent_name=agent_name or "",
@@ -74,14 +99,25 @@ def create_session(
         created_at=now,
         last_activity_at=now,
     )
-    try:
-        with transaction.atomic():
-            session.save(force_insert=True)
-            _count_for_agent(session, at=now, sessions=1)
-    except IntegrityError as exc:
-        raise SessionExists(session.id) from exc
+
+
+def _insert_new_session(session: Session, *, agent_counts: Counter) -> bool:
+    """Insert `session` (from _new_session) unless its id is taken; True when it was inserted.
+
+    For a caller that creates several sessions in its own transaction, in id
+    order: no savepoint per session, the agent's count added to
+    `agent_counts` (count_for_agents), and publishing on commit as
+    create_session does. On PostgreSQL a concurrent creator of the same id
+    makes this wait for its commit, then find the id taken.
+    """
+    db = connections[DEFAULT_DB_ALIAS]
+    fields = Session._meta.concrete_fields
+    sql = statements.insert_sql(Session, tuple(f.name for f in fields)) + f" ON CONFLICT ({db.ops.quote_name(Session._meta.pk.column)}) DO NOTHING"
+    if not statements.execute_counted(sql, [f.get_db_prep_save(getattr(session, f.attname), db) for f in fields]):
+        return False
+    agent_counts[(session.project_id, session.agent_name, hour_of(session.created_at), "sessions")] += 1
     publish_session_changed_on_commit(session.id)
-    return session
+    return True
 
 
 def hour_of(moment: datetime) -> datetime:
@@ -108,6 +144,17 @@ def _count_for_agent(session: Session, *, at: datetime, **counts: int) -> None:
         f" VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (project_id, agent_name, hour) DO UPDATE SET {additions}",
         [session.project_id, session.agent_name, hour, *(counts.get(name, 0) for name in AGENT_COUNTS)],
     )
+
+
+def count_for_agents(counts: Counter) -> None:
+    """Apply counts gathered over a transaction's writes ((project id, agent, hour, count name) -> n),
+    one upsert per agent and hour, in key order: transactions that count for several agents take
+    their rows in the same order, so on PostgreSQL they queue rather than deadlock."""
+    grouped: dict[tuple, Counter] = {}
+    for (project_id, agent_name, hour, name), n in counts.items():
+        grouped.setdefault((project_id, agent_name, hour), Counter())[name] += n
+    for (project_id, agent_name, hour), by_name in sorted(grouped.items(), key=lambda item: item[0]):
+        _count_for_agent(Session(project_id=project_id, agent_name=agent_name), at=hour, **by_name)
 
 
 def append_events(
@@ -194,7 +241,9 @@ EVENT_COLUMNS = ("session", "seq", "type", "time", "received_at", "data", "call_
 SIGHTING_COLUMNS = ("session", "seq", "call_id", "tool_name")
 
 
-def _store(session: Session, events: Sequence[log_events.NewEvent], *, received_at: datetime | None) -> list[StoredEvent]:
+def _store(
+    session: Session, events: Sequence[log_events.NewEvent], *, received_at: datetime | None, agent_counts: Counter | None = None
+) -> list[StoredEvent]:
     """Insert events after the session's last one and update its summary.
 
     `received_at` is when the server received them, the session's activity
@@ -202,7 +251,9 @@ def _store(session: Session, events: Sequence[log_events.NewEvent], *, received_
     received as they happened: its activity is their claimed last time, never
     later than now, and its turns count in their claimed hours.
 
-    The caller holds the session's lock inside a transaction. The rows go in
+    The caller holds the session's lock inside a transaction. A caller that
+    writes to several sessions in it passes `agent_counts` and applies them
+    once (count_for_agents) rather than counting session by session. The rows go in
     as plain tuples through the driver's executemany, with the values the
     ORM would send (the same column adaptations), so they read back exactly
     as `Event.objects.bulk_create` stored them.
@@ -266,7 +317,10 @@ def _store(session: Session, events: Sequence[log_events.NewEvent], *, received_
     statements.save_fields(session, fields)
     # Turns count in the hour they started: received, or for an import's old turns their own claimed hours.
     for hour, turns in Counter(hour_of(received_at or row.time) for row in rows if row.type == "turn_start").items():
-        _count_for_agent(session, at=hour, turns=turns)
+        if agent_counts is None:
+            _count_for_agent(session, at=hour, turns=turns)
+        else:
+            agent_counts[(session.project_id, session.agent_name, hour, "turns")] += turns
     publish_events_on_commit(session.id, rows)
     return rows
 

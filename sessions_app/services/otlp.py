@@ -1,7 +1,7 @@
 """OTLP ingest's writes: spans in, events appended through the one append path (docs/otlp.md).
 
-Each session's spans are planned and stored under that session's lock, in
-one transaction, with the same row writing as every append (`appends._store`:
+A request's spans are planned and stored in one transaction, each session's
+under its lock (taken in id order), with the same row writing as every append (`appends._store`:
 structural columns, call sightings, agent-hour counts, publish on commit).
 The planner (sessions_app/otel/mapping/planner.py) decides the events; the
 rows of `OtlpTrace` and `OtlpSpan` remember what it needs for the next batch.
@@ -9,7 +9,7 @@ rows of `OtlpTrace` and `OtlpSpan` remember what it needs for the next batch.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -20,7 +20,6 @@ from django.db.models import Q
 from django.utils import timezone
 
 from sessions_app import statements
-from sessions_app.errors import SessionExists, SessionNotFound
 from sessions_app.models import Event, OtlpSpan, OtlpTrace, Project, Session
 from sessions_app.otel.mapping import conventions
 from sessions_app.otel.mapping.identity import session_id_for
@@ -28,7 +27,7 @@ from sessions_app.otel.mapping.planner import Planner, TraceState, ordered
 from sessions_app.otel.mapping.readings import OTHER, Reading
 from sessions_app.otel.mapping.spans import Span
 
-from .appends import AGENT_NAME_MAX, _locked_session, _store, create_session
+from .appends import AGENT_NAME_MAX, _insert_new_session, _locked_session, _new_session, _store, count_for_agents
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ class IngestResult:
 
 
 def ingest_spans(*, actor, project: Project, spans: Sequence[Span], received_at: datetime | None = None) -> IngestResult:
-    """Append what `spans` say to their sessions in `project` (created as needed), each session atomically.
+    """Append what `spans` say to their sessions in `project` (created as needed), atomically.
 
     `actor` is the bearer's (the door checked it may append in `project`). A
     conversation naming a session of another project refuses its spans;
@@ -58,44 +57,57 @@ def ingest_spans(*, actor, project: Project, spans: Sequence[Span], received_at:
 
 def ingest_readings(*, actor, project: Project, readings: Sequence[Reading], received_at: datetime | None = None) -> IngestResult:
     now = received_at or timezone.now()
+    by_session, originals = _sessions_of(project, readings)
     refused: list[SpanRefusal] = []
     settle: dict[str, float] = {}
-    by_session, originals = _sessions_of(project, readings)
-    existing = dict(Session.objects.filter(pk__in=list(by_session)).values_list("pk", "project_id"))
-    for session_id, session_readings in by_session.items():
-        if existing.get(session_id, project.pk) != project.pk:
-            refused += [_refusal(r, f"its conversation names session {session_id}, which belongs to another project") for r in session_readings]
-            continue
-        new = session_id not in existing
-        try:
-            refusals, due = _ingest_session(session_id, project, session_readings, now, new=new, original=originals.get(session_id))
-        except _OtherProject:
-            refusals = [_refusal(r, f"its conversation names session {session_id}, which belongs to another project") for r in session_readings]
-            due = None
-        refused += refusals
-        if due is not None:
-            settle[session_id] = due
+    if not by_session:
+        return IngestResult(accepted=len(readings))
+    # One transaction for the whole request: a transaction per session was a fifth of the ingest
+    # (its BEGIN, COMMIT and savepoints; docs/benchmarks.md, OTLP ingest).
+    with transaction.atomic():
+        sessions = _taken_sessions(project, by_session, originals, now)
+        prior = _prior_rows([s for s in sessions.values() if s is not None and s.event_count], by_session)
+        plans: list[tuple[Session, Planner, dict[str, OtlpTrace]]] = []
+        for session_id, session in sessions.items():
+            session_readings = by_session[session_id]
+            if session is None:
+                refused += [_refusal(r, f"its conversation names session {session_id}, which belongs to another project") for r in session_readings]
+                continue
+            rows, seen = prior.get(session_id, ({}, set()))
+            new_traces = {r.trace_id for r in session_readings} - set(rows)
+            turn_count = _turn_count(session) if session.event_count and new_traces else 0
+            planner = _planner(session, rows, seen=seen, turn_count=turn_count, now=now)
+            refused += [_refusal(r, reason) for r in ordered(session_readings) if (reason := planner.take(r)) is not None]
+            plans.append((session, planner, rows))
+            if (due := planner.settle_due(now=now.timestamp(), settle=settings.TURNLOG_OTLP_SETTLE_SECONDS)) is not None:
+                settle[session_id] = due
+        _write(plans, now)
     return IngestResult(accepted=len(readings) - len(refused), refused=refused, settle=settle)
 
 
-def close_settled_turns(*, session_id: str, now: datetime | None = None) -> float | None:
-    """Write the turn_end of every finished run of the session quiet for the settle time.
+def close_settled_turns(*, session_ids: Sequence[str], now: datetime | None = None) -> dict[str, float]:
+    """Write the turn_end of every finished run of these sessions quiet for the settle time, in one transaction.
 
-    What the closer calls when a settle time is up, and the worker for the
-    ones a restart left behind. Returns the seconds until another turn there
-    may close, or None.
+    What the closer calls when settle times are up, and the worker for the
+    ones a restart left behind. Returns, per session, the seconds until
+    another turn there may close (sessions with none left out).
     """
     now = now or timezone.now()
+    again: dict[str, float] = {}
     with transaction.atomic():
-        try:
-            session = _locked_session(session_id)
-        except SessionNotFound:
-            return None
-        rows = {row.trace_id: row for row in OtlpTrace.objects.filter(session=session, closed=False)}
-        planner = _planner(session, rows, seen=set(), turn_count=0, now=now)
-        planner.close_settled(now=now.timestamp(), settle=settings.TURNLOG_OTLP_SETTLE_SECONDS)
-        _write(session, planner, rows, now)
-        return planner.settle_due(now=now.timestamp(), settle=settings.TURNLOG_OTLP_SETTLE_SECONDS)
+        plans = []
+        for session_id in sorted(set(session_ids)):  # locks in id order, as every multi-session write
+            session = statements.get_for_update(Session, session_id)
+            if session is None:
+                continue
+            rows = {row.trace_id: row for row in OtlpTrace.objects.filter(session=session, closed=False)}
+            planner = _planner(session, rows, seen=set(), turn_count=0, now=now)
+            planner.close_settled(now=now.timestamp(), settle=settings.TURNLOG_OTLP_SETTLE_SECONDS)
+            plans.append((session, planner, rows))
+            if (due := planner.settle_due(now=now.timestamp(), settle=settings.TURNLOG_OTLP_SETTLE_SECONDS)) is not None:
+                again[session_id] = due
+        _write(plans, now)
+    return again
 
 
 def sessions_to_settle(*, now: datetime | None = None) -> list[str]:
@@ -104,10 +116,6 @@ def sessions_to_settle(*, now: datetime | None = None) -> list[str]:
     quiet_since = now - timedelta(seconds=settings.TURNLOG_OTLP_SETTLE_SECONDS)
     rows = OtlpTrace.objects.filter(closed=False, root_arrived=True, last_span_at__lte=quiet_since)
     return sorted(set(rows.values_list("session_id", flat=True)))
-
-
-class _OtherProject(Exception):
-    pass
 
 
 def _refusal(reading: Reading, reason: str) -> SpanRefusal:
@@ -145,42 +153,54 @@ def _sessions_of(project: Project, readings: Sequence[Reading]) -> tuple[dict[st
     return by_session, originals
 
 
-def _created(session_id: str, project: Project, readings: Sequence[Reading], original: str | None, now: datetime) -> Session | None:
-    """The new session, created in the caller's transaction (its row is the caller's until it commits);
-    None when another batch created it meanwhile (or another project has it: the locked read says)."""
-    agent_name = next((r.agent_name for r in readings if r.agent_name), "") or ""
-    metadata: dict = {"source": "otlp"}
-    if original is not None:
-        metadata["otel"] = {"conversation_id": original}
-    try:
-        return create_session(session_id=session_id, project=project, agent_name=agent_name[:AGENT_NAME_MAX], metadata=metadata, created_at=now)
-    except SessionExists:
-        return None
+def _taken_sessions(
+    project: Project, by_session: dict[str, list[Reading]], originals: dict[str, str], now: datetime
+) -> dict[str, Session | None]:
+    """Each session of the batch, locked or created in the caller's transaction, in id order; None for
+    a session of another project.
 
-
-def _ingest_session(
-    session_id: str, project: Project, readings: Sequence[Reading], now: datetime, *, new: bool, original: str | None
-) -> tuple[list[SpanRefusal], float | None]:
-    """One session's spans, planned and stored in one transaction (a new session created in it)."""
-    trace_ids = {r.trace_id for r in readings}
-    with transaction.atomic():
-        session = _created(session_id, project, readings, original, now) if new else None
+    One at a time in id order, each either locked (an existing row) or
+    inserted: concurrent batches then wait for each other's sessions in the
+    same order (on PostgreSQL a row lock and an uncommitted insert are both
+    waited for), so they queue rather than deadlock. On SQLite the
+    transaction holds the database's write lock from its start.
+    """
+    sessions: dict[str, Session | None] = {}
+    counts: Counter = Counter()
+    for session_id in sorted(by_session):
+        session = statements.get_for_update(Session, session_id)
         if session is None:
-            session = _locked_session(session_id)
-        if session.project_id != project.pk:
-            raise _OtherProject(session_id)
-        if session.event_count == 0:
-            rows, seen, turn_count = {}, set(), 0  # a new session: nothing to read (most sessions of a batch)
-        else:
-            rows = {row.trace_id: row for row in OtlpTrace.objects.filter(Q(trace_id__in=trace_ids) | Q(closed=False), session=session)}
-            seen = set(
-                OtlpSpan.objects.filter(session=session, span_id__in={r.span_id for r in readings}).values_list("trace_id", "span_id", "pending")
-            )
-            turn_count = _turn_count(session) if trace_ids - set(rows) else 0
-        planner = _planner(session, rows, seen=seen, turn_count=turn_count, now=now)
-        refused = [_refusal(r, reason) for r in ordered(readings) if (reason := planner.take(r)) is not None]
-        _write(session, planner, rows, now)
-        return refused, planner.settle_due(now=now.timestamp(), settle=settings.TURNLOG_OTLP_SETTLE_SECONDS)
+            readings = by_session[session_id]
+            agent_name = next((r.agent_name for r in readings if r.agent_name), "") or ""
+            metadata: dict = {"source": "otlp"}
+            if (original := originals.get(session_id)) is not None:
+                metadata["otel"] = {"conversation_id": original}
+            new = _new_session(session_id=session_id, project=project, agent_name=agent_name[:AGENT_NAME_MAX], metadata=metadata, created_at=now)
+            # Taken meanwhile (PostgreSQL: committed by a concurrent batch, which this insert waited for): lock it.
+            session = new if _insert_new_session(new, agent_counts=counts) else _locked_session(session_id)
+        sessions[session_id] = session if session.project_id == project.pk else None
+    count_for_agents(counts)
+    return sessions
+
+
+def _prior_rows(sessions: Sequence[Session], by_session: dict[str, list[Reading]]) -> dict[str, tuple[dict[str, OtlpTrace], set]]:
+    """What the sessions that already hold events remember of their traces: the rows of the batch's
+    traces and of every unclosed one, and which of the batch's spans they already took; one query each."""
+    if not sessions:
+        return {}
+    ids = [s.id for s in sessions]
+    trace_ids = {r.trace_id for s in sessions for r in by_session[s.id]}
+    span_ids = {r.span_id for s in sessions for r in by_session[s.id]}
+    prior: dict[str, tuple[dict[str, OtlpTrace], set]] = {session_id: ({}, set()) for session_id in ids}
+    for row in OtlpTrace.objects.filter(Q(trace_id__in=trace_ids) | Q(closed=False), session_id__in=ids):
+        mine = {r.trace_id for r in by_session[row.session_id]}
+        if not row.closed or row.trace_id in mine:
+            prior[row.session_id][0][row.trace_id] = row
+    for session_id, trace_id, span_id, pending in OtlpSpan.objects.filter(session_id__in=ids, span_id__in=span_ids).values_list(
+        "session_id", "trace_id", "span_id", "pending"
+    ):
+        prior[session_id][1].add((trace_id, span_id, pending))
+    return prior
 
 
 def _turn_count(session: Session) -> int:
@@ -211,29 +231,33 @@ TRACE_FIELDS = ("turn_seq", "root_arrived", "closed", "last_span_at", "state")
 SPAN_COLUMNS = ("session", "trace_id", "span_id", "pending")
 
 
-def _write(session: Session, planner: Planner, rows: dict[str, OtlpTrace], now: datetime) -> None:
-    """Store the planned events (the one append path), then the traces' and spans' rows.
+def _write(plans: Sequence[tuple[Session, Planner, dict[str, OtlpTrace]]], now: datetime) -> None:
+    """Store each session's planned events (the one append path), then the traces' and spans' rows of all.
 
     The rows go in as plain statements with the values the ORM would send
     (statements.py), as the events do: bulk_create and bulk_update were a
     sixth of a batch's ingest (docs/benchmarks.md, OTLP ingest)."""
-    if planner.events:
-        _store(session, planner.events, received_at=now)
+    counts: Counter = Counter()
     prep = {name: OtlpTrace._meta.get_field(name).get_db_prep_save for name in ("session", "trace_id", *TRACE_FIELDS)}
-    new = []
-    for trace_id in planner.touched:
-        trace = planner.traces[trace_id]
-        row = rows.get(trace_id) or OtlpTrace(session=session, trace_id=trace_id)
-        row.turn_seq = trace.turn_seq
-        row.root_arrived = trace.root_arrived
-        row.closed = trace.closed
-        row.last_span_at = datetime.fromtimestamp(trace.last_seen, tz=now.tzinfo) if trace.last_seen else now
-        row.state = trace.as_json()
-        if row.pk:
-            statements.save_fields(row, TRACE_FIELDS)
-        else:
-            new.append([prep[name](getattr(row, name if name != "session" else "session_id"), connection) for name in ("session", "trace_id", *TRACE_FIELDS)])
-    if new:
-        statements.execute_many(statements.insert_sql(OtlpTrace, ("session", "trace_id", *TRACE_FIELDS)), new)
-    if planner.taken:
-        statements.execute_many(statements.insert_sql(OtlpSpan, SPAN_COLUMNS), [(session.id, t, s, p) for t, s, p in planner.taken])
+    new_traces, new_spans = [], []
+    for session, planner, rows in plans:
+        if planner.events:
+            _store(session, planner.events, received_at=now, agent_counts=counts)
+        for trace_id in planner.touched:
+            trace = planner.traces[trace_id]
+            row = rows.get(trace_id) or OtlpTrace(session=session, trace_id=trace_id)
+            row.turn_seq = trace.turn_seq
+            row.root_arrived = trace.root_arrived
+            row.closed = trace.closed
+            row.last_span_at = datetime.fromtimestamp(trace.last_seen, tz=now.tzinfo) if trace.last_seen else now
+            row.state = trace.as_json()
+            if row.pk:
+                statements.save_fields(row, TRACE_FIELDS)
+            else:
+                new_traces.append([prep[name](getattr(row, name if name != "session" else "session_id"), connection) for name in ("session", "trace_id", *TRACE_FIELDS)])
+        new_spans += [(session.id, t, s, p) for t, s, p in planner.taken]
+    count_for_agents(counts)
+    if new_traces:
+        statements.execute_many(statements.insert_sql(OtlpTrace, ("session", "trace_id", *TRACE_FIELDS)), new_traces)
+    if new_spans:
+        statements.execute_many(statements.insert_sql(OtlpSpan, SPAN_COLUMNS), new_spans)

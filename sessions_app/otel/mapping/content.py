@@ -103,7 +103,9 @@ def without_bytes(reading: Reading) -> Reading:
     changes: dict = {}
     if reading.input_messages and (used := run_inputs(reading.input_messages)) != reading.input_messages:
         reading = dataclasses.replace(reading, input_messages=used)
-    for name in ("system_instructions", "tool_arguments", "tool_result", "error", "usage", "aggregated_usage", "name", "agent_name", "tool_name", "tool_call_id", "conversation_id", "model"):
+    if not _may_hold_bytes(reading):
+        return reading
+    for name in CONTENT_FIELDS:
         value = getattr(reading, name)
         if (plain := _plain(value)) is not value:
             changes[name] = plain
@@ -113,6 +115,25 @@ def without_bytes(reading: Reading) -> Reading:
         if any(a is not b for a, b in zip(plain, messages, strict=True)):
             changes[name] = plain
     return dataclasses.replace(reading, **changes) if changes else reading
+
+
+CONTENT_FIELDS = (
+    "system_instructions", "tool_arguments", "tool_result", "error", "usage", "aggregated_usage",
+    "name", "agent_name", "tool_name", "tool_call_id", "conversation_id", "model",
+)
+
+
+def _may_hold_bytes(reading: Reading) -> bool:
+    """False when surely no bytes value is in the reading's content: orjson (C) serialises all the
+    rest of what a decoder gives and refuses bytes, so most spans skip the walk in Python."""
+    try:
+        orjson.dumps([
+            [getattr(reading, name) for name in CONTENT_FIELDS],
+            [[m.content, m.tool_calls] for m in (*reading.input_messages, *reading.output_messages)],
+        ])
+    except TypeError:  # bytes somewhere, or something else orjson does not take (an integer past 64 bits): walk
+        return True
+    return False
 
 
 def _plain_message(message: Message) -> Message:

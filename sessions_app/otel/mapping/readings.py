@@ -54,6 +54,8 @@ class Reading:
     model: str | None = None
     provider: str | None = None
     system_instructions: Any = None
+    # The input as far as the log takes it may be all that is read (content.run_inputs: the GenAI
+    # conventions' gen_ai.input.messages are cut while read).
     input_messages: tuple[Message, ...] = ()
     output_messages: tuple[Message, ...] = ()  # what the model answered: assistant messages
     usage: dict[str, Any] = field(default_factory=dict)  # input_tokens, output_tokens, cache_*, reasoning_tokens, model

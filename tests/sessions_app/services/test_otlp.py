@@ -46,9 +46,9 @@ def test_a_finished_run_is_stored_through_the_append_path_and_closed_after_the_s
     assert session.project == project and session.agent_name == "support" and session.metadata == {"source": "otlp"}
     assert session.interrupted and session.event_count == 13
     # Too early: the quiet time is not up.
-    assert services.close_settled_turns(session_id="c-42") is not None
+    assert "c-42" in services.close_settled_turns(session_ids=["c-42"])
     assert types("c-42")[-1] == "step_end"
-    assert services.close_settled_turns(session_id="c-42", now=timezone.now() + timedelta(seconds=6)) is None
+    assert services.close_settled_turns(session_ids=["c-42"], now=timezone.now() + timedelta(seconds=6)) == {}
     assert types("c-42")[-1] == "turn_end"
     session.refresh_from_db()
     assert not session.interrupted and session.turn_stack == [] and session.step_stack == []
@@ -70,7 +70,7 @@ def test_a_crashed_run_reads_stalled_with_its_call_owed_as_outcome_unknown(actor
     plan = selectors.recovery_plan(session)
     assert {r.call.id: r.call.risk for r in plan.repairs if r.call} == {"d2": UNKNOWN}
     # Nothing closes it but recovery: no root arrived.
-    assert services.close_settled_turns(session_id="c-42", now=timezone.now() + timedelta(hours=1)) is None
+    assert services.close_settled_turns(session_ids=["c-42"], now=timezone.now() + timedelta(hours=1)) == {}
     assert services.sessions_to_settle(now=timezone.now() + timedelta(hours=1)) == []
 
 
@@ -119,7 +119,7 @@ def test_a_refused_span_stores_nothing_and_the_rest_of_the_batch_goes_in(actor, 
 def test_sequential_runs_number_their_turns_across_batches(actor, project):
     ingest(actor, project, finished_run())
     ingest(actor, project, finished_run(trace="b" * 32, prefix="e", at=1000))
-    services.close_settled_turns(session_id="c-42", now=timezone.now() + timedelta(seconds=10))
+    services.close_settled_turns(session_ids=["c-42"], now=timezone.now() + timedelta(seconds=10))
     starts = Event.objects.filter(session_id="c-42", type="turn_start").order_by("seq")
     assert [e.data["turn"] for e in starts] == [1, 2]
     assert [e.data["reason"] for e in Event.objects.filter(session_id="c-42", type="turn_end")] == ["complete", "complete"]
@@ -131,7 +131,7 @@ def test_a_late_root_after_recovery_writes_no_second_turn_end(actor, project):
     ingest(actor, project, _crashed_run())
     services.recover(session_id="c-42", user=user)
     ingest(actor, project, finished_run(trace="b" * 32, prefix="d", at=1000)[2:])
-    services.close_settled_turns(session_id="c-42", now=timezone.now() + timedelta(seconds=10))
+    services.close_settled_turns(session_ids=["c-42"], now=timezone.now() + timedelta(seconds=10))
     ends = Event.objects.filter(session_id="c-42", type="turn_end")
     assert [e.data["reason"] for e in ends] == ["interrupted"]
 
@@ -141,5 +141,5 @@ def test_spans_of_a_root_that_is_no_agent_close_their_run(actor, project):
 
     http_root = Reading(OTHER, T, "9999999999999999", None, "POST /chat", start_ns=1, end_ns=200)
     ingest(actor, project, [chat("a000000000000001", [], parent=ROOT, text="hi"), http_root])
-    services.close_settled_turns(session_id="c-42", now=timezone.now() + timedelta(seconds=10))
+    services.close_settled_turns(session_ids=["c-42"], now=timezone.now() + timedelta(seconds=10))
     assert types("c-42")[-1] == "turn_end"

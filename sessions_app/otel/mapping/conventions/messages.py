@@ -94,6 +94,35 @@ def semconv_messages(value: Any, default_role: str) -> list[Message]:
     return [message for raw in listed(parsed(value)) for message in from_parts(raw, default_role)]
 
 
+def semconv_run_inputs(value: Any) -> list[Message]:
+    """`gen_ai.input.messages` cut as content.run_inputs cuts any input (its system messages and the
+    user messages at its end), converting only those: a model span carries the whole conversation
+    so far, and converting all of it was a sixth of the ingest (docs/benchmarks.md, OTLP ingest).
+
+    Equal to run_inputs(semconv_messages(value, "user")): a raw message converts to at most one
+    message of its own role followed by tool messages (its answers), so the trailing user messages
+    are those of the trailing raw messages that convert to user messages only (or to nothing), and
+    only a raw message of a system role gives a system message.
+    """
+    raws = listed(parsed(value))
+    trailing: list[Message] = []
+    cut = len(raws)
+    while cut:
+        converted = from_parts(raws[cut - 1], "user")
+        if any(message.role != "user" for message in converted):
+            break
+        trailing[:0] = converted
+        cut -= 1
+    systems = [
+        message
+        for raw in raws[:cut]
+        if isinstance(raw, dict) and role_of(raw.get("role"), "user") == "system"
+        for message in from_parts(raw, "user")
+        if message.role == "system"
+    ]
+    return systems + trailing
+
+
 def system_instructions(value: Any) -> Any:
     """`gen_ai.system_instructions`: the text of its text parts, else the parts as given, else plain text."""
     found = parsed(value)

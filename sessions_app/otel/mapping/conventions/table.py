@@ -18,7 +18,7 @@ from typing import Any
 from ..readings import AGENT, MODEL, OTHER, TOOL, Message
 from ..spans import Span
 from . import langchain
-from .messages import (event_messages, openai_messages, openinference_messages, semconv_messages,
+from .messages import (event_messages, openai_messages, openinference_messages, semconv_messages, semconv_run_inputs,
                        system_instructions)
 from .values import parsed, parsed_structure, unflatten
 
@@ -82,7 +82,7 @@ def genai_content(span: Span) -> Content:
     attributes = span.attributes
     instructions = system_instructions(attributes.get("gen_ai.system_instructions"))
     if "gen_ai.input.messages" in attributes or "gen_ai.output.messages" in attributes:
-        return (instructions, semconv_messages(attributes.get("gen_ai.input.messages"), "user"),
+        return (instructions, semconv_run_inputs(attributes.get("gen_ai.input.messages")),
                 semconv_messages(attributes.get("gen_ai.output.messages"), "assistant"))
     inputs, outputs = event_messages(span)
     return instructions, inputs, outputs
@@ -141,11 +141,11 @@ def has_prefix(span: Span, *prefixes: str) -> bool:
 
 def has_indexed(span: Span, *prefixes: str) -> bool:
     """A flattened indexed key (`gen_ai.prompt.0.role`), not a named one (`gen_ai.prompt.name`)."""
-    for key in span.attributes:
-        for prefix in prefixes:
-            if isinstance(key, str) and key.startswith(prefix) and key[len(prefix):len(prefix) + 1].isdigit():
-                return True
-    return False
+    return any(isinstance(key, str) and indexed(key, prefixes) for key in span.attributes)
+
+
+def indexed(key: str, prefixes: tuple[str, ...]) -> bool:
+    return any(key.startswith(prefix) and key[len(prefix):len(prefix) + 1].isdigit() for prefix in prefixes)
 
 
 def named_like(span: Span, names: tuple[tuple[str, str], ...]) -> bool:
@@ -156,9 +156,19 @@ def is_openinference(span: Span) -> bool:
     return "openinference.span.kind" in span.attributes
 
 
+OPENLLMETRY_PREFIXES = ("traceloop.", "llm.usage.")
+OPENLLMETRY_INDEXED = ("gen_ai.prompt.", "gen_ai.completion.")
+
+
 def is_openllmetry(span: Span) -> bool:
-    return (has_prefix(span, "traceloop.", "llm.usage.") or "llm.request.type" in span.attributes
-            or has_indexed(span, "gen_ai.prompt.", "gen_ai.completion."))
+    if "llm.request.type" in span.attributes:
+        return True
+    # One startswith per key (every span of every other family comes through here), then a closer look.
+    for key in span.attributes:
+        if isinstance(key, str) and key.startswith(OPENLLMETRY_PREFIXES + OPENLLMETRY_INDEXED):
+            if key.startswith(OPENLLMETRY_PREFIXES) or indexed(key, OPENLLMETRY_INDEXED):
+                return True
+    return False
 
 
 def is_pydantic_ai(span: Span) -> bool:

@@ -18,7 +18,9 @@ from hypothesis import strategies as st
 
 from sessions_app.log import recovery
 from sessions_app.log.events import Event
+from sessions_app.otel.mapping.content import run_inputs
 from sessions_app.otel.mapping.conventions import read
+from sessions_app.otel.mapping.conventions.messages import semconv_messages, semconv_run_inputs
 from sessions_app.otel.mapping.planner import Planner, ordered
 from sessions_app.otel.mapping.readings import AGENT, MODEL, OTHER, TOOL, Message, Reading
 from sessions_app.otel.mapping.spans import STATUS_ERROR, Span, SpanEvent
@@ -40,6 +42,12 @@ def spans(name: str) -> list[Span]:
 
 def readings(name: str) -> list[Reading]:
     return [read(span) for span in spans(name)]
+
+
+def whole_input(name: str, reading: Reading) -> list[Message]:
+    """All of a model span's gen_ai.input.messages (a reading keeps what the log takes: run_inputs)."""
+    found = next(s for s in spans(name) if s.span_id == reading.span_id)
+    return semconv_messages(found.attributes["gen_ai.input.messages"], "user")
 
 
 def of(found: list[Reading], role: str, pending: bool = False) -> list[Reading]:
@@ -72,9 +80,11 @@ def test_pydantic_ai_spans_read_as_an_agent_run_with_steps_and_tool_calls():
     assert first.requested_calls == WEATHER_CALLS
     assert first.usage == {**USAGE_FIRST, "model": "scripted"}
     assert second.output_messages == (Message("assistant", "Sunny in Paris; Atlantis is unknown."),)
-    # The second request's input holds the tool answers as tool messages.
-    assert [(m.role, m.tool_call_id) for m in second.input_messages] == [
+    # The second request's input holds the tool answers as tool messages; the log takes none of
+    # it (no system message, no prompt at its end: the run so far is in the log already).
+    assert [(m.role, m.tool_call_id) for m in whole_input("pydantic_ai", second)] == [
         ("user", None), ("assistant", None), ("tool", "call_paris"), ("tool", "call_atlantis")]
+    assert second.input_messages == ()
     assert (paris.tool_name, paris.tool_call_id, paris.tool_arguments) == ("get_weather", "call_paris", {"city": "Paris"})
     assert paris.tool_result == "sunny in Paris" and paris.has_result and paris.error is None
     # ModelRetry: an ERROR span with an exception event; the retry prompt is its result.
@@ -240,7 +250,8 @@ def test_semconv_1_41_parts_usage_and_errors():
                            "model": "claude-sonnet-4-20250514"}
     # An ERROR status without an exception event: error.type and the status message.
     assert tool.error == {"type": "FileNotFoundError", "message": "a.txt: no such file"} and tool.has_result
-    assert second.input_messages[2] == Message("tool", "a.txt: no such file", tool_call_id="toolu_01")
+    assert whole_input("genai_v1_41", second)[2] == Message("tool", "a.txt: no such file", tool_call_id="toolu_01")
+    assert second.input_messages == ()  # what the log takes of it: no system message, no prompt at its end
     assert (completion.role, completion.input_messages, completion.output_messages) == (
         MODEL, (Message("user", "Say hi"),), (Message("assistant", "hi"),))
     assert embeddings.role == OTHER and embeddings.usage == {}
@@ -418,3 +429,31 @@ def test_read_never_raises_and_answers_in_its_own_terms(name, attributes, events
         assert all(isinstance(call, dict) and set(call) == {"id", "name", "arguments"} for call in message.tool_calls)
     assert reading.error is None or set(reading.error) == {"type", "message"}
     assert reading.parent_span_id is None or len(reading.parent_span_id) == 16
+
+
+# ---- the input cut while read ------------------------------------------------------------------------
+
+RAW_PART = st.one_of(
+    st.fixed_dictionaries({"type": st.just("text"), "content": st.text(max_size=3)}),
+    st.fixed_dictionaries({"type": st.just("tool_call"), "id": st.sampled_from(["a", "b"]), "name": st.just("f"), "arguments": st.just({})}),
+    st.fixed_dictionaries({"type": st.just("tool_call_response"), "id": st.sampled_from(["a", "b"]), "response": st.text(max_size=3)}),
+    st.fixed_dictionaries({"type": st.just("blob"), "content": st.just("x")}),
+    st.just("not a part"),
+)
+RAW_MESSAGE = st.one_of(
+    st.fixed_dictionaries(
+        {"parts": st.lists(RAW_PART, max_size=3)},
+        optional={"role": st.sampled_from(["system", "developer", "user", "human", "assistant", "tool", "SYSTEM", "other", 7])},
+    ),
+    st.just("not a message"),
+    st.just(None),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(raws=st.lists(RAW_MESSAGE, max_size=8), as_text=st.booleans())
+def test_the_inputs_cut_while_read_are_the_run_inputs_of_all_of_them(raws, as_text):
+    """A model span's gen_ai.input.messages are converted only as far as the log takes them (its
+    system messages and the prompt at its end): the same messages as converting all, then cutting."""
+    value = json.dumps(raws) if as_text else raws
+    assert tuple(semconv_run_inputs(value)) == run_inputs(tuple(semconv_messages(value, "user")))
