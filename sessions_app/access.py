@@ -194,14 +194,15 @@ def projects(actor: Actor, capability: str = READ) -> QuerySet[Project]:
     return Project.objects.filter(pk__in=actor.project_ids(capability))
 
 
-def session_for(actor: Actor, session_id: str, capability: str = READ) -> Session:
-    """The session if the actor may do `capability` with it.
+def session_for(actor: Actor, session_id: str, capability: str = READ, *, related: bool = True) -> Session:
+    """The session if the actor may do `capability` with it (with its parent and project read in
+    the same query unless not `related`: selectors.get_session).
 
     SessionNotFound when it does not exist or the actor may do nothing in its
     project (the refusal is audited for that project);
     Forbidden when they can read it but not this.
     """
-    session = selectors.get_session(session_id)
+    session = selectors.get_session(session_id, related=related)
     if not actor.capabilities(session.project_id):  # nothing at all there: as if it did not exist
         audit_denied(actor, project_id=session.project_id, target=session.id, capability=capability)
         raise SessionNotFound(session_id)

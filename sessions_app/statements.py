@@ -23,12 +23,12 @@ from __future__ import annotations
 import contextlib
 import functools
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
-from django.db.models import Model
+from django.db.models import Model, QuerySet
 
 
 def fetch_one(sql: str, params: Sequence) -> tuple | None:
@@ -103,6 +103,34 @@ def get_for_update(model: type[Model], pk):
     return None if found is None else found[0]
 
 
+def get(model: type[Model], pk):
+    """`model.objects.get(pk=pk)` (its own columns; related rows load when read), or None for no such row."""
+    reader = _locked_reader(model, pk, lock=False)
+    found = _read_locked(reader, reader.sql, pk, [])
+    return None if found is None else found[0]
+
+
+def rows(name: str, build: Callable[..., QuerySet], params: Sequence) -> list:
+    """The rows of `build(*params)`, a `values_list` queryset, its SQL compiled once per connection
+    under `name` and run again with other `params` (which must be what Django sends for them,
+    in the order its SQL takes them: plain str and int; anything it writes into the SQL itself,
+    a slice's LIMIT, belongs in `name`). The values are converted as the queryset would."""
+    db = connections[DEFAULT_DB_ALIAS]
+    compiled = _compiled.setdefault(db, {})
+    if (found := compiled.get(name)) is None:
+        if len(compiled) >= 128:  # names with a LIMIT in them: a bound, not a cache of every limit ever asked
+            compiled.clear()
+        compiler = build(*params).query.get_compiler(connection=db)
+        sql, sent = compiler.as_sql()
+        assert list(sent) == list(params), (name, sent, params)  # the SQL takes the params as given
+        found = compiled[name] = (sql, compiler, compiler.get_converters([column for column, _, _ in compiler.select]))
+    sql, compiler, converters = found
+    with _cursor() as (cursor, driver):
+        cursor.execute(_driver_sql(sql, driver), params)
+        fetched = cursor.fetchall()
+    return [tuple(row) for row in compiler.apply_converters(fetched, converters)] if converters else fetched
+
+
 def get_for_update_joined(model: type[Model], pk, *, columns: str, joins: str, params: Sequence) -> tuple[Model, tuple] | None:
     """`get_for_update` with more columns from other tables, read in the same statement.
 
@@ -134,10 +162,11 @@ def save_fields(instance: Model, fields: Sequence[str]) -> None:
 
 
 class _Reader:
-    def __init__(self, model: type[Model], pk):
+    def __init__(self, model: type[Model], pk, *, lock: bool = True):
         db = connections[DEFAULT_DB_ALIAS]
         self.model = model
-        queryset = model.objects.select_for_update().filter(pk=pk)
+        queryset = model.objects.filter(pk=pk)
+        queryset = queryset.select_for_update() if lock else queryset
         self.compiler = queryset.query.get_compiler(connection=db)
         self.sql, params = self.compiler.as_sql()
         assert len(params) == 1, params  # the key, bound anew on each call
@@ -148,7 +177,7 @@ class _Reader:
         quote = db.ops.quote_name
         self.table, self.key = quote(model._meta.db_table), quote(model._meta.pk.column)
         self.columns = ", ".join(sql for _, (sql, _), _ in self.compiler.select)
-        self.lock = " " + db.ops.for_update_sql(of=(self.table,)) if db.features.has_select_for_update else ""
+        self.lock = " " + db.ops.for_update_sql(of=(self.table,)) if lock and db.features.has_select_for_update else ""
         self.joined: dict[tuple[str, str], str] = {}
 
     def joined_sql(self, columns: str, joins: str) -> str:
@@ -160,12 +189,13 @@ class _Reader:
 
 # Per connection object: converters are bound to their connection, and each database thread has its own.
 _readers: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_compiled: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _locked_reader(model: type[Model], pk) -> _Reader:
+def _locked_reader(model: type[Model], pk, *, lock: bool = True) -> _Reader:
     readers = _readers.setdefault(connections[DEFAULT_DB_ALIAS], {})
-    if (reader := readers.get(model)) is None:
-        reader = readers[model] = _Reader(model, pk)
+    if (reader := readers.get((model, lock))) is None:
+        reader = readers[model, lock] = _Reader(model, pk, lock=lock)
     return reader
 
 

@@ -40,5 +40,5 @@ def checked_session_id(value: str) -> str:
     return value
 
 
-def readable(request, session_id: str) -> Session:
-    return access.session_for(access.actor_of(request), session_id, access.READ)
+def readable(request, session_id: str, *, related: bool = True) -> Session:
+    return access.session_for(access.actor_of(request), session_id, access.READ, related=related)

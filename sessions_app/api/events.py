@@ -7,10 +7,12 @@ import hashlib
 import json
 
 from django.conf import settings
+from django.http import HttpResponse
 from ninja import Query, Router, Status
 
 from sessions_app import access, db_threads, selectors, services
 from sessions_app.api.checks import ApiError, readable
+from sessions_app.api.rendering import json_answer
 from sessions_app.api.schemas import BODY_ERRORS, ERRORS, AppendIn, AppendOut, ErrorOut, EventsOut, MessagesOut
 from sessions_app.log import events as log_events
 from sessions_app.log import values as log_values
@@ -29,7 +31,7 @@ async def append_events(request, session_id: str, payload: AppendIn):
     prepared = prepare_append(payload.events, payload.expected_seq, request.headers.get("Idempotency-Key"))
 
     def append():
-        access.session_for(access.actor_of(request), session_id, access.APPEND)
+        access.session_for(access.actor_of(request), session_id, access.APPEND, related=False)
         return prepared.store(session_id)
 
     return Status(201, (await db_threads.run_append(append)).as_response())
@@ -92,14 +94,14 @@ async def list_events(request, session_id: str, since: int = 0, limit: int = Que
     return await db_threads.run(events_page, request, session_id, since=since, limit=limit)
 
 
-def events_page(request, session_id: str, *, since: int, limit: int) -> dict:
-    session = readable(request, session_id)
+def events_page(request, session_id: str, *, since: int, limit: int) -> HttpResponse:
+    session = readable(request, session_id, related=False)
     # Any since past the end answers nothing; bounded so the database's integers hold it.
-    events = selectors.events_since(session, since=min(since, session.event_count), limit=limit)
+    events = selectors.wire_events_since(session, since=min(since, session.event_count), limit=limit)
     # next_seq is the event_count read with the session; a row committed
     # after that read is left for the next page so the answer stays gapless.
-    events = [e for e in events if e.seq < session.event_count]
-    return {"events": [log_events.event_to_wire(e) for e in events], "next_seq": session.event_count}
+    events = [e for e in events if e["seq"] < session.event_count]
+    return json_answer({"events": events, "next_seq": session.event_count})
 
 
 @router.get("/sessions/{session_id:session_id}/messages", response={200: MessagesOut, 403: ErrorOut, 404: ErrorOut})

@@ -17,6 +17,7 @@ from sessions_app.selectors.audit import audit_entries, audit_targets
 from sessions_app.selectors.events import (
     call_lookups,
     events_since,
+    wire_events_since,
     placed_log_events,
     session_log,
     session_messages,

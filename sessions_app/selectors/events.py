@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sessions_app import statements
 from sessions_app.log import events as log_events
 from sessions_app.log import fold
 from sessions_app.models import CallSighting, Event, Session
@@ -15,6 +16,19 @@ def events_since(session: Session, *, since: int = 0, limit: int | None = None) 
         raise ValueError(f"since must be 0 or more, got {since}")
     rows = Event.objects.filter(session=session, seq__gte=since).order_by("seq")
     return to_log_events(rows[:limit] if limit is not None else rows)
+
+
+def wire_events_since(session: Session, *, since: int, limit: int) -> list[dict]:
+    """`events_since` as event_to_wire gives them, read as plain rows (no model instance or log event
+    per row: GET .../events reads every event it answers, docs/benchmarks.md, OTLP read back)."""
+    rows = statements.rows(f"wire_events_since:{limit}", _wire_rows(limit), [session.id, since])
+    return [{"seq": seq, "type": type_, "time": log_events.format_time(time), "data": data} for seq, type_, time, data in rows]
+
+
+def _wire_rows(limit: int):
+    return lambda session_id, since: (
+        Event.objects.filter(session_id=session_id).filter(seq__gte=since).order_by("seq").values_list("seq", "type", "time", "data")[:limit]
+    )
 
 
 def session_log(session: Session) -> list[log_events.Event]:

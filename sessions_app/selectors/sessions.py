@@ -9,7 +9,7 @@ from django.conf import settings
 from django.db.models import Count, F, Q
 from django.utils import timezone
 
-from sessions_app import cursors
+from sessions_app import cursors, statements
 from sessions_app.errors import SessionNotFound
 from sessions_app.models import CallSighting, Event, Session, open_turn_labels_of
 
@@ -20,7 +20,13 @@ class SessionPage:
     next_cursor: str | None
 
 
-def get_session(session_id: str) -> Session:
+def get_session(session_id: str, *, related: bool = True) -> Session:
+    """The session, with its parent and project unless not `related` (then they load when read):
+    a read compiled once per connection, for the hot endpoints that need the row alone."""
+    if not related:
+        if (session := statements.get(Session, session_id)) is None:
+            raise SessionNotFound(session_id)
+        return session
     try:
         return Session.objects.select_related("parent", "project").get(pk=session_id)
     except Session.DoesNotExist:

@@ -49,6 +49,39 @@ def test_get_for_update_reads_the_row_as_the_orm_does(changes):
     assert read.parent.pk == "parent"  # relations load as on any instance
 
 
+@pytest.mark.parametrize("changes", [{}, {"turn_stack": [3], "interrupted": True, "last_event_at": datetime(2025, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)}])
+def test_get_reads_the_row_as_the_orm_does_without_a_lock(changes):
+    make("parent")
+    orm = make("s", parent_id="parent", **changes)
+    read = statements.get(Session, "s")
+    assert field_values(read) == field_values(orm)
+    assert read.parent.pk == "parent" and read.project.pk == orm.project_id  # relations load when read
+    assert statements.get(Session, "nowhere") is None
+    assert "FOR UPDATE" not in statements._locked_reader(Session, "s", lock=False).sql
+
+
+def test_rows_are_the_querysets_values_converted_and_compiled_once():
+    make("a", last_event_at=datetime(2025, 1, 2, 3, 4, 5, 6, tzinfo=UTC))
+    make("b", event_count=5)
+
+    def build(agent_name, event_count):
+        return Session.objects.filter(agent_name=agent_name).filter(event_count__gte=event_count).order_by("id").values_list("id", "metadata", "last_event_at")
+
+    for params in (["agent", 0], ["agent", 3], ["nobody", 0]):
+        assert statements.rows("sessions_test", build, params) == list(build(*params))
+    assert [row[1] for row in statements.rows("sessions_test", build, ["agent", 0])] == [ODD_METADATA, ODD_METADATA]
+
+
+def test_rows_refuse_params_the_sql_would_take_in_another_order():
+    """Django orders a filter()'s keyword arguments: the compiled SQL would bind them to the wrong
+    columns. The first use says so instead of reading other rows."""
+    def build(event_count, agent_name):
+        return Session.objects.filter(event_count__gte=event_count, agent_name=agent_name).values_list("id")
+
+    with pytest.raises(AssertionError):
+        statements.rows("sessions_test_order", build, [0, "agent"])
+
+
 def test_get_for_update_of_no_such_row_is_none():
     with transaction.atomic():
         assert statements.get_for_update(Session, "nowhere") is None
