@@ -110,11 +110,16 @@ def get(model: type[Model], pk):
     return None if found is None else found[0]
 
 
-def rows(name: str, build: Callable[..., QuerySet], params: Sequence) -> list:
+def rows(name: str, build: Callable[..., QuerySet], params: Sequence, *, bound: Sequence | None = None) -> list[tuple]:
     """The rows of `build(*params)`, a `values_list` queryset, its SQL compiled once per connection
-    under `name` and run again with other `params` (which must be what Django sends for them,
-    in the order its SQL takes them: plain str and int; anything it writes into the SQL itself,
-    a slice's LIMIT, belongs in `name`). The values are converted as the queryset would."""
+    under `name` and run again with other `params`.
+
+    `bound` is what the SQL takes for them, in its order (default: `params` themselves, for plain
+    str and int, each used once, in that order); checked against what Django sends when the SQL is
+    compiled, so a query whose parameters differ fails at once. Anything Django writes into the SQL
+    itself, a slice's LIMIT, belongs in `name`. The values are converted as the queryset would.
+    """
+    bound = list(params if bound is None else bound)
     db = connections[DEFAULT_DB_ALIAS]
     compiled = _compiled.setdefault(db, {})
     if (found := compiled.get(name)) is None:
@@ -122,11 +127,11 @@ def rows(name: str, build: Callable[..., QuerySet], params: Sequence) -> list:
             compiled.clear()
         compiler = build(*params).query.get_compiler(connection=db)
         sql, sent = compiler.as_sql()
-        assert list(sent) == list(params), (name, sent, params)  # the SQL takes the params as given
+        assert list(sent) == bound, (name, sent, bound)  # the SQL takes the params as given
         found = compiled[name] = (sql, compiler, compiler.get_converters([column for column, _, _ in compiler.select]))
     sql, compiler, converters = found
     with _cursor() as (cursor, driver):
-        cursor.execute(_driver_sql(sql, driver), params)
+        cursor.execute(_driver_sql(sql, driver), bound)
         fetched = cursor.fetchall()
     return [tuple(row) for row in compiler.apply_converters(fetched, converters)] if converters else fetched
 

@@ -6,9 +6,11 @@ import hashlib
 import secrets
 
 from django.conf import settings
-from django.db import models
+from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.models import Q
 from django.utils import timezone
+
+from sessions_app import statements
 
 
 class Project(models.Model):
@@ -54,6 +56,11 @@ class Membership(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} ({self.role} of {self.project.slug})"
+
+
+def _usable_token(now, token_sha256):
+    """The query usable_for compiles."""
+    return ApiToken.objects.usable(now).filter(token_sha256=token_sha256).values_list("pk", "user_id", "project_id")
 
 
 def hash_token(token: str) -> str:
@@ -134,9 +141,26 @@ class ApiToken(models.Model):
 
     @classmethod
     def usable_for(cls, secret: str) -> "ApiToken | None":
-        """The usable token with this secret (its user loaded), or None."""
-        # token_sha256 is unique: at most one row, so no ORDER BY (first() would add one).
-        return next(iter(cls.objects.usable().select_related("user", "project").filter(token_sha256=hash_token(secret))), None)
+        """The usable token with this secret (its user and project loaded), or None.
+
+        Every API request and stream authenticates here: its reads are compiled once per
+        connection (statements), which the ORM's query building took several times longer than
+        running them (docs/benchmarks.md, OTLP read back). The rule is `usable()`'s own.
+        """
+        now, token_sha256 = timezone.now(), hash_token(secret)
+        bound_now = cls._meta.get_field("expires_at").get_db_prep_value(now, connections[DEFAULT_DB_ALIAS])
+        # token_sha256 is unique: at most one row.
+        found = statements.rows("usable_token", _usable_token, [now, token_sha256], bound=[bound_now, token_sha256])
+        if not found:
+            return None
+        (pk, user_id, project_id), = found
+        token = statements.get(cls, pk)
+        user = statements.get(cls._meta.get_field("user").related_model, user_id)
+        if token is None or user is None:  # gone since the first read
+            return None
+        token.user = user
+        token.project = statements.get(Project, project_id) if project_id is not None else None
+        return token
 
     @classmethod
     def issue(
