@@ -82,8 +82,8 @@ class Actor:
             elif user.is_superuser:
                 self._roles = {pk: Role.ADMIN for pk in Project.objects.values_list("pk", flat=True)}
             else:
-                # Unordered: Membership's default order joins projects, for nothing here.
-                self._roles = dict(Membership.objects.filter(user=user).order_by().values_list("project_id", "role"))
+                # Compiled once per connection: every API request checks its actor's roles.
+                self._roles = dict(statements.rows("actor_roles", _memberships_of, [user.pk]))
         return self._roles
 
     def capabilities(self, project_id: int) -> frozenset[str]:
@@ -99,6 +99,11 @@ class Actor:
 
     def project_ids(self, capability: str = READ) -> list[int]:
         return [pk for pk in self.roles() if self.can(pk, capability)]
+
+
+def _memberships_of(user_id: int):
+    # Unordered: Membership's default order joins projects, for nothing here.
+    return Membership.objects.filter(user_id=user_id).order_by().values_list("project_id", "role")
 
 
 def roles_of(user_ids) -> dict[int, dict[int, str]]:
