@@ -280,6 +280,10 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = TURNLOG_MAX_REQUEST_BYTES
 TURNLOG_OTLP_MAX_BODY_BYTES = int(os.environ.get("TURNLOG_OTLP_MAX_BODY_BYTES", str(16 * 1024 * 1024)))
 if TURNLOG_OTLP_MAX_BODY_BYTES < 1:
     raise ImproperlyConfigured(f"TURNLOG_OTLP_MAX_BODY_BYTES must be above 0, not {TURNLOG_OTLP_MAX_BODY_BYTES!r}")
+# Under ASGI Django spools a request's body to a temporary file past this size: an OTLP batch of
+# 512 chat spans is ~2.7 MB, past the 2.5 MiB default, and writing it out and reading it back was a
+# twentieth of its ingest. Bodies up to either limit above stay in memory.
+FILE_UPLOAD_MAX_MEMORY_SIZE = max(TURNLOG_MAX_REQUEST_BYTES, TURNLOG_OTLP_MAX_BODY_BYTES)
 
 # Threads that run the database work of the append, events and session endpoints
 # (sessions_app/db_threads.py: each keeps its connection, on PostgreSQL one from the pool;
