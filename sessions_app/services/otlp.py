@@ -95,12 +95,14 @@ def close_settled_turns(*, session_ids: Sequence[str], now: datetime | None = No
     now = now or timezone.now()
     again: dict[str, float] = {}
     with transaction.atomic():
+        # Locks in id order, as every multi-session write; then every unclosed run of them in one read.
+        sessions = [s for session_id in sorted(set(session_ids)) if (s := statements.get_for_update(Session, session_id)) is not None]
+        open_runs: dict[str, dict[str, OtlpTrace]] = defaultdict(dict)
+        for row in OtlpTrace.objects.filter(session_id__in=[s.id for s in sessions], closed=False):
+            open_runs[row.session_id][row.trace_id] = row
         plans = []
-        for session_id in sorted(set(session_ids)):  # locks in id order, as every multi-session write
-            session = statements.get_for_update(Session, session_id)
-            if session is None:
-                continue
-            rows = {row.trace_id: row for row in OtlpTrace.objects.filter(session=session, closed=False)}
+        for session in sessions:
+            session_id, rows = session.id, open_runs[session.id]
             planner = _planner(session, rows, seen=set(), turn_count=0, now=now)
             planner.close_settled(now=now.timestamp(), settle=settings.TURNLOG_OTLP_SETTLE_SECONDS)
             plans.append((session, planner, rows))
