@@ -41,7 +41,7 @@ ROOMS = {
         ("pages", ["dashboard.pages", "dashboard.templatetags"]),
         ("live", ["dashboard.live"]),
         ("site", ["dashboard.urls", "dashboard.routing", "dashboard.asgi", "dashboard.middleware",
-                  "dashboard.append_lane"]),
+                  "dashboard.lanes"]),
     ],
     "turnlog_client": [("client", ["turnlog_client"])],
 }

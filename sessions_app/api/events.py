@@ -86,8 +86,11 @@ def body_digest(events: list, expected_seq: int | None) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+EVENTS_PAGE_DEFAULT, EVENTS_PAGE_MAX = 500, 5000
+
+
 @router.get("/sessions/{session_id:session_id}/events", response={200: EventsOut, **ERRORS})
-async def list_events(request, session_id: str, since: int = 0, limit: int = Query(500, ge=1, le=5000)):
+async def list_events(request, session_id: str, since: int = 0, limit: int = Query(EVENTS_PAGE_DEFAULT, ge=1, le=EVENTS_PAGE_MAX)):
     """Events with seq >= since, oldest first. Page with since = last seq + 1."""
     if since < 0:
         raise ApiError(422, "invalid_since", f"since must be 0 or more, got {since}")
@@ -95,7 +98,11 @@ async def list_events(request, session_id: str, since: int = 0, limit: int = Que
 
 
 def events_page(request, session_id: str, *, since: int, limit: int) -> HttpResponse:
-    session = readable(request, session_id, related=False)
+    return events_answer(readable(request, session_id, related=False), since=since, limit=limit)
+
+
+def events_answer(session, *, since: int, limit: int) -> HttpResponse:
+    """The page's answer for a session the caller may read (dashboard.lanes.EventsLane answers it too)."""
     # Any since past the end answers nothing; bounded so the database's integers hold it.
     events = selectors.wire_events_since(session, since=min(since, session.event_count), limit=limit)
     # next_seq is the event_count read with the session; a row committed

@@ -1,4 +1,4 @@
-"""dashboard.append_lane: bearer-token appends past Django's handler, answered as Django answers them.
+"""dashboard.lanes.AppendLane: bearer-token appends past Django's handler, answered as Django answers them.
 
 Every request is sent twice, through the lane (the server's whole ASGI
 application) and straight to Django's handler, on twin sessions: the status,
@@ -16,7 +16,7 @@ from asgiref.testing import ApplicationCommunicator
 from django.core.asgi import get_asgi_application
 from django.db import OperationalError
 
-from dashboard import append_lane
+from dashboard import lanes as append_lane
 from dashboard.asgi import application, django_asgi_app
 from sessions_app import access, services
 from sessions_app.models import ApiToken, AuditEntry, Event, Project, Role

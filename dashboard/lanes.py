@@ -1,23 +1,28 @@
-"""The append endpoint's fast lane: an ASGI app in front of Django for `POST /api/v1/sessions/{id}/events`.
+"""The API's fast lanes: ASGI apps in front of Django for its two hottest requests, answered as Django would.
 
-Single-event appends are what most agent runtimes send, and under Daphne
-Django's handler and django-ninja cost more than the append itself (about
-6 ms of a 9.6 ms request, docs/benchmarks.md: per-request cost). This lane
-serves the common case, a bearer-token request whose batch is stored, without
-them: the body read once, the same checks (sessions_app.api.events.prepare_append), the token's
-access checked in the append's own locked read, and a 201 that passes
-through the response hooks of the same security middleware as every other
-response.
+- `AppendLane`: `POST /api/v1/sessions/{id}/events`. Single-event appends are
+  what most agent runtimes send, and under Daphne Django's handler and
+  django-ninja cost more than the append itself (about 6 ms of a 9.6 ms
+  request, docs/benchmarks.md: per-request cost). It serves the common case,
+  a bearer-token request whose batch is stored: the body read once, the same
+  checks (sessions_app.api.events.prepare_append), the token's access checked
+  in the append's own locked read.
+- `EventsLane`: `GET /api/v1/sessions/{id}/events`, what clients poll and
+  readers of many sessions repeat: with a usable bearer token that may read
+  the session and a plain `since` / `limit`, the page is answered here
+  (docs/benchmarks.md, OTLP read back: Django's handler and its middleware's
+  thread hops were most of such a read).
 
-Anything else goes to Django unchanged, with the body replayed: a request the
-middleware would refuse (a disallowed Host or user agent, the HTTPS redirect),
-no token or another kind of credentials, a refused token, a bad body, a
-refused batch, no access, a sequence conflict. The lane stores nothing in those cases (a refusal
-rolls the append's transaction back), so Django
-answers them exactly as it would have, with its error codes, audit entries
-and logs. A database that cannot be reached gets the middleware's 503.
+Both answer through the response hooks of the same security middleware as
+every other response. Anything else goes to Django unchanged (an append with
+its body replayed): a request the middleware would refuse (a disallowed Host
+or user agent, the HTTPS redirect), no token or another kind of credentials,
+a refused token, a bad body or query, a refused batch, no access, a sequence
+conflict. The lanes store nothing and audit nothing in those cases (a refusal
+rolls the append's transaction back), so Django answers them exactly as it
+would have, with its error codes, audit entries and logs. A database that
+cannot be reached gets the middleware's 503.
 """
-
 from __future__ import annotations
 
 import json
@@ -33,10 +38,10 @@ from django.middleware.security import SecurityMiddleware
 
 from dashboard import middleware as dashboard_middleware
 from dashboard.outage import DATABASE_UNAVAILABLE
-from sessions_app import db_threads, errors, services
-from sessions_app.api.events import PreparedAppend, prepare_append
+from sessions_app import access, db_threads, errors, selectors, services
+from sessions_app.api.events import EVENTS_PAGE_DEFAULT, EVENTS_PAGE_MAX, PreparedAppend, events_answer, prepare_append
 from sessions_app.log import values as log_values
-from sessions_app.models import SESSION_ID_PATTERN
+from sessions_app.models import SESSION_ID_PATTERN, ApiToken
 
 PATH = re.compile("/api/v1/sessions/(" + SESSION_ID_PATTERN.removeprefix("^").removesuffix("$") + ")/events")
 BODY_KEYS = frozenset({"events", "expected_seq"})
@@ -52,12 +57,14 @@ def _no_response(request):  # the middleware below are only asked for their resp
     raise AssertionError("unreachable")
 
 
-class AppendLane:
+class Lane:
+    """What the lanes share: the middleware hooks a bearer request goes through, and answering."""
+
     def __init__(self, inner: Callable[..., Awaitable[None]]):
         self.inner = inner
         # The hooks of settings.MIDDLEWARE that can refuse a bearer request (the HTTPS redirect; the
-        # Host and user-agent checks) or change its 201, innermost first. Sessions, CSRF, messages and
-        # auth do neither for it; tests/dashboard/test_append_lane.py compares the lane's answers with Django's.
+        # Host and user-agent checks) or change its answer, innermost first. Sessions, CSRF, messages and
+        # auth do neither for it; tests/dashboard/test_append_lane.py and test_events_lane.py compare the lanes' answers with Django's.
         security, common = SecurityMiddleware(_no_response), dashboard_middleware.CommonMiddleware(_no_response)
         self.request_hooks = (security.process_request, common.process_request)
         self.response_hooks = (
@@ -67,6 +74,27 @@ class AppendLane:
             security.process_response,
         )
         self.unavailable = dashboard_middleware.DatabaseUnavailableMiddleware(_no_response)
+
+    def request(self, scope) -> ASGIRequest | None:
+        """The request, when the middleware would let it through to a view; None for Django to answer."""
+        try:
+            request = ASGIRequest(scope, None)  # the body is read here, not through the request
+            if any(hook(request) is not None for hook in self.request_hooks):
+                return None
+        except Exception:  # a disallowed host or user agent, an undecodable path: Django's 400 or 403
+            return None
+        return request
+
+    async def respond(self, request: ASGIRequest, response: HttpResponse, send) -> None:
+        for hook in self.response_hooks:
+            response = hook(request, response)
+        await send({"type": "http.response.start", "status": response.status_code, "headers": encoded_headers(response)})
+        await send({"type": "http.response.body", "body": response.content})
+
+
+class AppendLane(Lane):
+    def __init__(self, inner: Callable[..., Awaitable[None]]):
+        super().__init__(inner)
         # A stored batch's 201 headers, per request scheme: the hooks above depend on the settings and
         # on whether the request is secure, and building them (the CSP header above all) cost a fifth
         # of a single append. Worked out by the hooks themselves on the first 201, again after a settings change.
@@ -96,16 +124,6 @@ class AppendLane:
                         return await self.created(request, answer, send)
                     return await self.respond(request, answer, send)
         return await self.inner(scope, replay(messages, receive), send)
-
-    def request(self, scope) -> ASGIRequest | None:
-        """The request, when the middleware would let it through to a view; None for Django to answer."""
-        try:
-            request = ASGIRequest(scope, None)  # the body is read here, not through the request
-            if any(hook(request) is not None for hook in self.request_hooks):
-                return None
-        except Exception:  # a disallowed host or user agent, an undecodable path: Django's 400 or 403
-            return None
-        return request
 
     def prepared(self, request: ASGIRequest, body: bytes) -> PreparedAppend | None:
         """The batch when this lane can take it; None for Django to answer."""
@@ -149,11 +167,62 @@ class AppendLane:
         await send({"type": "http.response.start", "status": 201, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
-    async def respond(self, request: ASGIRequest, response: HttpResponse, send) -> None:
-        for hook in self.response_hooks:
-            response = hook(request, response)
-        await send({"type": "http.response.start", "status": response.status_code, "headers": encoded_headers(response)})
-        await send({"type": "http.response.body", "body": response.content})
+
+# A page's query as this lane takes it: `since` and `limit` at most once each, plain decimal digits
+# in their ranges. Anything else (a sign, spaces, another key, a limit out of range) goes to Django,
+# which reads it with django-ninja's rules and answers, or refuses, as always.
+QUERY_VALUE = re.compile(r"0|[1-9][0-9]{0,17}")
+
+
+def page_of(query_string: bytes) -> tuple[int, int] | None:
+    """(since, limit) of a plain query, or None for Django to read it."""
+    found: dict[str, int] = {}
+    for pair in query_string.split(b"&") if query_string else []:
+        key, equals, value = pair.partition(b"=")
+        if not equals or key not in (b"since", b"limit") or key.decode() in found or not QUERY_VALUE.fullmatch(value.decode("latin1")):
+            return None
+        found[key.decode()] = int(value)
+    since, limit = found.get("since", 0), found.get("limit", EVENTS_PAGE_DEFAULT)
+    return (since, limit) if 1 <= limit <= EVENTS_PAGE_MAX else None
+
+
+class EventsLane(Lane):
+    async def __call__(self, scope, receive, send):
+        if (
+            scope["type"] != "http"
+            or scope["method"] != "GET"
+            or scope.get("root_path")
+            or (match := PATH.fullmatch(scope["path"])) is None
+            or (page := page_of(scope.get("query_string", b""))) is None
+        ):
+            return await self.inner(scope, receive, send)
+        if (request := self.request(scope)) is not None and (token := bearer_token(request)):
+            try:
+                answer = await self.read(request, token, match.group(1), *page)
+            except Refused:
+                pass
+            else:
+                return await self.respond(request, answer, send)
+        return await self.inner(scope, receive, send)  # a GET's body is not read here: Django reads it as sent
+
+    async def read(self, request: ASGIRequest, secret: str, session_id: str, since: int, limit: int) -> HttpResponse:
+        def page():
+            token = ApiToken.usable_for(secret)
+            if token is None:
+                raise Refused  # Django says why (401)
+            try:
+                session = selectors.get_session(session_id, related=False)
+            except errors.SessionNotFound:
+                raise Refused from None
+            if not access.Actor(user=token.user, token=token).can(session.project_id, access.READ):
+                raise Refused  # Django refuses it and audits the refusal
+            token.mark_used()
+            return events_answer(session, since=since, limit=limit)
+
+        try:
+            return await db_threads.run(page)
+        except DATABASE_UNAVAILABLE as error:
+            return self.unavailable.process_exception(request, error)
 
 
 def encoded_headers(response: HttpResponse) -> list[tuple[bytes, bytes]]:
