@@ -146,9 +146,15 @@ def attributes(pairs, where: str) -> dict:
     wire.check_count(len(pairs), wire.MAX_ATTRIBUTES, "attributes", where)
     found = {}
     for i, pair in enumerate(pairs):
-        key = wire.key(pair.key, f"{where}[{i}].key")
+        key = pair.key
+        if not (key and key.isascii() and "\x00" not in key):  # the path is built only for a key to look at
+            key = wire.key(key, f"{where}[{i}].key")
+        value = pair.value
         try:
-            found[key] = value_of(pair.value, 1)
+            if value.WhichOneof("value") == "string_value" and (text := value.string_value).isascii() and "\x00" not in text:
+                found[key] = text  # most values: plain ASCII text, taken as it is
+            else:
+                found[key] = value_of(value, 1)
         except SpanProblem as problem:
             raise wire.within(wire.keyed(where, key), problem, attribute=True) from None
     return found
