@@ -18,10 +18,12 @@ resources off.
 
 (a) Turnlog ingest, one fresh database: `POST /otlp/v1/traces` of each batch
     (spans/s) next to the native `POST /api/v1/sessions/{id}/events` of the
-    same batch's events, one request per session the batch touches (events/s;
-    creating the native sessions is timed apart). Interleaved batch by batch in
-    a shuffled order per round, so both see the same table sizes and machine
-    state. Target: OTLP spans/s >= half the native events/s.
+    same batch's events, one request per session the batch touches, after a
+    `POST /api/v1/sessions` for each session it starts (events/s over both:
+    OTLP's requests create their sessions, and its time counts them; the
+    appends alone are printed too). Interleaved batch by batch in a shuffled
+    order per round, so both see the same table sizes and machine state.
+    Target: OTLP spans/s >= half the native events/s.
 (b) Turnlog and Phoenix one after the other, each alone on the machine: every
     batch POSTed back to back over one keep-alive connection (the accepted
     rate). Meanwhile a sampler polls the first and last chat or tool span of
@@ -123,12 +125,23 @@ class IngestResult:
 
     @property
     def native_rate(self) -> float:
+        """The native API's events/s storing the same runs: its appends and the creation of their sessions
+        (OTLP's requests create theirs, and its time counts them)."""
+        return self.native_events / (self.native_seconds + self.create_seconds)
+
+    @property
+    def appends_rate(self) -> float:
         return self.native_events / self.native_seconds
 
     @property
     def ratio(self) -> float:
-        """The target's reading: OTLP spans/s over the native appends' events/s."""
+        """The target's reading: OTLP spans/s over the native API's events/s, each side storing the same runs."""
         return self.otlp_rate / self.native_rate
+
+    @property
+    def appends_ratio(self) -> float:
+        """The stricter reading: OTLP spans/s (sessions created inside) over the native appends' events/s alone."""
+        return self.otlp_rate / self.appends_rate
 
     @property
     def content_ratio(self) -> float:
@@ -704,7 +717,7 @@ def fmt(value: float | None, unit: str = "", digits: int = 2) -> str:
 def checks(ingest: IngestResult | None, turnlog: ExportResult, phoenix: ExportResult | None) -> list[tuple[str, str, str, bool]]:
     out = []
     if ingest:
-        out.append(("(a) OTLP spans/s / native events/s", f"{ingest.ratio:.2f}", f">= {TARGET_NATIVE_RATIO:.2f}", ingest.ratio >= TARGET_NATIVE_RATIO))
+        out.append(("(a) OTLP spans/s / native events/s, same runs", f"{ingest.ratio:.2f}", f">= {TARGET_NATIVE_RATIO:.2f}", ingest.ratio >= TARGET_NATIVE_RATIO))
     lag_met = turnlog.lag_max is not None and turnlog.lag_max <= TARGET_LAG_SECONDS
     out.append(("(b) sampled span readable after export, max", fmt(turnlog.lag_max, " s"), f"<= {TARGET_LAG_SECONDS:.0f} s", lag_met))
     if phoenix:
@@ -719,13 +732,15 @@ def report(work: Workload, ingest: IngestResult | None, turnlog: ExportResult, p
     if ingest:
         print("\n== (a) Turnlog ingest, the same runs over OTLP and over the native API (interleaved batch by batch) ==")
         print(f"OTLP   {ingest.otlp_spans:>7,} spans  in {len(work.bodies):>4} requests  {ingest.otlp_seconds:7.2f} s  {ingest.otlp_rate:8,.0f} spans/s  ({ingest.otlp_rate * work.native_events / len(work.spans):,.0f} native-event equivalents/s)")
-        print(f"native {ingest.native_events:>7,} events in {ingest.native_requests:>4} requests  {ingest.native_seconds:7.2f} s  {ingest.native_rate:8,.0f} events/s"
-              f"  (+ {ingest.create_sessions} session creations, {ingest.create_seconds:.2f} s)")
+        print(f"native {ingest.native_events:>7,} events in {ingest.native_requests:>4} requests  {ingest.native_seconds:7.2f} s  {ingest.appends_rate:8,.0f} events/s"
+              f"  (+ {ingest.create_sessions} session creations, {ingest.create_seconds:.2f} s: {ingest.native_rate:,.0f} events/s in all)")
         print(f"(ceiling) the same requests to a no-op app under the same daphne: OTLP {ingest.noop_otlp_seconds:.2f} s"
               f" ({ingest.otlp_spans / ingest.noop_otlp_seconds:,.0f} spans/s), native {ingest.noop_native_seconds:.2f} s"
               f" ({ingest.native_events / ingest.noop_native_seconds:,.0f} events/s)")
         print(f"same runs, native time / OTLP time: {ingest.content_ratio:.2f} (appends), {ingest.content_ratio_with_creation:.2f} (with the sessions' creation);"
               f" server CPU {ingest.server_cpu:.1f} s over {ingest.wall:.1f} s")
+        print(f"OTLP spans/s / native events/s: {ingest.ratio:.2f} (each side storing the same runs: the target's reading),"
+              f" {ingest.appends_ratio:.2f} (the native appends alone, their sessions made beforehand)")
     products = [p for p in (turnlog, phoenix) if p]
     print("\n== (b) export, then read back through the API (one product at a time) ==")
     print(f"{'':<44}" + "".join(f"{p.product + ' ' + p.version:>24}" for p in products))

@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Count, Q
 from django.utils import timezone
 
 from sessions_app import statements
@@ -206,12 +206,27 @@ def _prior_rows(sessions: Sequence[Session], by_session: dict[str, list[Reading]
 
 
 def _turn_count(session: Session) -> int:
-    """How many turn_starts the session's log holds (the next turn's number is one more)."""
-    latest = OtlpTrace.objects.filter(session=session, turn_seq__isnull=False).order_by("-turn_seq").first()
-    events = Event.objects.filter(session=session, type="turn_start")
-    if latest is None or latest.state.get("turn_number") is None:
-        return events.count()
-    return latest.state["turn_number"] + events.filter(seq__gt=latest.turn_seq).count()
+    """How many turn_starts the session's log holds (the next turn's number is one more).
+
+    The latest run's turn number plus the turn_starts written after it (by another writer), else
+    all of them; statements compiled once per connection (most batches ask it of dozens of sessions)."""
+    latest = statements.rows("otlp_latest_turn", _latest_turn, [session.id])
+    if latest and (number := latest[0][1].get("turn_number")) is not None:
+        return number + _turn_starts_after(session, latest[0][0])
+    return _turn_starts_after(session, -1)
+
+
+def _turn_starts_after(session: Session, seq: int) -> int:
+    counted = statements.rows("otlp_turn_starts_after", _turns_after, [session.id, "turn_start", seq])
+    return counted[0][0] if counted else 0  # grouped by session: no row for none
+
+
+def _latest_turn(session_id: str):
+    return OtlpTrace.objects.filter(session_id=session_id).filter(turn_seq__isnull=False).order_by("-turn_seq").values_list("turn_seq", "state")[:1]
+
+
+def _turns_after(session_id: str, type_: str, seq: int):
+    return Event.objects.filter(session_id=session_id).filter(type=type_).filter(seq__gt=seq).values("session_id").annotate(n=Count("id")).values_list("n")
 
 
 def _planner(session: Session, rows: dict[str, OtlpTrace], *, seen, turn_count: int, now: datetime) -> Planner:
