@@ -143,3 +143,51 @@ def test_spans_of_a_root_that_is_no_agent_close_their_run(actor, project):
     ingest(actor, project, [chat("a000000000000001", [], parent=ROOT, text="hi"), http_root])
     services.close_settled_turns(session_ids=["c-42"], now=timezone.now() + timedelta(seconds=10))
     assert types("c-42")[-1] == "turn_end"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_batches_over_the_same_new_sessions_all_go_in(actor, project):
+    """Batches that create and lock the same sessions at once (each its own run in every session) all
+    go in whole: sessions are taken in id order, agent counts in key order, so on PostgreSQL they
+    queue for each other rather than deadlock, and on SQLite the write lock serialises them."""
+    import dataclasses
+    import random
+    import threading
+
+    from django.db import connections
+
+    sessions = [f"conc-{i}" for i in range(6)]
+    rnd = random.Random(5)
+
+    def batch(writer: int) -> list:
+        readings = []
+        for n, sid in enumerate(rnd.sample(sessions, len(sessions))):
+            trace = f"{writer:02x}{n:02x}".ljust(32, "e")
+            prefix = f"{writer:x}{n:x}"
+            readings += [dataclasses.replace(r, conversation_id=sid) for r in finished_run(trace=trace, prefix=prefix, at=writer * 1000)]
+        return readings
+
+    batches = [batch(writer) for writer in range(4)]
+    errors, start = [], threading.Barrier(len(batches))
+
+    def send(readings):
+        try:
+            start.wait(timeout=10)
+            result = services.otlp.ingest_readings(actor=actor, project=project, readings=readings)
+            assert not result.refused, result.refused
+        except BaseException as error:  # reported below
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=send, args=(readings,)) for readings in batches]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    for sid in sessions:
+        turns = Event.objects.filter(session_id=sid, type="turn_start").order_by("seq")
+        assert [e.data["turn"] for e in turns] == [1, 2, 3, 4]
+    counts = AgentHour.objects.filter(agent_name="support")
+    assert sum(c.sessions for c in counts) == len(sessions) and sum(c.turns for c in counts) == 4 * len(sessions)
