@@ -42,6 +42,7 @@ from sessions_app import access, db_threads, errors, selectors, services
 from sessions_app.api.events import EVENTS_PAGE_DEFAULT, EVENTS_PAGE_MAX, PreparedAppend, events_answer, prepare_append
 from sessions_app.log import values as log_values
 from sessions_app.models import SESSION_ID_PATTERN, ApiToken
+from sessions_app.params import decimal_int
 
 PATH = re.compile("/api/v1/sessions/(" + SESSION_ID_PATTERN.removeprefix("^").removesuffix("$") + ")/events")
 BODY_KEYS = frozenset({"events", "expected_seq"})
@@ -181,7 +182,10 @@ def page_of(query_string: bytes) -> tuple[int, int] | None:
         key, equals, value = pair.partition(b"=")
         if not equals or key not in (b"since", b"limit") or key.decode() in found or not QUERY_VALUE.fullmatch(value.decode("latin1")):
             return None
-        found[key.decode()] = int(value)
+        if key == b"since":
+            found["since"] = decimal_int(value.decode("latin1"), name="since")
+        else:
+            found["limit"] = decimal_int(value.decode("latin1"), name="limit")
     since, limit = found.get("since", 0), found.get("limit", EVENTS_PAGE_DEFAULT)
     return (since, limit) if 1 <= limit <= EVENTS_PAGE_MAX else None
 
