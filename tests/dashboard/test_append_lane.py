@@ -11,7 +11,6 @@ import json
 import re
 
 import pytest
-import pytest_asyncio
 from asgiref.testing import ApplicationCommunicator
 from django.core.asgi import get_asgi_application
 from django.db import OperationalError
@@ -19,11 +18,11 @@ from django.db import OperationalError
 from dashboard import lanes as append_lane
 from dashboard.asgi import application, django_asgi_app
 from sessions_app import access, services
-from sessions_app.models import ApiToken, AuditEntry, Event, Project, Role
-from tests.access import member, token_for
-from tests.asgi import response_of
+from sessions_app.models import ApiToken, AuditEntry, Event
+from tests.access import case_tokens
+from tests.asgi import close_connections_of_the_sync_thread, http_scope, response_of  # noqa: F401 (the fixture)
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("close_connections_of_the_sync_thread")]
 
 AT = "2025-01-01T00:00:00Z"
 
@@ -34,36 +33,12 @@ def user_message(text: str) -> dict:
 
 async def call(app, path: str, body: bytes, headers: dict[str, str], *, chunk: int | None = None, scheme: str = "http") -> tuple[int, dict, bytes]:
     """One POST through an ASGI app; the body in chunks of `chunk` bytes when given."""
-    scope = {
-        "type": "http",
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": scheme,
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": b"",
-        "server": ("testserver", 80),
-        "client": ("127.0.0.1", 5000),
-        "headers": [
-            (k.lower().encode(), v.encode("latin1")) for k, v in {"Host": "testserver", "Content-Type": "application/json", **headers}.items()
-        ],
-    }
+    scope = http_scope("POST", path, {"Content-Type": "application/json", **headers}, scheme=scheme)
     communicator = ApplicationCommunicator(app, scope)
     pieces = [body[i : i + chunk] for i in range(0, len(body), chunk)] if chunk else [body]
     for i, piece in enumerate(pieces or [b""]):
         await communicator.send_input({"type": "http.request", "body": piece, "more_body": i < len(pieces) - 1})
     return await response_of(communicator)
-
-
-@pytest_asyncio.fixture(autouse=True)
-async def close_connections_of_the_sync_thread():
-    """The requests' database work ran on asgiref's sync thread (TURNLOG_DB_THREADS = 0): its
-    connection goes back before the test database is dropped."""
-    yield
-    from asgiref.sync import sync_to_async
-    from django.db import connections
-
-    await sync_to_async(connections.close_all)()
 
 
 @pytest.fixture
@@ -72,20 +47,7 @@ def world(django_user_model):
     from asgiref.sync import sync_to_async
 
     def build():
-        agent = django_user_model.objects.create_user("agent")
-        viewer = django_user_model.objects.create_user("viewer")
-        other = Project.objects.create(slug="other", name="Other")
-        stranger = django_user_model.objects.create_user("stranger")
-        tokens = {
-            "member": token_for(agent),
-            "viewer": token_for(viewer, Role.VIEWER),
-            "read_only": token_for(agent, scopes=["read"]),
-            "other_project": token_for(stranger, project=other),
-            "revoked": token_for(agent),
-        }
-        services.revoke_token(token=ApiToken.usable_for(tokens["revoked"]))
-        member(stranger, project=other)
-        return tokens
+        return case_tokens(django_user_model, scoped="read_only", scopes=["read"])
 
     return sync_to_async(build)
 

@@ -12,7 +12,6 @@ import json
 import re
 
 import pytest
-import pytest_asyncio
 from asgiref.sync import sync_to_async
 from asgiref.testing import ApplicationCommunicator
 from django.core.asgi import get_asgi_application
@@ -22,41 +21,21 @@ from dashboard import lanes
 from dashboard.asgi import application, django_asgi_app
 from sessions_app import access, selectors, services
 from sessions_app.log.events import validate_batch
-from sessions_app.models import ApiToken, AuditEntry, Project, Role
-from tests.access import member, token_for
-from tests.asgi import response_of
+from sessions_app.models import ApiToken, AuditEntry
+from tests.access import case_tokens
+from tests.asgi import close_connections_of_the_sync_thread, http_scope, response_of  # noqa: F401 (the fixture)
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.asyncio, pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("close_connections_of_the_sync_thread")]
 
 AT = "2025-01-01T00:00:00Z"
 SESSION = "read-me"
 
 
 async def get(app, path: str, query: str = "", headers: dict[str, str] | None = None, *, scheme: str = "http") -> tuple[int, dict, bytes]:
-    scope = {
-        "type": "http",
-        "http_version": "1.1",
-        "method": "GET",
-        "scheme": scheme,
-        "path": path,
-        "raw_path": path.encode(),
-        "query_string": query.encode("latin1"),
-        "server": ("testserver", 80),
-        "client": ("127.0.0.1", 5000),
-        "headers": [(k.lower().encode(), v.encode("latin1")) for k, v in {"Host": "testserver", **(headers or {})}.items()],
-    }
+    scope = http_scope("GET", path, headers or {}, query=query, scheme=scheme)
     communicator = ApplicationCommunicator(app, scope)
     await communicator.send_input({"type": "http.request", "body": b"", "more_body": False})
     return await response_of(communicator)
-
-
-@pytest_asyncio.fixture(autouse=True)
-async def close_connections_of_the_sync_thread():
-    """The requests' database work ran on asgiref's sync thread (TURNLOG_DB_THREADS = 0)."""
-    yield
-    from django.db import connections
-
-    await sync_to_async(connections.close_all)()
 
 
 @pytest.fixture
@@ -64,19 +43,7 @@ def world(django_user_model):
     """Tokens for the cases, and a session of the default project with events (one past 64 bits)."""
 
     def build():
-        agent = django_user_model.objects.create_user("agent")
-        viewer = django_user_model.objects.create_user("viewer")
-        stranger = django_user_model.objects.create_user("stranger")
-        other = Project.objects.create(slug="other", name="Other")
-        tokens = {
-            "member": token_for(agent),
-            "viewer": token_for(viewer, Role.VIEWER),
-            "append_only": token_for(agent, scopes=["append"]),
-            "other_project": token_for(stranger, project=other),
-            "revoked": token_for(agent),
-        }
-        services.revoke_token(token=ApiToken.usable_for(tokens["revoked"]))
-        member(stranger, project=other)
+        tokens = case_tokens(django_user_model, scoped="append_only", scopes=["append"])
         services.create_session(session_id=SESSION, agent_name="a")
         events = [
             {"type": "user_message", "data": {"content": "<b>first</b> é"}, "time": AT},
