@@ -4,7 +4,7 @@ import fnmatch
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -123,10 +123,12 @@ def repairs_digest(next_seq: int, repairs: Sequence[Repair]) -> str:
 
 
 @dataclass(frozen=True)
-class _Sighting:
+class Sighting:
+    """Where the scan first saw a call id (an assistant message's `tool_calls` entry or a `tool_call` event)."""
+
     id: str
     name: str | int | bool | None
-    call: dict  # the call as stored (its arguments are read only if it is owed)
+    call: dict  # the call as stored (its arguments are read only when shown: owed calls, the ledger)
     turn_seq: int | None
     step_seq: int | None
     sighted_seq: int
@@ -142,12 +144,17 @@ class _Scan:
     dispatches: dict[str, list[int]] = field(default_factory=dict)  # call id -> tool_call seqs
     # turn_start seq (None outside turns) -> its tool_call seqs
     turn_dispatches: dict[int | None, list[int]] = field(default_factory=dict)
-    resulted: set[str] = field(default_factory=set)
+    results: dict[str, list[Event]] = field(default_factory=dict)  # call id -> every tool_result naming it
     real_results: dict[str, Event] = field(default_factory=dict)  # call id -> its first non-synthetic result
     turn_numbers: dict[int, object] = field(default_factory=dict)  # turn_start seq -> data.turn
     steps_per_turn: Counter = field(default_factory=Counter)
-    sightings: dict[str, _Sighting] = field(default_factory=dict)  # first sighting wins
+    sightings: dict[str, Sighting] = field(default_factory=dict)  # first sighting wins
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def resulted(self) -> Collection[str]:
+        """The ids some tool_result answers (section 4's `resulted`), whatever wrote it."""
+        return self.results.keys()
 
     def read(self, event: Event) -> None:
         where = place(self.turn_stack, self.step_stack, event.seq, event.type)
@@ -168,13 +175,13 @@ class _Scan:
                 if (cid := call_id(call)) is not None:
                     self._sight(cid, call, where, event.seq)
         elif event.type == "tool_result" and (cid := call_id(event.data)) is not None:
-            self.resulted.add(cid)
+            self.results.setdefault(cid, []).append(event)
             if not is_synthetic(event.data):
                 self.real_results.setdefault(cid, event)
 
     def _sight(self, cid: str, call: dict, where: Placement, seq: int) -> None:
         if cid not in self.sightings:
-            self.sightings[cid] = _Sighting(cid, call_name(call), call, where.turn_seq, where.step_seq, seq)
+            self.sightings[cid] = Sighting(cid, call_name(call), call, where.turn_seq, where.step_seq, seq)
 
 
 def is_synthetic(data: dict) -> bool:
@@ -202,7 +209,7 @@ def _scan(events: Sequence[Event], step_stack: Sequence[int] = ()) -> _Scan:
     return scan
 
 
-def _classify(scan: _Scan, call: _Sighting) -> tuple[int, str, tuple[int, ...]]:
+def _classify(scan: _Scan, call: Sighting) -> tuple[int, str, tuple[int, ...]]:
     """(rule, risk, evidence) by the first matching row of the risk table."""
     if call.id in scan.dispatches:
         return 1, TOOL_OUTCOME_UNKNOWN, tuple(scan.dispatches[call.id])
@@ -213,7 +220,7 @@ def _classify(scan: _Scan, call: _Sighting) -> tuple[int, str, tuple[int, ...]]:
     return 4, TOOL_OUTCOME_UNKNOWN, ()
 
 
-def _owed_result(scan: _Scan, call: _Sighting) -> Repair:
+def _owed_result(scan: _Scan, call: Sighting) -> Repair:
     rule, risk, evidence = _classify(scan, call)
     owed = OwedCall(
         call.id, call.name, call_arguments(call.call), call.turn_seq, call.step_seq, call.sighted_seq,
@@ -256,7 +263,25 @@ def plan(events: Sequence[Event], *, step_stack: Sequence[int] = ()) -> Plan:
     plus earlier non-structural events naming the same call ids and stray turn_ends) together
     with the steps still open where that tail starts (`step_stack`); the plan is the same.
     """
-    scan = _scan(events, step_stack)
+    return _plan_of(_scan(events, step_stack))
+
+
+@dataclass(frozen=True)
+class CallsSeen:
+    """One scan of a whole log, read call by call: what the ledger (log.ledger) states from."""
+
+    sightings: tuple[Sighting, ...]  # every call's first sighting, in sighting order
+    results: Mapping[str, Sequence[Event]]  # call id -> every tool_result naming it, in seq order
+    plan: Plan
+
+
+def calls_seen(events: Sequence[Event]) -> CallsSeen:
+    """The calls of a whole log (every event from seq 0: a tail would miss earlier sightings)."""
+    scan = _scan(events)
+    return CallsSeen(tuple(scan.sightings.values()), scan.results, _plan_of(scan))
+
+
+def _plan_of(scan: _Scan) -> Plan:
     turns = scan.turn_stack[::-1]
     repairs = []
     for turn_seq in turns:
