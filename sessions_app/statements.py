@@ -117,7 +117,9 @@ def rows(name: str, build: Callable[..., QuerySet], params: Sequence, *, bound: 
     `bound` is what the SQL takes for them, in its order (default: `params` themselves, for plain
     str and int, each used once, in that order); checked against what Django sends when the SQL is
     compiled, so a query whose parameters differ fails at once. Anything Django writes into the SQL
-    itself, a slice's LIMIT, belongs in `name`. The values are converted as the queryset would.
+    itself, a slice's LIMIT, belongs in `name`; so does any value that changes the SQL's shape, which
+    a later call must never pass: None (IS NULL), a number outside its field's range (Django drops
+    the condition), an empty list. The values are converted as the queryset would.
     """
     bound = list(params if bound is None else bound)
     db = connections[DEFAULT_DB_ALIAS]

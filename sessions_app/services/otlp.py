@@ -212,21 +212,22 @@ def _turn_count(session: Session) -> int:
     all of them; statements compiled once per connection (most batches ask it of dozens of sessions)."""
     latest = statements.rows("otlp_latest_turn", _latest_turn, [session.id])
     if latest and (number := latest[0][1].get("turn_number")) is not None:
-        return number + _turn_starts_after(session, latest[0][0])
-    return _turn_starts_after(session, -1)
-
-
-def _turn_starts_after(session: Session, seq: int) -> int:
-    counted = statements.rows("otlp_turn_starts_after", _turns_after, [session.id, "turn_start", seq])
-    return counted[0][0] if counted else 0  # grouped by session: no row for none
+        counted = statements.rows("otlp_turn_starts_after", _turns_after, [session.id, "turn_start", latest[0][0]])
+    else:
+        number, counted = 0, statements.rows("otlp_turn_starts", _turns, [session.id, "turn_start"])
+    return number + (counted[0][0] if counted else 0)  # grouped by session: no row for none
 
 
 def _latest_turn(session_id: str):
     return OtlpTrace.objects.filter(session_id=session_id).filter(turn_seq__isnull=False).order_by("-turn_seq").values_list("turn_seq", "state")[:1]
 
 
+def _turns(session_id: str, type_: str):
+    return Event.objects.filter(session_id=session_id).filter(type=type_).values("session_id").annotate(n=Count("id")).values_list("n")
+
+
 def _turns_after(session_id: str, type_: str, seq: int):
-    return Event.objects.filter(session_id=session_id).filter(type=type_).filter(seq__gt=seq).values("session_id").annotate(n=Count("id")).values_list("n")
+    return _turns(session_id, type_).filter(seq__gt=seq)
 
 
 def _planner(session: Session, rows: dict[str, OtlpTrace], *, seen, turn_count: int, now: datetime) -> Planner:
