@@ -45,7 +45,7 @@ def list_notes(request, session_id: str):
     return {"notes": [note_to_wire(note) for note in selectors.session_notes(session)]}
 
 
-@router.patch("/notes/{note_id}", response={200: NoteOut, 403: ErrorOut, 404: ErrorOut, **BODY_ERRORS})
+@router.patch("/notes/{int:note_id}", response={200: NoteOut, 403: ErrorOut, 404: ErrorOut, **BODY_ERRORS})
 def edit_note(request, note_id: int, payload: NoteEditIn):
     """Change a note's text and/or tags (its author, or an admin of the project); absent fields stay as they are."""
     sent = payload.model_fields_set
@@ -54,7 +54,7 @@ def edit_note(request, note_id: int, payload: NoteEditIn):
     return note_to_wire(note)
 
 
-@router.delete("/notes/{note_id}", response={204: None, 403: ErrorOut, 404: ErrorOut})
+@router.delete("/notes/{int:note_id}", response={204: None, 403: ErrorOut, 404: ErrorOut})
 def delete_note(request, note_id: int):
     """Delete a note (its author, or an admin of the project)."""
     services.delete_note(actor=access.actor_of(request), note_id=note_id)

@@ -104,6 +104,8 @@ def test_an_unknown_session_or_note_is_404(api, s1):
     assert_error(api.patch("/api/v1/notes/999999", {"text": "x"}), 404, "not_found")
     assert_error(api.delete("/api/v1/notes/999999"), 404, "not_found")
     assert_error(api.delete(f"/api/v1/notes/{2**70}"), 404, "not_found")
+    assert_error(api.patch("/api/v1/notes/abc", {"text": "x"}), 404, "not_found")  # no note id: no endpoint
+    assert_error(api.delete("/api/v1/notes/-1"), 404, "not_found")
 
 
 def test_an_edit_by_another_member_is_403_and_changes_nothing(api, s1, client_of):
