@@ -28,9 +28,9 @@ from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
 from sessions_app import selectors, statements
-from sessions_app.errors import SessionNotFound
+from sessions_app.errors import NoteNotFound, SessionNotFound
 from sessions_app.log.events import format_time
-from sessions_app.models import ApiToken, AuditEntry, Membership, Project, Role, Scope, Session, hash_token
+from sessions_app.models import ApiToken, AuditEntry, Membership, Note, Project, Role, Scope, Session, hash_token
 
 # Capabilities share the scopes' names: a token's scope is the capability it lends.
 READ, APPEND, FORK, RECOVER, ADMIN = "read", "append", "fork", "recover", "admin"
@@ -41,6 +41,8 @@ CAPABILITY_WORDS = {
     RECOVER: "apply recoveries (operator)",
     ADMIN: "manage the project (admin)",
 }
+# Notes need no capabilities of their own: READ reads them, APPEND writes them (one's own;
+# any note for a project admin whose token, if any, carries the append scope).
 
 ROLE_CAPABILITIES: dict[str, frozenset[str]] = {
     Role.VIEWER: frozenset({READ}),
@@ -215,6 +217,34 @@ def session_for(actor: Actor, session_id: str, capability: str = READ, *, relate
         audit_denied(actor, project_id=session.project_id, target=session.id, capability=capability)
         raise Forbidden(refusal(actor, capability), capability=capability)
     return session
+
+
+def note_for(actor: Actor, note_id: int, *, change: bool = False) -> Note:
+    """The note (with its session) if the actor may read it, or with `change` edit or delete it.
+
+    NoteNotFound when it does not exist or the actor may do nothing in its
+    session's project; Forbidden when they may read it but not change it:
+    changing needs APPEND (the role's, and the token's `append` scope) and
+    either the note's authorship or the project's admin role. An imported
+    note has no local author: only admins change it. Refusals are audited.
+    """
+    note = selectors.get_note(note_id)
+    project_id, target = note.session.project_id, f"note {note.pk} of {note.session_id}"
+    if not actor.capabilities(project_id):
+        audit_denied(actor, project_id=project_id, target=target, capability=READ)
+        raise NoteNotFound(note_id)
+    if not change:
+        return note
+    if not actor.can(project_id, APPEND):
+        audit_denied(actor, project_id=project_id, target=target, capability=APPEND)
+        raise Forbidden(refusal(actor, APPEND), capability=APPEND)
+    is_author = note.author_id is not None and actor.user is not None and note.author_id == actor.user.pk
+    if not is_author and ADMIN not in ROLE_CAPABILITIES.get(actor.roles().get(project_id), frozenset()):
+        audit_denied(actor, project_id=project_id, target=target, capability=ADMIN)
+        raise Forbidden(
+            f"note {note.pk} is {note.author_name}'s: only its author or an admin of the project may change it", capability=ADMIN
+        )
+    return note
 
 
 def project_for(actor: Actor, slug: str | None, capability: str) -> Project:

@@ -48,3 +48,17 @@ class RecoveryFirst(Exception):
             f"the session has open turns (seqs {open_turns}); recover it first, or the generic"
             " patch would erase the risk classification of the owed calls"
         )
+
+
+class NoteNotFound(Exception):
+    def __init__(self, note_id: int):
+        super().__init__(f"note {note_id} does not exist")
+        self.note_id = note_id
+
+
+class InvalidNote(Exception):
+    """A note's text, tags or seq breaks the notes' rules (docs/api.md, Notes): which field, and why."""
+
+    def __init__(self, field: str, reason: str, detail: str):
+        super().__init__(detail)
+        self.field, self.reason, self.detail = field, reason, detail

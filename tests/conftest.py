@@ -73,6 +73,12 @@ class ApiClient:
     def post(self, path, body=None, **headers):
         return self.client.post(path, body if body is not None else {}, content_type="application/json", headers={**self.headers, **headers})
 
+    def patch(self, path, body=None, **headers):
+        return self.client.patch(path, body if body is not None else {}, content_type="application/json", headers={**self.headers, **headers})
+
+    def delete(self, path, **headers):
+        return self.client.delete(path, headers={**self.headers, **headers})
+
     def post_raw(self, path, raw: bytes, **headers):
         return self.client.generic("POST", path, raw, content_type="application/json", headers={**self.headers, **headers})
 

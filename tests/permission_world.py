@@ -3,7 +3,8 @@
 Project "alpha" holds three small sessions: `alpha-open` (a turn left open:
 recovery has something to append), `alpha-closed` (turns closed, so it forks
 at "last", and a call dangling outside any turn for the turn-blind patch)
-and `alpha-recovered` (with a recovery record). Project "beta" holds the
+and `alpha-recovered` (with a recovery record); alpha-closed has a note by the member
+and one by the admin. Project "beta" holds the
 outsider's own session, `beta-own`, recovered too.
 """
 
@@ -25,7 +26,8 @@ from sessions_app import selectors, services
 from sessions_app.log import blob as log_blob
 from sessions_app.log import recovery as log_recovery
 from sessions_app.log.events import validate_batch
-from sessions_app.models import ApiToken, AuditEntry, AutoRecoveryPolicy, Event, Membership, Project, RecoveryRecord, Role, Session, ToolPolicy
+from sessions_app import access
+from sessions_app.models import ApiToken, AuditEntry, AutoRecoveryPolicy, Event, Membership, Note, Project, RecoveryRecord, Role, Session, ToolPolicy
 from tests.access import token_for
 from tests.sessions_app import factories as f
 
@@ -43,11 +45,12 @@ def session_with(session_id: str, project: Project, events: list[dict]) -> Sessi
     return Session.objects.get(pk=session_id)
 
 
-COUNTED = (Session, Event, RecoveryRecord, ToolPolicy, AutoRecoveryPolicy, ApiToken, Membership, Project, Group, AccessAttempt, AccessLog, AccessFailureLog)
+COUNTED = (Session, Event, Note, RecoveryRecord, ToolPolicy, AutoRecoveryPolicy, ApiToken, Membership, Project, Group, AccessAttempt, AccessLog, AccessFailureLog)
 
 
 def stored_state() -> tuple:
-    """What a write could change: rows added or removed (the audit log aside: refusals are audited), roles, usable tokens."""
+    """What a write could change: rows added or removed (the audit log aside: refusals are audited), roles, usable tokens,
+    notes' text and tags (an edit adds no row)."""
     tables = [model._meta.db_table for model in (*COUNTED, get_user_model())]
     with connection.cursor() as cursor:  # one round trip for the counts
         cursor.execute("SELECT " + ", ".join(f"(SELECT COUNT(*) FROM {connection.ops.quote_name(table)})" for table in tables))
@@ -56,6 +59,7 @@ def stored_state() -> tuple:
         *counts,
         ApiToken.objects.usable().count(),
         sorted(Membership.objects.values_list("project_id", "user_id", "role")),
+        sorted(Note.objects.values_list("pk", "text", "tags")),
     )
 
 
@@ -158,6 +162,10 @@ def build_world() -> World:
     session_with(OUTSIDER_SESSION, beta, f.worked_example())
     services.recover(session_id=OUTSIDER_SESSION, user=users["outsider"])
 
+    # A note by the member (its author may change it) and one by the admin (the member may not) on alpha's closed session.
+    member_note = services.add_note(actor=access.Actor(user=users["member"]), session_id="alpha-closed", text="member's", seq=0)
+    admin_note = services.add_note(actor=access.Actor(user=users["admin"]), session_id="alpha-closed", text="admin's")
+
     open_session = Session.objects.get(pk="alpha-open")
     dangling = selectors.dangling_patch(closed)
     assert dangling and open_session.interrupted, "the world needs something to recover and to patch"
@@ -173,6 +181,8 @@ def build_world() -> World:
         "blob": log_blob.write_blob(selectors.session_log(closed), agent_name="matrix"),
         "closed_event": Event.objects.get(session=closed, seq=0).pk,
         "alpha_record": alpha_record.pk,
+        "member_note": member_note.pk,
+        "admin_note": admin_note.pk,
         "session_type": ContentType.objects.get_for_model(Session).pk,
         "group": group.pk,
         "policy": policy.pk,

@@ -100,6 +100,11 @@ def api_write(path: str, data: dict, *, needs: str) -> Probe:
     return Probe("POST", path, by_role("401", "404", "403", member, allowed), data=data, api=True)
 
 
+def note_change(allowed: str) -> dict[str, str]:
+    """A change to a member's note: its author (the member) and the project's admins only; the operator is neither."""
+    return by_role("401", "404", "403", allowed, "403", allowed)
+
+
 CLOSED, OPEN = "/sessions/{closed}", "/sessions/{open}"
 # An OTLP/JSON export: one model span of a conversation naming alpha's closed session.
 OTLP_CHAT = {"resourceSpans": [{"scopeSpans": [{"spans": [{
@@ -199,6 +204,17 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         api_write(API + "/{closed}/patch-dangling-calls", {"digest": "{dangling_digest}"}, needs="operator")
     ],
     "api-v1:fork_session": [api_write(API + "/{closed}/fork", {"boundary": "last", "id": "alpha-fork"}, needs="member")],
+    # Notes: viewers read them, members add them and change their own, admins change any (an operator is not the author).
+    "api-v1:list_notes": [api_read(API + "/{closed}/notes")],
+    "api-v1:add_note": [api_write(API + "/{closed}/notes", {"text": "matrix", "tags": ["verified"], "seq": 1}, needs="member")],
+    "api-v1:edit_note": [
+        Probe("PATCH", "/api/v1/notes/{member_note}", note_change("200 stored"), data={"text": "edited"}, api=True),
+        Probe("PATCH", "/api/v1/notes/{admin_note}", {**note_change("200 stored"), "member": "403"}, data={"tags": ["x"]}, api=True),
+    ],
+    "api-v1:delete_note": [
+        Probe("DELETE", "/api/v1/notes/{member_note}", note_change("204 stored"), api=True),
+        Probe("DELETE", "/api/v1/notes/{admin_note}", {**note_change("204 stored"), "member": "403"}, api=True),
+    ],
     # Whatever no endpoint serves under /api/: a JSON 404 for anyone, credentials or not.
     "^api/": [Probe("GET", "/api/v1/nothing", everyone("404"), api=True), Probe("POST", "/api/v2/sessions", everyone("404"), api=True)],
     # OTLP: bearer tokens only (a login is no credential there); the token's project receives the spans, so the

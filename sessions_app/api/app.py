@@ -20,7 +20,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 import sessions_app.converters  # noqa: F401  (registers the session_id path converter the routes use)
 from sessions_app import access, db_threads, errors, field_paths
-from sessions_app.api import events, forks, recovery, sessions, transfer
+from sessions_app.api import events, forks, notes, recovery, sessions, transfer
 from sessions_app.api.checks import ApiError, json_object_body
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
@@ -174,6 +174,16 @@ def on_not_found(request, exc):
     return error_response(request, 404, "not_found", str(exc))
 
 
+@api.exception_handler(errors.NoteNotFound)
+def on_note_not_found(request, exc):
+    return error_response(request, 404, "not_found", str(exc))
+
+
+@api.exception_handler(errors.InvalidNote)
+def on_invalid_note(request, exc: errors.InvalidNote):
+    return error_response(request, 422, "invalid_note", exc.detail, field=exc.field, reason=exc.reason)
+
+
 @api.exception_handler(access.Forbidden)
 def on_forbidden(request, exc: access.Forbidden):
     return error_response(request, 403, "forbidden", exc.detail)
@@ -244,6 +254,7 @@ api.add_router("/", events.router)
 api.add_router("/", transfer.router)
 api.add_router("/", recovery.router)
 api.add_router("/", forks.router)
+api.add_router("/", notes.router)
 
 
 def _json_method_not_allowed(view):

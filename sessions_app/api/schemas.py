@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from ninja import Field, Schema
-from pydantic import StrictBool, StrictInt
+from pydantic import StrictBool, StrictInt, StrictStr
 
 from sessions_app import services
 from sessions_app.log import events as log_events
@@ -201,6 +201,38 @@ class DanglingPatchOut(Schema):
 class ForkIn(Schema):
     boundary: Any = Field("last", description='The seq of the last event to inherit (inclusive), or "last"')
     id: str | None = Field(None, description="The new session's id; generated when absent")
+
+
+NOTE_LIMITS = (
+    f"text: 1 to {services.notes.TEXT_MAX} characters, not only spaces; tags: at most {services.notes.TAGS_MAX},"
+    f" each 1 to {services.notes.TAG_MAX} characters of a-z 0-9 . _ : - starting with a letter or digit (a repeated tag is kept once)"
+)
+
+
+class NoteOut(Schema):
+    id: int
+    session_id: str
+    seq: int | None = Field(..., description="the event the note is pinned to; null: a note on the whole session")
+    text: str
+    tags: list[str]
+    author: str = Field(..., description="who wrote it: a user's name, or an imported note's author as exported")
+    created_at: str
+    updated_at: str
+
+
+class NotesOut(Schema):
+    notes: list[NoteOut]
+
+
+class NoteIn(Schema):
+    text: StrictStr = Field(..., description=NOTE_LIMITS)
+    tags: list[StrictStr] | None = Field(None, description="free words such as verified, refund-confirmed, needs-follow-up")
+    seq: StrictInt | None = Field(None, description="the seq of the event to pin the note to; absent or null: the whole session")
+
+
+class NoteEditIn(Schema):
+    text: StrictStr | None = Field(None, description="the new text (absent: unchanged; null is refused). " + NOTE_LIMITS)
+    tags: list[StrictStr] | None = Field(None, description="the new tags, replacing the old (absent: unchanged; null is refused)")
 
 
 ERRORS = {403: ErrorOut, 404: ErrorOut, 409: ErrorOut, 413: ErrorOut, 422: ErrorOut}

@@ -8,6 +8,7 @@ from ninja import Router, Status
 
 from sessions_app import access, selectors, services
 from sessions_app.api.checks import ApiError, checked_session_id, json_object_body, readable
+from sessions_app.api.notes import note_to_wire
 from sessions_app.api.schemas import BODY_ERRORS, ErrorOut, ImportOut
 from sessions_app.api.sessions import session_to_wire
 from sessions_app.log import blob as log_blob
@@ -28,7 +29,7 @@ IMPORT_BODY = {
     openapi_extra=IMPORT_BODY,
 )
 def import_session(request, id: str | None = None, project: str | None = None):
-    """Create a session from a blob. Seqs are reassigned; dropped events are listed in warnings."""
+    """Create a session from a blob. Seqs are reassigned (notes on events follow them); what was dropped is listed in warnings."""
     into = access.project_for(access.actor_of(request), project, access.APPEND)
     blob = json_object_body(request)
     try:
@@ -40,7 +41,10 @@ def import_session(request, id: str | None = None, project: str | None = None):
 
 @router.get("/sessions/{session_id:session_id}/export", response={200: dict[str, Any], 403: ErrorOut, 404: ErrorOut})
 def export_session(request, session_id: str):
-    """A version 2 blob (session-log.md section 6) plus the session and its parent."""
+    """A version 2 blob (session-log.md section 6) plus the session, its parent and its notes."""
     session = readable(request, session_id)
-    extra = {"session": {"id": session.id, "agent_name": session.agent_name or None, "parent": session.parent_ref}}
+    extra = {
+        "session": {"id": session.id, "agent_name": session.agent_name or None, "parent": session.parent_ref},
+        "notes": [note_to_wire(note) for note in selectors.session_notes(session)],
+    }
     return log_blob.write_blob(selectors.session_log(session), agent_name=session.agent_name or None, extra=extra)

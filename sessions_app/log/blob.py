@@ -1,7 +1,7 @@
 """The portable serialized form, version 2, and its reader (spec section 6)."""
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from .events import (
@@ -28,7 +28,7 @@ EMPTY_USAGE = {
     "cache_creation_input_tokens": 0,
     "cache_read_input_tokens": 0,
 }
-EXTRA_KEYS = ("session", "parent")  # ignored by the reference reader, used by this project
+EXTRA_KEYS = ("session", "parent", "notes")  # ignored by the reference reader, used by this project
 SHIFT_NOTE = "every later event's seq shifts down"
 
 
@@ -41,6 +41,13 @@ class LoadedBlob:
     events: list[NewEvent]  # in order; the caller reassigns seqs (a persisted seq is never trusted)
     warnings: list[str]
     extra: dict  # the EXTRA_KEYS found at the top level
+    # Each seq the blob's events carried -> the seq its event gets when the events are
+    # re-appended from 0 (follow_seq); none for a v1 blob, a dropped event or a seq given twice.
+    seqs: dict[int, int] = field(default_factory=dict)
+
+    def follow_seq(self, seq: int) -> int | None:
+        """Where the blob's event `seq` lands in the imported log; None when it was not imported."""
+        return self.seqs.get(seq)
 
 
 def _wire_message(message: dict) -> dict:
@@ -135,8 +142,10 @@ def read_blob(blob: object, *, now: datetime) -> LoadedBlob:
     check(blob)  # values.UnacceptableValue: nothing of a blob is stored that a database would alter or refuse
     warnings: list[str] = []
     stored = blob.get("events")
+    seqs: dict[int, int] = {}
     if version == 2 and isinstance(stored, list):
         loaded = [_load_event(i, item, now, warnings) for i, item in enumerate(stored)]
+        seqs = _followed_seqs(stored, loaded)
     else:
         messages = blob.get("messages")
         if not isinstance(messages, list):
@@ -145,4 +154,25 @@ def read_blob(blob: object, *, now: datetime) -> LoadedBlob:
         loaded = [_seed_event(i, message, now, warnings) for i, message in enumerate(messages)]
     events = [event for event in loaded if event is not None]
     extra = {key: blob[key] for key in EXTRA_KEYS if key in blob}
-    return LoadedBlob(events, warnings, extra)
+    return LoadedBlob(events, warnings, extra, seqs)
+
+
+def _followed_seqs(stored: list, loaded: list[NewEvent | None]) -> dict[int, int]:
+    """The blob's seq of each kept event -> its new seq (its place among the kept ones). A seq
+    that more than one item carries, or a dropped event's, names no imported event for sure: left out."""
+    seqs: dict[int, int] = {}
+    unfollowable: set[int] = set()
+    kept = 0
+    for item, event in zip(stored, loaded, strict=True):
+        seq = item.get("seq") if isinstance(item, Mapping) else None
+        if is_integer(seq):
+            if seq in seqs or seq in unfollowable:
+                unfollowable.add(seq)
+            elif event is not None:
+                seqs[seq] = kept
+            else:
+                unfollowable.add(seq)
+        kept += event is not None
+    for seq in unfollowable:
+        seqs.pop(seq, None)
+    return seqs

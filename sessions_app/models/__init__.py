@@ -6,7 +6,7 @@ dotted paths migrations hold, such as sessions_app.models.CallIdField) still
 resolve.
 """
 
-# Dependencies first (projects < sessions < recovery, audit): Django registers the models in this order.
+# Dependencies first (projects < sessions < recovery, audit, notes): Django registers the models in this order.
 from sessions_app.models.projects import ApiToken, Membership, Project, Role, Scope, hash_token
 from sessions_app.models.sessions import (
     REPLACE_BOUND_MAX,
@@ -23,3 +23,4 @@ from sessions_app.models.sessions import (
 from sessions_app.models.recovery import AgentHour, AutoRecoveryPolicy, RecoveryRecord, ToolPolicy
 from sessions_app.models.audit import AuditEntry
 from sessions_app.models.otel import OtlpSpan, OtlpTrace
+from sessions_app.models.notes import Note

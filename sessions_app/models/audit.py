@@ -11,7 +11,7 @@ from sessions_app.models.sessions import AppendOnlyViolation, EventQuerySet
 
 
 class AuditEntry(models.Model):
-    """Who did what, when: recoveries, forks, tokens, memberships, refused requests. Append-only."""
+    """Who did what, when: recoveries, forks, tokens, memberships, notes, refused requests. Append-only."""
 
     RECOVERY = "recovery"
     DANGLING_PATCH = "dangling_patch"
@@ -23,6 +23,9 @@ class AuditEntry(models.Model):
     MEMBER_REMOVED = "member_removed"
     ACCESS_DENIED = "access_denied"
     AUTO_RECOVERY_HELD = "auto_recovery_held"
+    NOTE_ADDED = "note_added"
+    NOTE_EDITED = "note_edited"
+    NOTE_DELETED = "note_deleted"
     ACTIONS = [
         (RECOVERY, "Recovery applied"),
         (DANGLING_PATCH, "Dangling calls patched"),
@@ -34,6 +37,9 @@ class AuditEntry(models.Model):
         (MEMBER_REMOVED, "Member removed"),
         (ACCESS_DENIED, "Access denied"),
         (AUTO_RECOVERY_HELD, "Auto-recovery held"),
+        (NOTE_ADDED, "Note added"),
+        (NOTE_EDITED, "Note edited"),
+        (NOTE_DELETED, "Note deleted"),
     ]
 
     # None: a site-level action (a site token).

@@ -9,6 +9,7 @@ from .access_admin import InvalidScopes, LastAdmin, issue_token, revoke_token, s
 from .appends import AGENT_NAME_MAX, AppendResult, append_events, create_session
 from .audit_log import audit
 from .forks import fork
+from .notes import UNCHANGED, add_note, delete_note, edit_note
 from .otlp import IngestResult, SpanRefusal, close_settled_turns, ingest_spans, sessions_to_settle
 from .publishing import SESSIONS_GROUP, session_group
 from .recovery import RepairResult, patch_dangling_calls, recover, recover_automatically
@@ -17,16 +18,20 @@ from .transfer import import_blob
 __all__ = [
     "AGENT_NAME_MAX",
     "SESSIONS_GROUP",
+    "UNCHANGED",
     "AppendResult",
     "IngestResult",
     "InvalidScopes",
     "LastAdmin",
     "RepairResult",
     "SpanRefusal",
+    "add_note",
     "append_events",
     "audit",
     "close_settled_turns",
     "create_session",
+    "delete_note",
+    "edit_note",
     "fork",
     "import_blob",
     "ingest_spans",

@@ -10,14 +10,18 @@ from sessions_app.log import events as log_events
 from sessions_app.models import Project, Session
 
 from .appends import AGENT_NAME_MAX, _store, create_session
+from .notes import import_notes
 
 
 def import_blob(*, blob: object, session_id: str | None = None, project: Project | None = None) -> tuple[Session, list[str]]:
     """Create a session in `project` (default: the default project) from a version 1 or 2 blob; seqs are reassigned.
 
     A parent is kept only when it is in the same project (a link across
-    projects would show one team's session to another)."""
-    loaded = log_blob.read_blob(blob, now=timezone.now())
+    projects would show one team's session to another). The blob's notes
+    (an additive "notes" list) are kept, each pinned note following its
+    event's new seq, their authors as text (services.notes.import_notes)."""
+    now = timezone.now()
+    loaded = log_blob.read_blob(blob, now=now)
     warnings = list(loaded.warnings)
     exported = loaded.extra.get("session") if isinstance(loaded.extra.get("session"), dict) else {}
     agent_name = exported.get("agent_name") or (blob.get("agent_name") if isinstance(blob, dict) else None) or ""
@@ -31,6 +35,7 @@ def import_blob(*, blob: object, session_id: str | None = None, project: Project
             session_id=session_id, agent_name=agent_name, project=project, parent=parent, seed_length=seed_length
         )
         _store(session, loaded.events, received_at=None)  # the server never received these as they happened
+        import_notes(session, loaded.extra.get("notes"), loaded.follow_seq, warnings, now=now)
     return session, warnings
 
 

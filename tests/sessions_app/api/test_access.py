@@ -16,12 +16,13 @@ from tests.sessions_app import factories as f
 pytestmark = pytest.mark.django_db
 
 # Every endpoint that names a session, with a body it would accept for a session it may use.
-READS = ["", "/events", "/messages", "/export", "/recovery-plan", "/dangling-calls"]
+READS = ["", "/events", "/messages", "/export", "/recovery-plan", "/dangling-calls", "/notes"]
 WRITES = {
     "/events": {"events": [f.user()]},
     "/recover": {},
     "/patch-dangling-calls": {},
     "/fork": {"boundary": "last"},
+    "/notes": {"text": "checked"},
 }
 
 
@@ -310,7 +311,7 @@ def test_a_site_token_gets_no_session(django_user_model, beta_session):
 def test_the_openapi_document_lists_403_for_every_session_endpoint(client):
     paths = client.get("/api/v1/openapi.json").json()["paths"]
     session_paths = {path: ops for path, ops in paths.items() if path.startswith("/api/v1/sessions/{session_id}")}
-    assert len(session_paths) == len(READS) + len(WRITES) - 1  # /events serves a read and a write
+    assert len(session_paths) == len(READS) + len(WRITES) - 2  # /events and /notes serve a read and a write
     for path, operations in session_paths.items():
         for method, operation in operations.items():
             assert "403" in operation["responses"], f"{method.upper()} {path}"

@@ -167,3 +167,25 @@ def test_a_v2_blob_without_an_events_list_is_seeded_from_messages():
 def test_a_v1_blob_ignores_its_events():
     blob = {"version": 1, "events": [{"type": "turn_start", "data": {}}], "messages": V1_MESSAGES[:1]}
     assert [e.type for e in read_blob(blob, now=NOW).events] == ["system_message"]
+
+
+def test_notes_travel_as_an_extra_key():
+    notes = [{"seq": 0, "text": "checked", "tags": ["verified"], "author": "ana"}]
+    assert read_blob(through_json(write_blob([], extra={"notes": notes})), now=NOW).extra == {"notes": notes}
+
+
+def test_each_kept_events_blob_seq_is_followed_to_its_new_seq():
+    def item(seq, type="user_message"):
+        return {"seq": seq, "type": type, "time": "2026-01-01T00:00:00Z", "data": {}}
+
+    # 0 kept -> 0; 1 dropped (and given again at the end: still no event for sure); 5 kept -> 1;
+    # 7 twice (not sure which); "8" not an integer; 9 kept -> 5 (the two 7s and "8" are kept events too)
+    stored = [item(0), item(1, "hologram"), item(5), item(7), item(7), item("8"), item(9), "junk", item(1)]
+    loaded = read_blob({"version": 2, "events": stored}, now=NOW)
+    assert len(loaded.events) == 7
+    assert loaded.seqs == {0: 0, 5: 1, 9: 5}
+    assert (loaded.follow_seq(5), loaded.follow_seq(1), loaded.follow_seq(7), loaded.follow_seq(42)) == (1, None, None, None)
+
+
+def test_a_v1_blob_follows_no_seqs():
+    assert read_blob({"version": 1, "messages": [{"role": "user", "content": "x"}]}, now=NOW).seqs == {}
