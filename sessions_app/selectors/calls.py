@@ -1,0 +1,60 @@
+"""Calls: every sighted tool call of one session as the ledger states it (api.md, "Calls, notes and search").
+
+The state is log.ledger's (the one reading every view gives); this room adds what storage
+knows and the log does not: which results a dangling-call patch wrote (its RecoveryRecords'
+seq ranges), the session's status, the tool policies as they are now, and the notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from sessions_app.log import events as log_events
+from sessions_app.log import ledger, recovery
+from sessions_app.models import Note, RecoveryRecord, Session, ToolPolicy
+from sessions_app.selectors.events import session_log
+from sessions_app.selectors.notes import session_notes
+
+# The classes the list shows by default: the calls a person may have to check.
+CHECKED_CLASSES = frozenset({ToolPolicy.EXTERNAL_EFFECT, "unknown"})
+
+
+@dataclass(frozen=True)
+class CallRow:
+    session: Session
+    call: ledger.CallState
+    side_effect: str  # the tool's class by the policies as they are now
+    time: datetime  # the time the first-sighting event claims
+    notes: list[Note]  # pinned to the first sighting or to one of the call's results
+
+
+def patch_seqs(session: Session) -> set[int]:
+    """The seqs of the results the session's dangling-call patches wrote (each record holds only them)."""
+    ranges = RecoveryRecord.objects.filter(session=session, kind=RecoveryRecord.DANGLING_PATCH).values_list("first_seq", "last_seq")
+    return {seq for first, last in ranges for seq in range(first, last + 1)}
+
+
+def session_calls(session: Session, *, all_classes: bool) -> list[CallRow]:
+    """The session's calls in order of first sighting; without `all_classes`, external_effect and unknown only."""
+    events = session_log(session)
+    status = session.status
+    states = ledger.call_states(events, running=status == "running", active=status == "active", patch_seqs=patch_seqs(session))
+    policies = list(ToolPolicy.objects.values_list("pattern", "side_effect"))
+    classes = {name: recovery.side_effect_class(name, policies) for name in {log_events.tool_name(c.name) for c in states}}
+    rows = [(call, classes[log_events.tool_name(call.name)]) for call in states]
+    if not all_classes:
+        rows = [(call, cls) for call, cls in rows if cls in CHECKED_CLASSES]
+    if not rows:
+        return []
+    results = recovery.calls_seen(events).results  # the same scan the ledger made, in memory
+    notes_at: dict[int, list[Note]] = {}
+    for note in session_notes(session):
+        if note.seq is not None:
+            notes_at.setdefault(note.seq, []).append(note)
+    out = []
+    for call, cls in rows:
+        seqs = [call.seq, *(r.seq for r in results.get(call.call_id, ()))]
+        notes = sorted((n for seq in dict.fromkeys(seqs) for n in notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
+        out.append(CallRow(session=session, call=call, side_effect=cls, time=events[call.seq].time, notes=notes))
+    return out
