@@ -205,6 +205,8 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     ],
     "api-v1:fork_session": [api_write(API + "/{closed}/fork", {"boundary": "last", "id": "alpha-fork"}, needs="member")],
     # Notes: viewers read them, members add them and change their own, admins change any (an operator is not the author).
+    # Calls: read as events are (viewers and `read` tokens).
+    "api-v1:list_calls": [api_read(API + "/{open}/calls?all=true")],
     "api-v1:list_notes": [api_read(API + "/{closed}/notes")],
     "api-v1:add_note": [api_write(API + "/{closed}/notes", {"text": "matrix", "tags": ["verified"], "seq": 1}, needs="member")],
     "api-v1:edit_note": [

@@ -224,6 +224,33 @@ class NotesOut(Schema):
     notes: list[NoteOut]
 
 
+CALL_STATES = Literal["pending", "completed", "error", "superseded", "no_result", "tool_not_started", "tool_outcome_unknown"]
+
+
+class CallOut(Schema):
+    session_id: str
+    project: str = Field(..., description="the slug of the session's project")
+    agent_name: str
+    call_id: str = Field(..., description="the call id as section 1 reads it (an integer id as its decimal string)")
+    name: Any = Field(None, description=CALL_NAME_DESCRIPTION)
+    arguments: Any = Field(
+        None, description="its `arguments`, else its `function`'s `arguments`; a JSON text that is valid JSON is given parsed"
+    )
+    class_: Literal["read_only", "idempotent", "external_effect", "unknown"] = Field(
+        ..., alias="class", description="the tool's side-effect class by the tool policies as they are now"
+    )
+    state: CALL_STATES = Field(..., description="one word, the same reading every view gives (api.md's seven rules)")
+    seq: int = Field(..., description="where the call was first sighted")
+    result_seq: int | None = Field(..., description="the result that decided `state` (for superseded, the late real result)")
+    turn_seq: int | None = Field(..., description="the innermost turn it was first sighted in; null outside every turn")
+    time: str = Field(..., description="the time the first-sighting event claims")
+    notes: list[NoteOut] = Field(..., description="notes pinned to the first sighting or to any of the call's tool_results")
+
+
+class CallsOut(Schema):
+    calls: list[CallOut]
+
+
 class NoteIn(Schema):
     text: StrictStr = Field(..., description=NOTE_LIMITS)
     tags: list[StrictStr] | None = Field(None, description="free words such as verified, refund-confirmed, needs-follow-up")

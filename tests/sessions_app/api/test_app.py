@@ -590,7 +590,7 @@ def test_the_openapi_document_keeps_its_path_order_and_operation_ids_across_the_
         "/api/v1/sessions/{session_id}/export", "/api/v1/sessions/{session_id}/recovery-plan",
         "/api/v1/sessions/{session_id}/dangling-calls", "/api/v1/sessions/{session_id}/recover",
         "/api/v1/sessions/{session_id}/patch-dangling-calls", "/api/v1/sessions/{session_id}/fork",
-        "/api/v1/sessions/{session_id}/notes", "/api/v1/notes/{note_id}",
+        "/api/v1/sessions/{session_id}/notes", "/api/v1/notes/{note_id}", "/api/v1/sessions/{session_id}/calls",
     ]  # fmt: skip
     assert [operation["operationId"] for path in paths.values() for operation in path.values()] == [
         f"sessions_app_api_{name}"
@@ -598,6 +598,7 @@ def test_the_openapi_document_keeps_its_path_order_and_operation_ids_across_the_
             "create_session", "list_sessions", "import_session", "get_session", "append_events", "list_events",
             "list_messages", "export_session", "get_recovery_plan", "get_dangling_calls", "recover_session",
             "patch_dangling_calls", "fork_session", "add_note", "list_notes", "edit_note", "delete_note",
+            "list_calls",
         ]
     ]  # fmt: skip
     imported = api.post("/api/v1/sessions/import", {"version": 2, "events": []})
