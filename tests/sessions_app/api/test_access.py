@@ -16,7 +16,7 @@ from tests.sessions_app import factories as f
 pytestmark = pytest.mark.django_db
 
 # Every endpoint that names a session, with a body it would accept for a session it may use.
-READS = ["", "/events", "/messages", "/export", "/recovery-plan", "/dangling-calls", "/notes"]
+READS = ["", "/events", "/messages", "/export", "/recovery-plan", "/dangling-calls", "/notes", "/calls"]
 WRITES = {
     "/events": {"events": [f.user()]},
     "/recover": {},
