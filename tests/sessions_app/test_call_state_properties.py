@@ -129,9 +129,10 @@ def ledger_states(events: list[dict], *, status: str, patch_seqs: set[int]) -> l
 
 def state_fields(call) -> tuple:
     """What the ledger decides of a call, from a CallState or a Call of the API."""
-    if isinstance(call, ledger.CallState):
-        return (call.call_id, call.state, call.result_seq, call.seq, call.turn_seq)
-    return (call["call_id"], call["state"], call["result_seq"], call["seq"], call["turn_seq"])
+    if isinstance(call, ledger.CallState):  # name and arguments as JSON carries them
+        shown = json.loads(json.dumps({"name": call.name, "arguments": call.arguments}))
+        return (call.call_id, call.state, call.result_seq, call.seq, call.turn_seq, shown["name"], shown["arguments"])
+    return (call["call_id"], call["state"], call["result_seq"], call["seq"], call["turn_seq"], call["name"], call["arguments"])
 
 
 def stood_in_first(events: list[dict], call: dict) -> bool:
