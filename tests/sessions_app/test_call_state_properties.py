@@ -1,14 +1,18 @@
 """One call state everywhere (issue 27's property): for random logs, every call's state in
 `GET /api/v1/sessions/{id}/calls?all=true` is log.ledger's; a call the recovery plan owes reads
 the plan's risk once the session is not running; the strategies' "completed" calls are exactly
-those that read `completed` or `error`. All of it before and after recovery, a dangling-call
-patch, a late real result (which supersedes a stand-in) and a fork or an import (whose calls
-are the parent's at the seed point), on a real database (SQLite; PostgreSQL with DATABASE_URL).
+those that read `completed` or `error` (or `superseded`, when a result marked synthetic came
+before the tool's own: section 8.1 says the tool ran, rule 1 that a stand-in answered first).
+All of it before and after recovery, a dangling-call patch, a late real result (which
+supersedes a stand-in), more rounds of the same, and a fork or an import (whose calls are the
+parent's at the seed point), on a real database (SQLite; PostgreSQL with DATABASE_URL).
 
-The logs are the read-back property's batches (tests/wire_batches.py: odd ids, shapes and crashed
-turns) and emitter-shaped logs (tests/sessions_app/log/strategies.py: nested and double-started
-turns, compactions). The expected states are computed here from what the API gives back (the
-events, and the seqs the patch answered with), never from the selectors under test.
+The logs are the read-back property's accepted batches (tests/wire_batches.py: odd ids, shapes
+and crashed turns), emitter-shaped logs (tests/sessions_app/log/strategies.py: nested and
+double-started turns, compactions) and logs dense in a few call ids. The expected states are
+computed here from what the API gives back (the events, and the seqs the patch answered with,
+carried by the test itself to forks and imports), never from the selectors under test.
+CALL_STATE_EXAMPLES=600 runs a longer search (add --timeout 1400).
 
 No tool policy exists, so every call's class is `unknown` and the plan's strategies list every
 call of an open turn (api.md lists only external_effect and unknown ones there).
@@ -193,9 +197,9 @@ def strategies_completed(reader: Reader) -> set[str]:
     return {call["id"] for turn in plan["strategies"] for call in turn["calls"] if call["state"] == COMPLETED}
 
 
-def late_result(reader: Reader, call_id: str) -> int:
+def late_result(reader: Reader, cid: str) -> int:
     """The call's real result arriving late; its seq."""
-    body = {"events": [{"type": "tool_result", "data": {"tool_call_id": call_id, "content": "late", "metadata": {}}}]}
+    body = {"events": [{"type": "tool_result", "data": {"tool_call_id": cid, "content": "late", "metadata": {}}}]}
     return ok(reader.api.post(f"/api/v1/sessions/{reader.id}/events", body), "late result")["first_seq"]
 
 
