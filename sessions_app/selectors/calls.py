@@ -14,7 +14,7 @@ from sessions_app.log import events as log_events
 from sessions_app.log import ledger, recovery
 from sessions_app.models import Note, RecoveryRecord, Session, ToolPolicy
 from sessions_app.selectors.events import session_log
-from sessions_app.selectors.notes import session_notes
+from sessions_app.selectors.notes import notes_by_seq
 
 # The classes the list shows by default: the calls a person may have to check.
 CHECKED_CLASSES = frozenset({ToolPolicy.EXTERNAL_EFFECT, "unknown"})
@@ -48,10 +48,7 @@ def session_calls(session: Session, *, all_classes: bool) -> list[CallRow]:
     if not rows:
         return []
     results = recovery.calls_seen(events).results  # the same scan the ledger made, in memory
-    notes_at: dict[int, list[Note]] = {}
-    for note in session_notes(session):
-        if note.seq is not None:
-            notes_at.setdefault(note.seq, []).append(note)
+    notes_at = notes_by_seq(session)
     out = []
     for call, cls in rows:
         seqs = [call.seq, *(r.seq for r in results.get(call.call_id, ()))]

@@ -74,7 +74,7 @@ async def test_new_blocks_are_appended_and_touched_blocks_replaced(sid, session_
     frame = await page.receive_from(timeout=WAIT)
     assert '<section id="turn-1" class="block turn open" hx-swap-oob="true">' in frame
     assert "&lt;b&gt;hi&lt;/b&gt;" in frame and "<b>hi</b>" not in frame
-    assert 'data-call-id="c1"' in frame and '<span class="badge state">requested</span>' in frame
+    assert 'data-call-id="c1"' in frame and '<span class="badge state">pending</span> <span class="muted pending-detail">requested</span>' in frame
     assert await page.receive_nothing(QUIET)
 
 
@@ -123,8 +123,9 @@ async def test_a_frame_in_the_open_turn_reads_that_turn_once(sid):
     assert len(turn_reads) == 1
     assert not [q for q in queries if '"sessions_app_event"."seq" >=' in q]  # no second read of the turn for the plan
     # 19 when the plan, the fork spots and the labels each read the turn and its calls again; 9 since the frame
-    # re-renders the whole header as a reload does, whose list of forks is one more indexed read.
-    assert len(queries) <= 9, queries
+    # re-renders the whole header as a reload does, whose list of forks is one more indexed read; 10 since cards
+    # show the notes pinned to their calls (one read of the session's notes).
+    assert len(queries) <= 10, queries
 
 
 async def test_a_page_socket_is_closed_for_a_reconnect_before_it_gets_old(sid, session_cookie, settings):
@@ -360,7 +361,7 @@ async def test_a_call_outside_turns_reads_no_result_once_the_session_went_quiet(
     settings.TURNLOG_STALL_SECONDS = 0
     frame = await page.receive_from(timeout=WAIT)
     block = element(frame, "event-0", "section")
-    assert '<span class="badge state">no result</span>' in block
+    assert '<span class="badge state">no_result</span>' in block
     assert block == element(await reload(user, sid), "event-0", "section")
     await assert_header_as_reloaded(frame, user, sid)
 
@@ -390,7 +391,7 @@ async def test_a_stalled_page_re_renders_its_open_turn_as_recovery_classifies_it
     settings.TURNLOG_STALL_SECONDS = 0
     frame = await page.receive_from(timeout=WAIT)
     turn = frame[frame.index('<section id="turn-0"') :]
-    assert 'hx-swap-oob="true"' in turn[:200] and '<span class="badge state">outcome unknown</span>' in turn
+    assert 'hx-swap-oob="true"' in turn[:200] and '<span class="badge state">tool_outcome_unknown</span>' in turn
     assert "Why (rule 1):" in turn and "elapsed" not in turn
 
 
