@@ -8,11 +8,15 @@ import re
 
 import pytest
 from django.contrib.auth import get_user_model
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dashboard.pages import transcript
 
 from sessions_app import selectors, services
 from sessions_app.log.events import validate_batch
 from sessions_app.models import Session
-from tests.sessions_app.log.strategies import message
+from tests.sessions_app.log.strategies import logs, message
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE, assistant, dispatch, result
 from tests.sessions_app.services.test_recovery import store
 
@@ -105,3 +109,41 @@ def test_a_card_has_an_anchor_the_ledger_links_to(viewer):
     page = page_of(viewer, "s")
     anchor = CARD.search(page)["anchor"]
     assert page.count(f'id="{anchor}"') == 1 and anchor.startswith("call-")
+
+
+# The property: for random logs, every card's state is the ledger's -----------------------------
+
+
+def card_states(session_id: str) -> dict[str, str]:
+    """Every card of the whole transcript (all its blocks, not only the first page's)."""
+    session = selectors.session_for_page(session_id)
+    built = transcript.Builder(session).build(*selectors.placed_events_from(session, 0))
+    shown = [card for block in built for row in rows_of(block) for card in row.cards]
+    assert len({card.id for card in shown}) == len(shown)
+    return {card.id: card.state for card in shown}
+
+
+def rows_of(block):
+    return [row for part in block.parts for row in (part.rows if hasattr(part, "rows") else [part])]
+
+
+def same_story(session_id: str) -> None:
+    assert card_states(session_id) == ledger(session_id)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(events=logs(), late=st.booleans())
+def test_cards_read_as_the_ledger_before_and_after_recovery_a_patch_a_late_result_and_a_fork(events, late):
+    operator = get_user_model().objects.get_or_create(username="prop-ops", is_staff=True)[0]
+    session = store(events)
+    same_story(session.id)
+    owed = [r.call.id for r in selectors.recovery_plan(session).repairs if r.call is not None]
+    services.recover(session_id=session.id, user=operator)
+    same_story(session.id)
+    if late and owed:
+        services.append_events(session_id=session.id, events=validate_batch([{"type": "tool_result", "data": result(owed[0])[1]}]))
+        same_story(session.id)
+    services.patch_dangling_calls(session_id=session.id, user=operator)
+    same_story(session.id)
+    child = services.fork(session_id=session.id)
+    same_story(child.id)
