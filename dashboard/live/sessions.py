@@ -36,7 +36,7 @@ from dashboard.live.consumers import (
     close_without_database,
 )
 from dashboard.outage import DATABASE_UNAVAILABLE
-from dashboard.pages import raw_log, session_page, transcript
+from dashboard.pages import ledger_panel, raw_log, session_page, transcript
 from sessions_app import access, db_threads, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.params import BadParameter, decimal_int
@@ -99,6 +99,7 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         except BadParameter as bad:
             return await self.close(code=CLOSE_BAD_REQUEST, reason=str(bad))
         self.raw_from = (first or 0) if query.get("view") == "raw" else None
+        self.all_calls = ledger_panel.wants_all(query.get("calls"))  # the ledger panel's switch, as the page shows it
         # What the page's header shows (its data-state): a socket opened after it changed sets it right.
         self.page_state = query.get("state", "")[:200] or None
         actor = access.Actor(user=self.scope["user"])
@@ -112,11 +113,11 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
     async def _send_events(self, wires: list[dict]) -> None:
         session_id, shown_through = self._stream.session_id, wires[0]["seq"] - 1
         if self.raw_from is None:
-            render = functools.partial(render_page_frame, session_id, wires, shown_through, self.can_fork)
+            render = functools.partial(render_page_frame, session_id, wires, shown_through, self.can_fork, self.all_calls)
         else:
-            render = functools.partial(render_raw_frame, session_id, wires, shown_through, self.raw_from, self.can_fork)
+            render = functools.partial(render_raw_frame, session_id, wires, shown_through, self.raw_from, self.can_fork, self.all_calls)
         # Everything a frame depends on, so viewers in step share one render.
-        key = (session_id, self.raw_from, self.can_fork, wires[0]["seq"], wires[-1]["seq"])
+        key = (session_id, self.raw_from, self.can_fork, self.all_calls, wires[0]["seq"], wires[-1]["seq"])
         await self.send(text_data=await shared_frames.get(key, render))
 
     async def refresh_status(self, session_id: str):
@@ -130,10 +131,10 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         tab = session_page.TRANSCRIPT if self.raw_from is None else session_page.RAW
         try:
             while True:
-                change, with_blocks = await changes.get()
-                with_blocks = with_blocks and tab == session_page.TRANSCRIPT
-                render = functools.partial(render_state_frame, session_id, self.can_fork, tab, with_blocks)
-                key = ("state", session_id, change, with_blocks, tab, self.can_fork)
+                change, follows = await changes.get()
+                with_blocks = follows and tab == session_page.TRANSCRIPT
+                render = functools.partial(render_state_frame, session_id, self.can_fork, tab, with_blocks, self.all_calls, follows)
+                key = ("state", session_id, change, follows, tab, self.can_fork, self.all_calls)
                 await self.send(text_data=await shared_frames.get(key, render))
         finally:
             shared_status.unfollow(session_id, changes)
@@ -253,8 +254,9 @@ class SharedStatus:
 shared_status = SharedStatus()
 
 
-def render_page_frame(session_id: str, wires: list[dict], shown_through: int, can_fork: bool) -> str:
-    """Out-of-band swaps for new events: each touched block replaced, or appended when new."""
+def render_page_frame(session_id: str, wires: list[dict], shown_through: int, can_fork: bool, all_calls: bool = False) -> str:
+    """Out-of-band swaps for new events: each touched block replaced, or appended when new, and the
+    ledger panel when they can change a row of it."""
     session = session_page.page_session(session_id)
     events = [log_events.event_from_wire(w) for w in wires]
     context = session_page.header_context(session, can_fork=can_fork, tab=session_page.TRANSCRIPT)
@@ -263,10 +265,12 @@ def render_page_frame(session_id: str, wires: list[dict], shown_through: int, ca
         oob = "true" if block.first_seq <= shown_through else None
         html = render_to_string("sessions/detail.html#block", {**context, "block": block, "oob": oob}).strip()
         parts.append(html if oob else f'<div hx-swap-oob="beforeend:#blocks">{html}</div>')
+    if ledger_panel.touched_by(events):
+        parts.append(ledger_panel.panel_swap(session, all_calls=all_calls, tab=session_page.TRANSCRIPT))
     return "".join(parts) + frame_end(context, wires)
 
 
-def render_raw_frame(session_id: str, wires: list[dict], shown_through: int, first_shown: int, can_fork: bool) -> str:
+def render_raw_frame(session_id: str, wires: list[dict], shown_through: int, first_shown: int, can_fork: bool, all_calls: bool = False) -> str:
     """Out-of-band swaps for the raw log: new rows appended, rows whose badge or fork label
     the new events changed (a summary shadowing them, their turn closing) replaced."""
     session = session_page.page_session(session_id)
@@ -278,6 +282,8 @@ def render_raw_frame(session_id: str, wires: list[dict], shown_through: int, fir
     parts = [render_to_string("sessions/detail.html#raw-row", {**context, "entry": row, "oob": True}).strip() for row in changed]
     rows = "".join(render_to_string("sessions/detail.html#raw-row", {**context, "entry": row}) for row in new_rows)
     parts.append(f'<div hx-swap-oob="beforeend:#raw-rows">{rows}</div>')
+    if ledger_panel.touched_by(events):
+        parts.append(ledger_panel.panel_swap(session, all_calls=all_calls, tab=session_page.RAW))
     return "".join(parts) + frame_end(context, wires)
 
 
@@ -287,7 +293,9 @@ def frame_end(context: dict, wires: list[dict]) -> str:
     return session_page.header_swaps(context) + cursor
 
 
-def render_state_frame(session_id: str, can_fork: bool, tab: str, with_blocks: bool) -> str:
+def render_state_frame(
+    session_id: str, can_fork: bool, tab: str, with_blocks: bool, all_calls: bool = False, with_ledger: bool = False
+) -> str:
     """The header after it changed with no event (a status turning stalled with silence alone, a fork
     of this session, a flag); `with_blocks`, also the transcript's latest blocks and open turns: their
     unanswered calls read as pending while the session may still answer them, and as recovery
@@ -296,6 +304,8 @@ def render_state_frame(session_id: str, can_fork: bool, tab: str, with_blocks: b
     context = session_page.header_context(session, can_fork=can_fork, tab=tab)
     blocks = session_page.status_blocks(session) if with_blocks else []
     swaps = [render_to_string("sessions/detail.html#block", {**context, "block": block, "oob": "true"}).strip() for block in blocks]
+    if with_ledger:  # its rows read pending while the session may still answer them, as the cards do
+        swaps.append(ledger_panel.panel_swap(session, all_calls=all_calls, tab=tab))
     return "".join(swaps) + session_page.header_swaps(context)
 
 

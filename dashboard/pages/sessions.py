@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from dashboard.pages import plan_change, raw_log, recovery_page, session_page, transcript
+from dashboard.pages import ledger_panel, plan_change, raw_log, recovery_page, session_page, transcript
 from sessions_app import access, errors, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
@@ -85,6 +85,7 @@ def session_detail(request, session_id: str):
         **session_page.header_context(session, can_fork=rights["can_fork"], tab=view),
         "highlight": highlighted_seqs(request),
         **rights,
+        **ledger_panel.panel_context(session, all_calls=ledger_panel.wants_all(request.GET.get("calls")), tab=view),
     }
     if view == "raw":
         context["raw"] = raw_log.raw_page(session, before=decimal_int(request.GET.get("before", ""), name="before"))

@@ -121,11 +121,15 @@ async def test_a_frame_in_the_open_turn_reads_that_turn_once(sid):
     assert "Turn 1" in frame
     turn_reads = [q for q in queries if '"sessions_app_event"."data"' in q and '"sessions_app_event"."turn_seq" IN' in q]
     assert len(turn_reads) == 1
-    assert not [q for q in queries if '"sessions_app_event"."seq" >=' in q]  # no second read of the turn for the plan
+    # No second read of the turn for the plan; the one read from seq 0 is the ledger panel's (it states every call
+    # of the log, as GET .../calls does), made only by frames whose events sight, answer or place a call.
+    assert len([q for q in queries if '"sessions_app_event"."seq" >=' in q]) == 1
+    assert '"sessions_app_event"."seq" >= 0' in next(q for q in queries if '"sessions_app_event"."seq" >=' in q)
     # 19 when the plan, the fork spots and the labels each read the turn and its calls again; 9 since the frame
     # re-renders the whole header as a reload does, whose list of forks is one more indexed read; 10 since cards
-    # show the notes pinned to their calls (one read of the session's notes).
-    assert len(queries) <= 10, queries
+    # show the notes pinned to their calls (one read of the session's notes); 16 with the ledger panel (the log,
+    # its patches, policies, notes and turn numbers).
+    assert len(queries) <= 16, queries
 
 
 async def test_a_page_socket_is_closed_for_a_reconnect_before_it_gets_old(sid, session_cookie, settings):
@@ -597,3 +601,48 @@ async def test_shared_frames_render_on_the_database_threads_which_keep_their_con
             assert len({conn for _, conn in seen}) <= 2  # one kept connection per thread
     finally:
         await sync_to_async(db_threads.stop)()
+
+
+# The ledger panel follows the log ---------------------------------------------------------------
+
+
+def ledger_of(html: str) -> str | None:
+    return element(html, "ledger-panel", "section")
+
+
+@pytest.mark.parametrize("query", ["", "?view=raw", "?calls=all", "?view=raw&calls=all"])
+async def test_the_ledger_panel_of_a_frame_is_a_reloads(sid, session_cookie, user, query):
+    await create(sid, 1)
+    view = "&view=raw&first=0" if "raw" in query else ""
+    calls = "&calls=all" if "all" in query else ""
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=0{view}{calls}", session_cookie)
+    await append_events(sid, [
+        {"type": "turn_start", "data": {"turn": 1}},
+        {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "charge_card", "arguments": {"cents": 5}}]}},
+    ])  # fmt: skip
+    frame = await page.receive_from(timeout=WAIT)
+    panel = ledger_of(frame)
+    assert 'data-call="c1" data-state="pending"' in panel
+    assert panel == ledger_of(await reload(user, sid, query))
+    await append_events(sid, [{"type": "tool_result", "data": {"tool_call_id": "c1", "content": "charged"}}])
+    frame = await page.receive_from(timeout=WAIT)
+    assert 'data-call="c1" data-state="completed"' in ledger_of(frame)
+    assert ledger_of(frame) == ledger_of(await reload(user, sid, query))
+    await append_events(sid, [{"type": "user_message", "data": {"content": "thanks"}}])
+    assert ledger_of(await page.receive_from(timeout=WAIT)) is None  # nothing a row reads changed
+
+
+async def test_a_stalled_pages_ledger_reads_the_risk_without_any_event(sid, session_cookie, user, monkeypatch, settings):
+    monkeypatch.setattr(live, "STATUS_REFRESH_SECONDS", 0.2)
+    await create(sid)
+    await append_events(sid, [
+        {"type": "turn_start", "data": {"turn": 1}},
+        {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "charge_card"}]}},
+        {"type": "tool_call", "data": {"id": "c1", "name": "charge_card"}},
+    ])  # fmt: skip
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=2&view=raw&first=0", session_cookie)
+    assert await page.receive_nothing(QUIET)  # still running
+    settings.TURNLOG_STALL_SECONDS = 0
+    frame = await page.receive_from(timeout=WAIT)
+    assert 'data-call="c1" data-state="tool_outcome_unknown"' in ledger_of(frame)
+    assert ledger_of(frame) == ledger_of(await reload(user, sid, "?view=raw"))

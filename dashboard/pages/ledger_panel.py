@@ -1,0 +1,100 @@
+"""The ledger panel at the top of a session page: "did that side effect happen?" at a glance.
+
+One row per call whose tool is classed external_effect or has no policy (the
+switch, ?calls=all, shows every call), as selectors.session_calls states them:
+the rows of GET /api/v1/sessions/{id}/calls, so the panel, the cards and the
+API say the same word. Unknown outcomes of external-effect calls come first,
+then the rest in order of first sighting. The page load and every live frame
+render `sessions/_ledger.html` from `panel_context`, the same inputs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from django.template.loader import render_to_string
+
+from dashboard.pages.blocks import SIDE_EFFECT_LABELS, card_anchor, cut_at_word
+from sessions_app import selectors
+from sessions_app.log import events as log_events
+from sessions_app.log import ledger
+from sessions_app.log.recovery import TOOL_OUTCOME_UNKNOWN
+from sessions_app.models import Session
+
+ALL = "all"  # the switch's value: ?calls=all
+ARGUMENTS_CHARS = 80  # key arguments, shortened: the card has them in full
+
+
+@dataclass(frozen=True)
+class LedgerRow:
+    row: selectors.CallRow
+    arguments: str  # shortened
+    turn_number: object | None  # the `turn` its turn_start gave, None outside every turn
+
+    @property
+    def call(self) -> ledger.CallState:
+        return self.row.call
+
+    @property
+    def anchor(self) -> str:
+        return card_anchor(self.call.call_id)
+
+    @property
+    def side_effect_label(self) -> str:
+        return SIDE_EFFECT_LABELS[self.row.side_effect]
+
+    @property
+    def check_first(self) -> bool:
+        return self.row.side_effect == "external_effect" and self.call.state == TOOL_OUTCOME_UNKNOWN
+
+
+@dataclass(frozen=True)
+class Ledger:
+    rows: list[LedgerRow]
+    all_calls: bool
+    total: int  # every sighted call, whatever its class
+
+
+def wants_all(value: str | None) -> bool:
+    return value == ALL
+
+
+def ledger_of(session: Session, *, all_calls: bool) -> Ledger:
+    every = selectors.session_calls(session, all_classes=True)
+    shown = every if all_calls else [r for r in every if r.side_effect in selectors.CHECKED_CLASSES]
+    turns = {r.call.turn_seq for r in shown} - {None}
+    numbers = {seq: data.get("turn") if isinstance(data, dict) else None for seq, data in selectors.turn_start_data(session, turns)} if turns else {}
+    rows = [LedgerRow(r, short_arguments(r.call.arguments), numbers.get(r.call.turn_seq)) for r in shown]
+    rows.sort(key=lambda r: not r.check_first)  # stable: the rest keep their order of first sighting
+    return Ledger(rows=rows, all_calls=all_calls, total=len(every))
+
+
+def short_arguments(arguments: object) -> str:
+    """The arguments on one line, `key=value` for an object's keys, cut at a word past ARGUMENTS_CHARS."""
+    if arguments is None:
+        return ""
+    if isinstance(arguments, dict):
+        text = ", ".join(f"{key}={json.dumps(value, ensure_ascii=False, default=str)}" for key, value in arguments.items())
+    else:
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= ARGUMENTS_CHARS else cut_at_word(text, ARGUMENTS_CHARS) + "…"
+
+
+def panel_context(session: Session, *, all_calls: bool, tab: str) -> dict:
+    """What _ledger.html reads, for a page load and a live frame alike."""
+    return {"session": session, "ledger": ledger_of(session, all_calls=all_calls), "tab": tab}
+
+
+def panel_swap(session: Session, *, all_calls: bool, tab: str) -> str:
+    """The panel as an out-of-band swap for a live frame."""
+    return render_to_string("sessions/_ledger.html", {**panel_context(session, all_calls=all_calls, tab=tab), "swap_oob": True}).strip()
+
+
+def touched_by(events: list[log_events.Event]) -> bool:
+    """Whether new events can change a row: a call sighted or answered, or a turn opened or closed (rules 5-7)."""
+    return any(
+        e.type in ("tool_call", "tool_result", "turn_start", "turn_end") or (e.type == "assistant_message" and log_events.tool_calls_of(e.data))
+        for e in events
+    )
