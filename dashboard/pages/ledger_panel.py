@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from django.template.loader import render_to_string
 
 from dashboard.pages.blocks import SIDE_EFFECT_LABELS, card_anchor, cut_at_word
+from dashboard.pages.notes import NoteRights
 from sessions_app import selectors
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger
@@ -82,14 +83,21 @@ def short_arguments(arguments: object) -> str:
     return text if len(text) <= ARGUMENTS_CHARS else cut_at_word(text, ARGUMENTS_CHARS) + "…"
 
 
-def panel_context(session: Session, *, all_calls: bool, tab: str) -> dict:
-    """What _ledger.html reads, for a page load and a live frame alike."""
-    return {"session": session, "ledger": ledger_of(session, all_calls=all_calls), "tab": tab}
+def panel_context(session: Session, *, all_calls: bool, tab: str, note_rights: NoteRights) -> dict:
+    """What _ledger.html reads, for a page load and a live frame alike (the notes on the whole session with it)."""
+    return {
+        "session": session,
+        "ledger": ledger_of(session, all_calls=all_calls),
+        "session_notes": [note for note in selectors.session_notes(session) if note.seq is None],
+        "tab": tab,
+        "note_rights": note_rights,
+    }
 
 
-def panel_swap(session: Session, *, all_calls: bool, tab: str) -> str:
+def panel_swap(session: Session, *, all_calls: bool, tab: str, note_rights: NoteRights) -> str:
     """The panel as an out-of-band swap for a live frame."""
-    return render_to_string("sessions/_ledger.html", {**panel_context(session, all_calls=all_calls, tab=tab), "swap_oob": True}).strip()
+    context = panel_context(session, all_calls=all_calls, tab=tab, note_rights=note_rights)
+    return render_to_string("sessions/_ledger.html", {**context, "swap_oob": True}).strip()
 
 
 def touched_by(events: list[log_events.Event]) -> bool:

@@ -63,6 +63,7 @@ from sessions_app.selectors.sessions import (
 from sessions_app.selectors.transcript import (
     compactions,
     enclosing_turns,
+    events_at,
     events_of_blocks_touched,
     latest_block_starts,
     placed_events_from,
