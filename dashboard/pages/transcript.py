@@ -256,7 +256,7 @@ class Builder:
             card.patch = by_seq[result_seq]
         elif owed is not None:
             card.risk, card.rule, card.owed = owed.risk, owed.rule, True
-        seqs = [event.seq, *(r.seq for r in results)]
+        seqs = [event.seq, *card.dispatch_seqs, *(r.seq for r in results)]  # as selectors.session_calls reads a call's notes
         card.notes = sorted((n for seq in dict.fromkeys(seqs) for n in self.notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
         return card
 
