@@ -23,7 +23,7 @@ from sessions_app.log.events import validate_batch
 from sessions_app.models import Role
 from tests.access import member
 from tests.dashboard.conftest import QUIET, WAIT, down_for, opened
-from tests.dashboard.live.test_consumers import append, append_sync, create
+from tests.dashboard.live.test_consumers import append, append_sync, create, open_socket
 from tests.dashboard.pages.test_fork_views import offered
 from tests.servers import DaphneServer
 
@@ -646,3 +646,56 @@ async def test_a_stalled_pages_ledger_reads_the_risk_without_any_event(sid, sess
     frame = await page.receive_from(timeout=WAIT)
     assert 'data-call="c1" data-state="tool_outcome_unknown"' in ledger_of(frame)
     assert ledger_of(frame) == ledger_of(await reload(user, sid, "?view=raw"))
+
+
+# Notes appear live ----------------------------------------------------------------------------
+
+
+@database_sync_to_async
+def note(user, session_id: str, text: str, seq: int | None) -> int:
+    from sessions_app import access
+
+    return services.add_note(actor=access.Actor(user=user), session_id=session_id, text=text, tags=["verified"], seq=seq).pk
+
+
+@database_sync_to_async
+def edit(user, note_id: int, text: str) -> None:
+    from sessions_app import access
+
+    services.edit_note(actor=access.Actor(user=user), note_id=note_id, text=text)
+
+
+@pytest.mark.parametrize("query", ["", "?view=raw"])
+async def test_a_note_added_elsewhere_reaches_an_open_page_as_a_reload_shows_it(sid, session_cookie, user, query):
+    await create(sid)
+    await append_events(sid, [
+        {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "charge_card"}]}},
+        {"type": "tool_result", "data": {"tool_call_id": "c1", "content": "charged"}},
+    ])  # fmt: skip
+    view = "&view=raw&first=0" if query else ""
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=1{view}", session_cookie)
+    assert await page.receive_nothing(QUIET)
+    note_id = await note(user, sid, "<b>billing confirmed</b>", 1)  # on c1's result: it shows on c1's card
+    frame = await page.receive_from(timeout=WAIT)
+    reloaded = await reload(user, sid, query)
+    assert "&lt;b&gt;billing confirmed&lt;/b&gt;" in ledger_of(frame) and "<b>billing" not in frame
+    assert ledger_of(frame) == ledger_of(reloaded)
+    if not query:
+        block = element(frame, "event-0", "section")
+        assert f'id="note-{note_id}"' in block and block == element(reloaded, "event-0", "section")
+    await note(user, sid, "customer called back", None)
+    frame = await page.receive_from(timeout=WAIT)
+    assert "customer called back" in ledger_of(frame).split('id="session-notes"')[1]
+    await edit(user, note_id, "billing confirmed twice")
+    frame = await page.receive_from(timeout=WAIT)
+    assert "billing confirmed twice" in ledger_of(frame) and ledger_of(frame) == ledger_of(await reload(user, sid, query))
+
+
+async def test_the_json_stream_carries_no_notes(sid, token, user, session_cookie):
+    await create(sid)
+    await append_events(sid, [{"type": "user_message", "data": {"content": "hi"}}])
+    stream = await open_socket(sid, token=token, query="after=0")
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
+    await note(user, sid, "not an event", 0)
+    assert "not an event" in await page.receive_from(timeout=WAIT)  # the page's socket heard it
+    assert await stream.receive_nothing(QUIET)
