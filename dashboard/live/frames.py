@@ -77,7 +77,7 @@ def render_state_frame(
     """The header after it changed with no event (a status turning stalled with silence alone, a fork
     of this session, a flag); `with_blocks`, also the transcript's latest blocks and open turns: their
     unanswered calls read as pending while the session may still answer them, and as recovery
-    classifies them (or as "no result") once it cannot."""
+    classifies them (or as no_result) once it cannot."""
     session = session_page.page_session(session_id)
     context = {**session_page.header_context(session, can_fork=can_fork, tab=tab), "note_rights": note_rights}
     blocks = session_page.status_blocks(session) if with_blocks else []

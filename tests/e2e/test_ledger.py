@@ -3,8 +3,10 @@ superseded after recovery and a late real result on the card and in the ledger a
 appears in another without reload, and survives export and import."""
 
 import json
+import os
 import re
 import urllib.request
+from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
@@ -94,3 +96,30 @@ def test_a_note_added_in_one_browser_appears_in_another_and_survives_export_and_
     imported = reader.locator('.card[data-call-id="p1"] .note-item')
     expect(imported).to_contain_text("called billing: the charge went through")
     expect(imported).to_contain_text("viewer")  # the author, kept as text
+
+
+def test_a_demo_sessions_ledger_matches_its_cards(browser, server, staff_user):
+    """The demo's crashed sessions (manage.py seed_demo): each ledger row reads as its card; with
+    TURNLOG_SCREENSHOTS set, the README's screenshot of the ledger panel is taken here."""
+    from django.core.management import call_command
+
+    from sessions_app import access, selectors, services
+    from sessions_app.models import Session
+
+    call_command("seed_demo", stdout=open(os.devnull, "w"))
+    crashed = [s for s in Session.objects.order_by("created_at") if selectors.get_session(s.id).status == selectors.STALLED]
+    chosen = next(s for s in crashed if any(r.call.state == "tool_outcome_unknown" for r in selectors.session_calls(s, all_classes=False)))
+    first_call = selectors.session_calls(chosen, all_classes=False)[0]
+    services.add_note(
+        actor=access.Actor(user=staff_user), session_id=chosen.id, text="Checked with the customer: the receipt arrived.",
+        tags=["verified", "needs-follow-up"], seq=first_call.call.seq,
+    )  # fmt: skip
+    page = open_page(browser, server, staff_user, f"/sessions/{chosen.id}/")
+    rows = page.locator("#ledger-panel tr.ledger-row")
+    expect(rows.first).to_have_class(re.compile(r"\bloud\b"))  # an unknown outcome of an external effect, first
+    for row in rows.all():
+        card = page.locator(f'.card[data-call-id="{row.get_attribute("data-call")}"]')
+        if card.count():
+            expect(card).to_have_attribute("data-state", row.get_attribute("data-state"))
+    if os.environ.get("TURNLOG_SCREENSHOTS"):
+        page.locator("#ledger-panel").screenshot(path=str(Path(os.environ["TURNLOG_SCREENSHOTS"]) / "screenshot-ledger.png"))
