@@ -38,7 +38,7 @@ CRASH = [
     answer("q1", "lookup_customer"),
     assistant(call("e1", "send_email", to="ada@example.test")),
     answer("e1", "send_email"),
-    assistant(call("p1", "charge_card", cents=500, customer="ada", note="x" * 200)),
+    assistant(call("p1", "charge_card", cents=500, note="x" * 200)),
     ("tool_call", {"id": "p1", "name": "charge_card"}),
 ]
 
@@ -72,7 +72,8 @@ def test_a_row_gives_name_short_arguments_state_time_turn_and_links_to_its_card(
     html = panel(viewer, "crashed")
     p1 = html[html.index('data-call="p1"') :].split("</tr>")[0]
     anchor = re.search(r'href="#(call-[0-9a-f]+)"', p1)[1]
-    assert escape('cents=500, customer="ada", note="') in p1 and "…" in p1 and "x" * 100 not in p1
+    # Shortened (PostgreSQL's jsonb keeps an object's keys in its own order: either may come first).
+    assert "…" in p1 and "x" * 100 not in p1 and ("cents=500, note=" in p1 or escape('note="xxx') in p1)
     assert '<span class="badge state">tool_outcome_unknown</span>' in p1 and 'href="#seq-1">turn 1</a>' in p1
     assert 'href="#seq-6">seq 6</a>' in p1 and "<time datetime=" in p1
     page = viewer.get("/sessions/crashed/").content.decode()
@@ -111,7 +112,10 @@ def test_hostile_names_and_arguments_stay_text(viewer):
 
 @pytest.mark.parametrize(
     ("arguments", "short"),
-    [(None, ""), ({"a": 1, "b": "two"}, 'a=1, b="two"'), ("plain text", "plain text"), ([1, 2], "[1, 2]"), ({"s": "a\nb"}, 's="a\\nb"')],
+    [
+        (None, ""), ({"a": 1, "b": "two"}, 'a=1, b="two"'), ("plain text", "plain text"), ([1, 2], "[1, 2]"),
+        ({"s": "a\nb"}, 's="a\\nb"'), ("word " * 30, ("word " * 16).strip() + "…"),
+    ],
 )
 def test_short_arguments(arguments, short):
     assert ledger_panel.short_arguments(arguments) == short
