@@ -1,9 +1,9 @@
 """The ledger panel at the top of a session page: "did that side effect happen?" at a glance.
 
 One row per call whose tool is classed external_effect or has no policy (the
-switch, ?calls=all, shows every call), as selectors.session_calls states them:
-the rows of GET /api/v1/sessions/{id}/calls, so the panel, the cards and the
-API say the same word. Unknown outcomes of external-effect calls come first,
+switch, ?calls=all, shows every call), as GET /api/v1/sessions/{id}/calls states
+them (selectors.recent_calls: the same rows, read by index, for the calls to
+check and the latest), so the panel, the cards and the API say the same word. Unknown outcomes of external-effect calls come first,
 then the rest in order of first sighting. The page load and every live frame
 render `sessions/_ledger.html` from `panel_context`, the same inputs.
 """
@@ -25,6 +25,11 @@ from sessions_app.models import Session
 
 ALL = "all"  # the switch's value: ?calls=all
 ARGUMENTS_CHARS = 80  # key arguments, shortened: the card has them in full
+# A page's cost follows what it shows (docs/benchmarks.md, the session page of 100,000 events): the panel lists
+# every call an open turn owes or recovery answered, and the latest others, up to ROWS rows, sighted within the
+# last SCAN_EVENTS events; GET /api/v1/sessions/{id}/calls lists them all.
+ROWS = 50
+SCAN_EVENTS = 1000
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ class LedgerRow:
 class Ledger:
     rows: list[LedgerRow]
     all_calls: bool
-    total: int  # every sighted call, whatever its class
+    complete: bool  # every call of the classes shown is here (else: those to check and the latest)
 
 
 def wants_all(value: str | None) -> bool:
@@ -62,13 +67,13 @@ def wants_all(value: str | None) -> bool:
 
 
 def ledger_of(session: Session, *, all_calls: bool) -> Ledger:
-    every = selectors.session_calls(session, all_classes=True)
-    shown = every if all_calls else [r for r in every if r.side_effect in selectors.CHECKED_CLASSES]
+    found = selectors.recent_calls(session, all_classes=all_calls, limit=ROWS, scan=SCAN_EVENTS)
+    shown = found.rows
     turns = {r.call.turn_seq for r in shown} - {None}
     numbers = {seq: data.get("turn") if isinstance(data, dict) else None for seq, data in selectors.turn_start_data(session, turns)} if turns else {}
     rows = [LedgerRow(r, short_arguments(r.call.arguments), numbers.get(r.call.turn_seq)) for r in shown]
     rows.sort(key=lambda r: not r.check_first)  # stable: the rest keep their order of first sighting
-    return Ledger(rows=rows, all_calls=all_calls, total=len(every))
+    return Ledger(rows=rows, all_calls=all_calls, complete=found.complete)
 
 
 def short_arguments(arguments: object) -> str:

@@ -37,6 +37,7 @@ from sessions_app.selectors.projects import (
     user_token,
     user_tokens,
 )
+from sessions_app.selectors.recent_calls import RecentCalls, recent_calls
 from sessions_app.selectors.recovery import (
     complete_tail,
     dangling_patch,

@@ -100,7 +100,8 @@ def test_the_switch_is_a_plain_link_and_the_live_socket_is_told(viewer, policies
 
 def test_a_session_without_calls_says_so(viewer):
     store([("user_message", message("hi"))], session_id="quiet")
-    assert "No tool calls yet." in panel(viewer, "quiet")
+    assert "No call of a tool with external effects or without a policy." in panel(viewer, "quiet")
+    assert "No tool calls yet." in panel(viewer, "quiet", "?calls=all")
 
 
 def test_hostile_names_and_arguments_stay_text(viewer):
