@@ -104,6 +104,7 @@ class ToolCard:
     rule: int | None = None
     real: Event | None = None  # the first real result (completed, error, superseded)
     synthetic: Event | None = None  # recovery's result that decided the state, or the one a real result superseded
+    stated_risk: str | None = None  # what a synthetic result's metadata.risk says when it is none of the risks (JSON text)
     patch: Event | None = None  # the dangling-call patch's result that decided it, or the one superseded
     started_at: datetime | None = None
     owed: bool = False  # an open turn owes it a result: recovery would answer it

@@ -34,6 +34,7 @@ from sessions_app.log import ledger, recovery
 from sessions_app.log.events import Event
 from sessions_app.models import Session
 from sessions_app.models import open_turn_labels_of
+from sessions_app.wording import json_text
 
 # A turn and the user message before it are two blocks: a page opens on about six turns.
 BLOCKS_PER_PAGE = 12
@@ -252,6 +253,9 @@ class Builder:
             card.real = by_seq[result_seq]
         elif result_seq is not None and kind[result_seq] == ledger.SYNTHETIC:
             card.synthetic, card.risk = by_seq[result_seq], state
+            said = (card.synthetic.data.get("metadata") or {}).get("risk")
+            if said not in ledger.RISKS:  # read as an unknown outcome (the ledger's rule 3); what it said is shown
+                card.stated_risk = json_text(said)
         elif result_seq is not None:
             card.patch = by_seq[result_seq]
         elif owed is not None:
