@@ -93,7 +93,8 @@ def test_the_switch_is_a_plain_link_and_the_live_socket_is_told(viewer, policies
     assert 'href="/sessions/crashed/?calls=all">Show all calls</a>' in panel(viewer, "crashed")
     page = viewer.get("/sessions/crashed/?calls=all").content.decode()
     assert 'href="/sessions/crashed/?">Show only external effects and unknown</a>' in page
-    assert 'ws-connect="/ws/sessions/crashed/live?calls=all&amp;after=7"' in page
+    assert 'ws-connect="/ws/sessions/crashed/live?after=7&amp;calls=all"' in page
+    assert 'ws-connect="/ws/sessions/crashed/live?after=7"' in viewer.get("/sessions/crashed/").content.decode()
     raw = viewer.get("/sessions/crashed/?view=raw&calls=all").content.decode()
     assert "&amp;calls=all" in raw.split("ws-connect=")[1].split(">")[0]
 
