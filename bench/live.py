@@ -534,7 +534,9 @@ def measure_pages(args) -> dict:
 
     from sessions_app import services
 
-    user = get_user_model().objects.create_user("bench-viewer")
+    # A superuser reads every project's sessions (a plain user without a membership gets 404s); its own name, as
+    # the page workload's viewer may exist already.
+    user = get_user_model().objects.create_superuser("bench-pages")
     client = DjangoClient()
     client.force_login(user)
     sizes = {"small": 100, "big": args.page_events}

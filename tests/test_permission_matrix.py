@@ -105,6 +105,11 @@ def note_change(allowed: str) -> dict[str, str]:
     return by_role("401", "404", "403", allowed, "403", allowed)
 
 
+def page_note_change(allowed: str) -> dict[str, str]:
+    """note_change for the session page's note forms (a login's page: anonymous is sent to log in)."""
+    return by_role(LOGIN, "404", "403", allowed, "403", allowed)
+
+
 CLOSED, OPEN = "/sessions/{closed}", "/sessions/{open}"
 # An OTLP/JSON export: one model span of a conversation naming alpha's closed session.
 OTLP_CHAT = {"resourceSpans": [{"scopeSpans": [{"spans": [{
@@ -133,6 +138,24 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
             "POST", CLOSED + "/fork", by_role(LOGIN, "404", "403", "302 /sessions/alpha-fork/ stored"),
             data={"boundary": "last", "id": "alpha-fork"},
         ),
+    ],
+    # Notes from the session page (dashboard.pages.notes): members add; the author or an admin edits and deletes.
+    "add_note": [
+        Probe("GET", CLOSED + "/notes?seq=1&text=draft", by_role(LOGIN, "404", "403", "200")),
+        Probe(
+            "POST", CLOSED + "/notes", by_role(LOGIN, "404", "403", "302 /sessions/alpha-closed/#seq-1 stored"),
+            data={"text": "matrix", "tags": "verified", "seq": "1"},
+        ),
+    ],
+    "edit_note": [
+        Probe("GET", "/notes/{member_note}/edit", page_note_change("200")),
+        Probe("POST", "/notes/{member_note}/edit", page_note_change("302 /sessions/alpha-closed/ stored"), data={"text": "edited", "tags": ""}),
+        Probe("POST", "/notes/{admin_note}/edit", {**page_note_change("302 /sessions/alpha-closed/ stored"), "member": "403"}, data={"text": "edited"}),
+    ],
+    "delete_note": [
+        Probe("GET", "/notes/{member_note}/delete", page_note_change("200")),
+        Probe("POST", "/notes/{member_note}/delete", page_note_change("302 /sessions/alpha-closed/ stored")),
+        Probe("POST", "/notes/{admin_note}/delete", {**page_note_change("302 /sessions/alpha-closed/ stored"), "member": "403"}),
     ],
     "recovery_preview": [
         page_read(OPEN + "/recovery"),

@@ -137,7 +137,9 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         # an event committed in between is then in the backlog or in a run
         # from the entry (or both, and the seq drops the second copy).
         self._hub = hub.hub()
-        self._stream = await self._hub.subscribe(session, after=after, send=self._send_events, failed=self._stream_failed)
+        self._stream = await self._hub.subscribe(
+            session, after=after, send=self._send_events, failed=self._stream_failed, notes=self._notes_changed
+        )
         self._pump = asyncio.create_task(self._run_stream(self._stream))
 
     async def _run_stream(self, events: hub.Follower):
@@ -159,6 +161,9 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     async def _send_events(self, wires: list[dict]) -> None:
         for wire in wires:
             await self.send(text_data=hub.json_text(wire))
+
+    # The JSON stream carries events only: notes are read through the API (GET .../notes).
+    _notes_changed = None
 
     async def _close_for_lost_access(self, why: str) -> None:
         """No frame after the token was revoked or expired, the login session ended or the user was deactivated (then 4401),

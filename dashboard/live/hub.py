@@ -56,9 +56,18 @@ JSON_TEXTS = 4096
 class Follower(stream.SessionStream):
     """One socket's view of an entry's stream: its backlog, then the entry's runs, exactly once."""
 
-    def __init__(self, session: Session, *, after: int | None, send: stream.SendEvents, failed: Callable[[], Awaitable[None]]):
+    def __init__(
+        self,
+        session: Session,
+        *,
+        after: int | None,
+        send: stream.SendEvents,
+        failed: Callable[[], Awaitable[None]],
+        notes: Callable[[dict], Awaitable[None]] | None = None,
+    ):
         super().__init__(session, after=after, send=send)
         self.failed = failed  # called when the entry's stream fails (the socket is closed with 4500)
+        self.notes = notes  # called with each "session_notes" message (notes are not events: no seq, no stream)
         self._pending: collections.deque[list[dict]] = collections.deque()
         self._wake = asyncio.Event()
         self._stored_through = -1  # the highest seq the entry has sent (stored, and to be sent here)
@@ -153,11 +162,23 @@ class _Entry:
                 logger.warning("reading the layer for session %s failed", self.session_id, exc_info=True)
                 await asyncio.sleep(stream.DB_RETRY_CAP)
                 continue
-            if message.get("type") != "session_events" or message.get("session_id", self.session_id) != self.session_id:
+            if message.get("session_id", self.session_id) != self.session_id:
+                continue
+            if message.get("type") == "session_notes":
+                self._tell_notes(message)
+                continue
+            if message.get("type") != "session_events":
                 continue
             events = message.get("events")
             for wire in events if isinstance(events, list) else ():
                 self.stream.offer_event(wire)
+
+    def _tell_notes(self, message: dict) -> None:
+        for follower in list(self.followers):
+            if follower.notes is not None:
+                task = self.hub.loop.create_task(follower.notes(message))
+                _telling.add(task)
+                task.add_done_callback(_telling.discard)
 
     async def stop(self) -> None:
         self.task.cancel()
@@ -173,12 +194,12 @@ class Hub:
         self.layer = get_channel_layer()
         self.entries: dict[str, _Entry] = {}
 
-    async def subscribe(self, session: Session, *, after: int | None, send: stream.SendEvents, failed) -> Follower:
+    async def subscribe(self, session: Session, *, after: int | None, send: stream.SendEvents, failed, notes=None) -> Follower:
         """A follower of the session, its entry in the group already; the caller runs `follower.run()`."""
         entry = self.entries.get(session.id)
         if entry is None:
             entry = self.entries[session.id] = _Entry(self, session)
-        follower = Follower(session, after=after, send=send, failed=failed)
+        follower = Follower(session, after=after, send=send, failed=failed, notes=notes)
         entry.followers[follower] = None
         try:
             await asyncio.shield(entry.joined)
@@ -203,6 +224,7 @@ class Hub:
 
 
 _hub: Hub | None = None
+_telling: set[asyncio.Task] = set()  # notes callbacks running, referenced until done (the loop keeps only weak ones)
 
 
 def hub() -> Hub:

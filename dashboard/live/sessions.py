@@ -7,7 +7,9 @@ same inputs as a page load (dashboard.pages.session_page). `SessionListConsumer`
 (/ws/sessions/live?status=&q=&project=) keeps the session list current.
 
 The seq logic (backlog, gaps, writes by other processes) is dashboard.live.stream's,
-shared with the JSON stream; only the frames differ.
+shared with the JSON stream; only the frames differ (dashboard.live.frames renders them).
+A note added, edited or deleted reaches the page sockets through the hub too
+("session_notes" messages, services.notes publishing on commit).
 """
 
 from __future__ import annotations
@@ -35,10 +37,10 @@ from dashboard.live.consumers import (
     SessionEventsConsumer,
     close_without_database,
 )
+from dashboard.live.frames import render_notes_frame, render_page_frame, render_raw_frame, render_state_frame
 from dashboard.outage import DATABASE_UNAVAILABLE
-from dashboard.pages import raw_log, session_page, transcript
+from dashboard.pages import ledger_panel, notes, session_page
 from sessions_app import access, db_threads, selectors, services
-from sessions_app.log import events as log_events
 from sessions_app.params import BadParameter, decimal_int
 
 logger = logging.getLogger(__name__)
@@ -99,12 +101,15 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         except BadParameter as bad:
             return await self.close(code=CLOSE_BAD_REQUEST, reason=str(bad))
         self.raw_from = (first or 0) if query.get("view") == "raw" else None
+        self.all_calls = ledger_panel.wants_all(query.get("calls"))  # the ledger panel's switch, as the page shows it
         # What the page's header shows (its data-state): a socket opened after it changed sets it right.
         self.page_state = query.get("state", "")[:200] or None
         actor = access.Actor(user=self.scope["user"])
         await self.connect_stream(actor)
         # Frames are shared by viewers with the same rights (fork controls show only to those who may fork).
         self.can_fork = self._stream is not None and actor.can(self._stream.project_id, access.FORK)
+        # The notes' controls: viewers share frames, admins share theirs, a member's own notes are theirs to change.
+        self.note_rights = notes.note_rights(actor, self._stream.project_id) if self._stream is not None else None
         if self._stream is not None:
             self._status_watch = asyncio.create_task(self.refresh_status(self._stream.session_id))
         self.renew_later()
@@ -112,12 +117,28 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
     async def _send_events(self, wires: list[dict]) -> None:
         session_id, shown_through = self._stream.session_id, wires[0]["seq"] - 1
         if self.raw_from is None:
-            render = functools.partial(render_page_frame, session_id, wires, shown_through, self.can_fork)
+            render = functools.partial(render_page_frame, session_id, wires, shown_through, self.can_fork, self.all_calls, self.note_rights)
         else:
-            render = functools.partial(render_raw_frame, session_id, wires, shown_through, self.raw_from, self.can_fork)
+            render = functools.partial(
+                render_raw_frame, session_id, wires, shown_through, self.raw_from, self.can_fork, self.all_calls, self.note_rights
+            )
         # Everything a frame depends on, so viewers in step share one render.
-        key = (session_id, self.raw_from, self.can_fork, wires[0]["seq"], wires[-1]["seq"])
+        key = (session_id, self.raw_from, self.can_fork, self.all_calls, self.note_rights.key, wires[0]["seq"], wires[-1]["seq"])
         await self.send(text_data=await shared_frames.get(key, render))
+
+    async def _notes_changed(self, message: dict) -> None:
+        """A note was added, edited or deleted: its place (card, row, the session's notes) and the ledger panel
+        re-rendered, as a reload shows them."""
+        seqs = message.get("seqs") if isinstance(message.get("seqs"), list) else []
+        render = functools.partial(render_notes_frame, self._stream.session_id, seqs, self.raw_from is None, self.can_fork, self.all_calls, self.note_rights)
+        key = ("notes", message.get("change"), self.raw_from is None, self.can_fork, self.all_calls, self.note_rights.key)
+        try:
+            frame = await shared_frames.get(key, render)
+        except DATABASE_UNAVAILABLE as error:  # the notes show at the next reload; events repair themselves, notes do not
+            outage.database_outage.failed(error)
+            return
+        if self._stream is not None:  # still open
+            await self.send(text_data=frame)
 
     async def refresh_status(self, session_id: str):
         """The header changes with no event (a running session turns stalled with silence alone, a
@@ -130,10 +151,10 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         tab = session_page.TRANSCRIPT if self.raw_from is None else session_page.RAW
         try:
             while True:
-                change, with_blocks = await changes.get()
-                with_blocks = with_blocks and tab == session_page.TRANSCRIPT
-                render = functools.partial(render_state_frame, session_id, self.can_fork, tab, with_blocks)
-                key = ("state", session_id, change, with_blocks, tab, self.can_fork)
+                change, follows = await changes.get()
+                with_blocks = follows and tab == session_page.TRANSCRIPT
+                render = functools.partial(render_state_frame, session_id, self.can_fork, tab, with_blocks, self.all_calls, follows, self.note_rights)
+                key = ("state", session_id, change, follows, tab, self.can_fork, self.all_calls, self.note_rights.key)
                 await self.send(text_data=await shared_frames.get(key, render))
         finally:
             shared_status.unfollow(session_id, changes)
@@ -251,52 +272,6 @@ class SharedStatus:
 
 
 shared_status = SharedStatus()
-
-
-def render_page_frame(session_id: str, wires: list[dict], shown_through: int, can_fork: bool) -> str:
-    """Out-of-band swaps for new events: each touched block replaced, or appended when new."""
-    session = session_page.page_session(session_id)
-    events = [log_events.event_from_wire(w) for w in wires]
-    context = session_page.header_context(session, can_fork=can_fork, tab=session_page.TRANSCRIPT)
-    parts = []
-    for block in transcript.blocks_touched(session, events):
-        oob = "true" if block.first_seq <= shown_through else None
-        html = render_to_string("sessions/detail.html#block", {**context, "block": block, "oob": oob}).strip()
-        parts.append(html if oob else f'<div hx-swap-oob="beforeend:#blocks">{html}</div>')
-    return "".join(parts) + frame_end(context, wires)
-
-
-def render_raw_frame(session_id: str, wires: list[dict], shown_through: int, first_shown: int, can_fork: bool) -> str:
-    """Out-of-band swaps for the raw log: new rows appended, rows whose badge or fork label
-    the new events changed (a summary shadowing them, their turn closing) replaced."""
-    session = session_page.page_session(session_id)
-    # Read back rather than taken from the wires: PostgreSQL's jsonb orders an object's keys its own
-    # way, and a row must read as a reload shows it.
-    events = selectors.events_since(session, since=wires[0]["seq"], limit=len(wires))
-    context = session_page.header_context(session, can_fork=can_fork, tab=session_page.RAW)
-    new_rows, changed = raw_log.raw_frame_rows(session, events, first_shown=first_shown, shown_through=shown_through)
-    parts = [render_to_string("sessions/detail.html#raw-row", {**context, "entry": row, "oob": True}).strip() for row in changed]
-    rows = "".join(render_to_string("sessions/detail.html#raw-row", {**context, "entry": row}) for row in new_rows)
-    parts.append(f'<div hx-swap-oob="beforeend:#raw-rows">{rows}</div>')
-    return "".join(parts) + frame_end(context, wires)
-
-
-def frame_end(context: dict, wires: list[dict]) -> str:
-    """The header and tab bar, then the cursor: last, so a frame cut short is sent again after a reconnect."""
-    cursor = f'<span id="live-cursor" data-last-seq="{wires[-1]["seq"]}" hidden hx-swap-oob="true"></span>'
-    return session_page.header_swaps(context) + cursor
-
-
-def render_state_frame(session_id: str, can_fork: bool, tab: str, with_blocks: bool) -> str:
-    """The header after it changed with no event (a status turning stalled with silence alone, a fork
-    of this session, a flag); `with_blocks`, also the transcript's latest blocks and open turns: their
-    unanswered calls read as pending while the session may still answer them, and as recovery
-    classifies them (or as "no result") once it cannot."""
-    session = session_page.page_session(session_id)
-    context = session_page.header_context(session, can_fork=can_fork, tab=tab)
-    blocks = session_page.status_blocks(session) if with_blocks else []
-    swaps = [render_to_string("sessions/detail.html#block", {**context, "block": block, "oob": "true"}).strip() for block in blocks]
-    return "".join(swaps) + session_page.header_swaps(context)
 
 
 async def stop_task(task: asyncio.Task | None) -> None:

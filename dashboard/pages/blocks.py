@@ -8,12 +8,14 @@ Value is always escaped by the templates.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from dashboard.pages.fork_spots import ForkSpot
 from sessions_app.log import calls as log_calls
+from sessions_app.log import ledger
 from sessions_app.log import recovery
 from sessions_app.log import values as log_values
 from sessions_app.log.events import Event
@@ -21,21 +23,10 @@ from sessions_app.log.events import Event
 # Longer text is cut on the server; the full value is one click away.
 TRUNCATE_CHARS = 2000
 
-# A call with no result is pending (IN_FLIGHT) while its session may still
-# answer it: it reads "dispatched" (a tool_call exists) or "requested".
-# Once its session has stalled it reads as the recovery plan classifies it,
-# and a call nothing will answer (its turn closed) has NO_RESULT.
-COMPLETED, ERROR, IN_FLIGHT, NO_RESULT = "completed", "error", "in_flight", "no_result"
-NOT_STARTED, OUTCOME_UNKNOWN, SUPERSEDED = "not_started", "outcome_unknown", "superseded"
-STATE_LABELS = {
-    COMPLETED: "completed",
-    ERROR: "error",
-    NO_RESULT: "no result",
-    NOT_STARTED: "not started",
-    OUTCOME_UNKNOWN: "outcome unknown",
-    SUPERSEDED: "superseded",
-}
-RISK_STATES = {recovery.TOOL_NOT_STARTED: NOT_STARTED, recovery.TOOL_OUTCOME_UNKNOWN: OUTCOME_UNKNOWN}
+# A card's state is the ledger's word (sessions_app.log.ledger, api.md's rules): the card,
+# the ledger panel, the fleet page and GET .../calls say the same one.
+COMPLETED, ERROR, PENDING, NO_RESULT, SUPERSEDED = ledger.COMPLETED, ledger.ERROR, ledger.PENDING, ledger.NO_RESULT, ledger.SUPERSEDED
+TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN = recovery.TOOL_NOT_STARTED, recovery.TOOL_OUTCOME_UNKNOWN
 SIDE_EFFECT_LABELS = {
     "external_effect": "external effect",
     "idempotent": "idempotent",
@@ -91,29 +82,53 @@ def looks_like_json(text: str) -> bool:
     return True
 
 
+def card_anchor(call_id: str) -> str:
+    """The DOM id of a call's card: a digest, as a call id may hold any character (the ledger links to it)."""
+    return "call-" + hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 @dataclass
 class ToolCard:
+    """A call at its first sighting, with the ledger's state and the results that decided it."""
+
     id: str
     name: str | None
     arguments: Value | None
     sighted_seq: int
     dispatch_seqs: list[int]
     results: list[Event]  # every tool_result answering this id, in seq order
-    state: str
+    state: str  # one of ledger.STATES
     side_effect: str
     # For a synthetic result: its risk; for an owed call of an open turn: what recovery would say.
     risk: str | None = None
     rule: int | None = None
-    synthetic: Event | None = None
-    real: Event | None = None
+    real: Event | None = None  # the first real result (completed, error, superseded)
+    synthetic: Event | None = None  # recovery's result that decided the state, or the one a real result superseded
+    stated_risk: str | None = None  # what a synthetic result's metadata.risk says when it is none of the risks (JSON text)
+    patch: Event | None = None  # the dangling-call patch's result that decided it, or the one superseded
     started_at: datetime | None = None
     owed: bool = False  # an open turn owes it a result: recovery would answer it
+    notes: list = field(default_factory=list)  # pinned to its first sighting or its results, oldest first
+    here: frozenset[int] = frozenset()  # seqs of its results in the card's own block (anchored in the card)
 
     @property
-    def state_label(self) -> str:
-        if self.state == IN_FLIGHT:
-            return "dispatched" if self.dispatch_seqs else "requested"
-        return STATE_LABELS[self.state]
+    def anchor(self) -> str:
+        return card_anchor(self.id)
+
+    @property
+    def pending_detail(self) -> str:
+        return "dispatched" if self.dispatch_seqs else "requested"
+
+    @property
+    def shown_seqs(self) -> set[int]:
+        return {r.seq for r in (self.real, self.synthetic, self.patch) if r is not None}
+
+    @property
+    def other_results(self) -> list[tuple[Event, bool]]:
+        """The results the card does not show (a second stand-in, one after the real result), and
+        whether each stands in the card's block (then its anchor is in the card)."""
+        shown = self.shown_seqs
+        return [(r, r.seq in self.here) for r in self.results if r.seq not in shown]
 
     # The recovery page's words (sessions_app.log.recovery), never the card's own.
     @property
@@ -139,7 +154,7 @@ class ToolCard:
     @property
     def loud(self) -> bool:
         """An unknown outcome of a tool with external effects: check this first."""
-        return self.side_effect == "external_effect" and self.risk == recovery.TOOL_OUTCOME_UNKNOWN and self.state != SUPERSEDED
+        return self.side_effect == "external_effect" and self.state == TOOL_OUTCOME_UNKNOWN
 
 
 @dataclass
@@ -178,6 +193,8 @@ class Row:
     shown_in_place: bool = False
     answers: str | None = None  # a tool result or dispatch shown apart from its card: the call id
     card_seq: int | None = None  # where that call's card is
+    named_again: list[tuple[str, int | None]] = field(default_factory=list)  # (call id, its card's seq): sighted earlier
+    notes: list = field(default_factory=list)  # pinned to this event (a card shows its call's own)
     inherited: bool = False
 
     @property

@@ -73,7 +73,7 @@ def status_in(state: str) -> str:
 def status_blocks(session: Session) -> list[Block]:
     """The blocks whose rendering follows the session's status rather than its events: the open turns
     (pending calls, then what recovery would say) and the latest page's (a call with no result reads
-    "requested" while the session is active, "no result" once it went quiet), as a reload shows them."""
+    pending while the session is active, no_result once it went quiet), as a reload shows them."""
     blocks = {block.key: block for block in transcript.latest_window(session).blocks}
     blocks |= {block.key: block for block in transcript.open_turn_blocks(session)}
     return sorted(blocks.values(), key=lambda block: block.first_seq)
@@ -83,7 +83,7 @@ def blocks_follow(before: str, after: str) -> bool:
     """Whether blocks render otherwise once the status went from `before` to `after` with no event.
 
     A card reads by whether the session may still answer its call (running or
-    active) and, in an open turn, by whether it stalled (transcript.Builder.card).
+    active) and, in an open turn, by whether it stalled (log.ledger.decide, api.md's rules 5 and 6).
     A busy session going between running and active changes neither: only its header is re-sent.
     """
     answering = (selectors.RUNNING, selectors.ACTIVE)

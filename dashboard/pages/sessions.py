@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from dashboard.pages import plan_change, raw_log, recovery_page, session_page, transcript
+from dashboard.pages import ledger_panel, notes, plan_change, raw_log, recovery_page, session_page, transcript
 from sessions_app import access, errors, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
@@ -39,6 +39,10 @@ def session_rights(request, session) -> dict:
     """What the page offers this user: controls they could not use are not shown."""
     actor = access.actor_of(request)
     return {"can_recover": actor.can(session.project_id, access.RECOVER), "can_fork": actor.can(session.project_id, access.FORK)}
+
+
+def page_note_rights(request, session) -> notes.NoteRights:
+    return notes.note_rights(access.actor_of(request), session.project_id)
 
 
 ROWS_TARGETS = {"session-rows", "more-rows"}
@@ -85,6 +89,9 @@ def session_detail(request, session_id: str):
         **session_page.header_context(session, can_fork=rights["can_fork"], tab=view),
         "highlight": highlighted_seqs(request),
         **rights,
+        **ledger_panel.panel_context(
+            session, all_calls=ledger_panel.wants_all(request.GET.get("calls")), tab=view, note_rights=page_note_rights(request, session)
+        ),
     }
     if view == "raw":
         context["raw"] = raw_log.raw_page(session, before=decimal_int(request.GET.get("before", ""), name="before"))
@@ -107,7 +114,8 @@ def session_blocks(request, session_id: str):
     """Earlier blocks of the transcript, loaded on demand."""
     session = session_or_404(request, session_id)
     window = transcript.latest_window(session, before=decimal_int(request.GET.get("before", ""), name="before"))
-    return render(request, "sessions/detail.html#earlier", {"session": session, "window": window, **session_rights(request, session)})
+    context = {"session": session, "window": window, "note_rights": page_note_rights(request, session), **session_rights(request, session)}
+    return render(request, "sessions/detail.html#earlier", context)
 
 
 @login_required

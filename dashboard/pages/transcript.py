@@ -18,15 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from dashboard.pages.blocks import (
-    COMPLETED,
-    ERROR,
-    IN_FLIGHT,
-    NO_RESULT,
-    NOT_STARTED,
-    OUTCOME_UNKNOWN,
-    RISK_STATES,
     ROLE_OF,
-    SUPERSEDED,
     Block,
     BlockCall,
     Row,
@@ -38,7 +30,7 @@ from dashboard.pages.fork_spots import fork_spots
 from sessions_app import selectors
 from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
-from sessions_app.log import recovery
+from sessions_app.log import ledger, recovery
 from sessions_app.log.events import Event
 from sessions_app.models import Session
 from sessions_app.models import open_turn_labels_of
@@ -157,29 +149,25 @@ class Builder:
     def lookups(self, events: list[Event]) -> None:
         """Everything outside the window that the window's rows need, by index."""
         session = self.session
-        sighted = {
-            cid: (event, call)
-            for event in events
-            if event.type == "assistant_message"
-            for call in log_events.tool_calls_of(event.data)
-            if (cid := log_events.call_id(call)) is not None
-        }
-        result_ids = {log_events.call_id(e.data) for e in events if e.type in ("tool_result", "tool_call")} - {None}
-        ids = set(sighted) | result_ids
-        calls = selectors.call_lookups(session, ids)
+        named = {log_events.call_id(call) for e in events if e.type == "assistant_message" for call in log_events.tool_calls_of(e.data)}
+        named |= {log_events.call_id(e.data) for e in events if e.type in ("tool_result", "tool_call")}
+        calls = selectors.call_lookups(session, named - {None})
         self.results: dict[str, list[Event]] = defaultdict(list)
         self.dispatches: dict[str, list[Event]] = defaultdict(list)
         for event in calls.events:
             target = self.results if event.type == "tool_result" else self.dispatches
             target[log_events.call_id(event.data)].append(event)
-        # Where each call was first sighted, so a result elsewhere can point at its card.
-        self.sighted_at = {cid: seqs[0] for cid, seqs in calls.sightings.items()}
-        self.sighted_in_window = {cid: event.seq for cid, (event, _) in sighted.items()}
+        # A call's card stands where it was first sighted (an assistant message or a tool_call event), as the
+        # ledger's rows do; a result or a later sighting elsewhere points at it.
+        self.sighted_at = {
+            cid: min([*calls.sightings.get(cid, ()), *(d.seq for d in self.dispatches.get(cid, ()))]) for cid in calls.ids
+            if calls.sightings.get(cid) or self.dispatches.get(cid)
+        }  # fmt: skip
         self.replaces = selectors.compactions(session)
         block_calls = [c for e in events if e.type == "assistant_message" for c in log_calls.content_calls(e.data)]
-        self.side_effects = selectors.side_effect_classes(
-            [*(log_calls.call_name(call) for _, call in sighted.values()), *(c["name"] for c in block_calls)]
-        )
+        sighted_names = [log_calls.call_name(d[0].data) for d in self.dispatches.values()]
+        sighted_names += [log_calls.call_name(c) for e in events if e.type == "assistant_message" for c in log_events.tool_calls_of(e.data)]
+        self.side_effects = selectors.side_effect_classes([*sighted_names, *(c["name"] for c in block_calls)])
         open_turn_in_view = any(e.type == "turn_start" and e.seq in session.turn_stack for e in events)
         plan = None
         if open_turn_in_view:
@@ -187,6 +175,9 @@ class Builder:
             plan = selectors.recovery_plan(session, tail=tail, placement=self.placement, calls=calls)
         self.owed = {r.call.id: r.call for r in plan.repairs if r.call is not None} if plan else {}
         self.status = session.status
+        # Which results dangling-call patches wrote: only storage knows (log.ledger's docstring).
+        self.patch_seqs = selectors.patch_seqs(session) if self.results else set()
+        self.notes_at = selectors.notes_by_seq(session)
 
     def row(self, event: Event) -> Row | None:
         data = event.data
@@ -197,14 +188,24 @@ class Builder:
             row.reasoning = Value.of(data.get("reasoning_content"))
             row.summary_of = log_events.replace_range(data)
         if event.type == "assistant_message":
-            row.cards = [self.card(event, call) for call in log_events.tool_calls_of(data) if log_events.call_id(call) is not None]
+            for call in log_events.tool_calls_of(data):
+                if (cid := log_events.call_id(call)) is None:
+                    continue
+                if self.sighted_at.get(cid) == event.seq and all(card.id != cid for card in row.cards):
+                    row.cards.append(self.card(event, call))
+                elif all(card.id != cid for card in row.cards):
+                    row.named_again.append((cid, self.sighted_at.get(cid)))
             row.block_calls = [self.block_call(call) for call in log_calls.content_calls(data)]
         elif event.type in ("tool_result", "tool_call"):
             cid = log_events.call_id(data)
-            card_seq = self.sighted_in_window.get(cid, self.sighted_at.get(cid))
+            card_seq = self.sighted_at.get(cid)
+            if event.type == "tool_call" and card_seq == event.seq:
+                row.cards = [self.card(event, data)]  # a call known first (or only) from its dispatch
+                return row
             if card_seq is not None and self.block_of.get(card_seq) == self.block_of[event.seq]:
                 return None  # the call's card, in this same block, shows it
             row.answers, row.card_seq = cid, card_seq
+        row.notes = self.notes_at.get(event.seq, [])
         return row
 
     def block_call(self, call: dict) -> BlockCall:
@@ -212,11 +213,19 @@ class Builder:
         return BlockCall(call["kind"], call["id"], call["name"], Value.of(call["arguments"]), side_effect)
 
     def card(self, event: Event, call: dict) -> ToolCard:
+        """The call's card at its first sighting `event`, in the state log.ledger gives it."""
         cid = log_events.call_id(call)
         results = self.results.get(cid, [])
-        synthetic = next((r for r in results if is_synthetic(r)), None)
-        real = next((r for r in results if r is not synthetic), None)
         dispatches = self.dispatches.get(cid, [])
+        owed = self.owed.get(cid)
+        state, result_seq = ledger.decide(
+            results,
+            turn_seq=self.placement[event.seq][0],
+            owed_risk=owed.risk if owed else None,
+            patch_seqs=self.patch_seqs,
+            running=self.status == selectors.RUNNING,
+            active=self.status == selectors.ACTIVE,
+        )
         # How long it has run goes by the server's clock where known: an agent's may be years off.
         started = dispatches[0] if dispatches else event
         card = ToolCard(
@@ -226,29 +235,33 @@ class Builder:
             sighted_seq=event.seq,
             dispatch_seqs=[d.seq for d in dispatches],
             results=results,
-            state=IN_FLIGHT,
+            state=state,
             side_effect=self.side_effects.get(log_events.tool_name(log_calls.call_name(call)), "unknown"),
-            synthetic=synthetic,
-            real=real,
             started_at=started.received_at or started.time,
+            here=frozenset(r.seq for r in results if self.block_of.get(r.seq) == self.block_of[event.seq]),
         )
-        if synthetic is not None:
-            card.risk = json_text((synthetic.data.get("metadata") or {}).get("risk") or "")
-            if real is not None and real.seq > synthetic.seq:
-                card.state = SUPERSEDED
+        by_seq = {r.seq: r for r in results}
+        kind = {r.seq: ledger.result_kind(r, self.patch_seqs) for r in results}
+        if state == ledger.SUPERSEDED:
+            card.real = by_seq[result_seq]
+            stand_in = next(r for r in results if kind[r.seq] != ledger.REAL)
+            if kind[stand_in.seq] == ledger.SYNTHETIC:
+                card.synthetic, card.risk = stand_in, ledger.carried_risk(stand_in)
             else:
-                card.state = NOT_STARTED if card.risk == recovery.TOOL_NOT_STARTED else OUTCOME_UNKNOWN
-        elif real is not None:
-            metadata = real.data.get("metadata")  # any JSON value: the log keeps what the tool sent
-            failed = isinstance(metadata, dict) and (metadata.get("is_error") or metadata.get("error"))
-            card.state = ERROR if failed else COMPLETED
-        elif cid in self.owed:
-            owed = self.owed[cid]
+                card.patch = stand_in
+        elif result_seq is not None and kind[result_seq] == ledger.REAL:
+            card.real = by_seq[result_seq]
+        elif result_seq is not None and kind[result_seq] == ledger.SYNTHETIC:
+            card.synthetic, card.risk = by_seq[result_seq], state
+            said = (card.synthetic.data.get("metadata") or {}).get("risk")
+            if said not in ledger.RISKS:  # read as an unknown outcome (the ledger's rule 3); what it said is shown
+                card.stated_risk = json_text(said)
+        elif result_seq is not None:
+            card.patch = by_seq[result_seq]
+        elif owed is not None:
             card.risk, card.rule, card.owed = owed.risk, owed.rule, True
-            if self.status == selectors.STALLED:
-                card.state = RISK_STATES[owed.risk]
-        elif self.placement[event.seq][0] is not None or self.status not in (selectors.RUNNING, selectors.ACTIVE):
-            card.state = NO_RESULT  # its turn closed without it, or the session went quiet: nothing will answer it
+        seqs = [event.seq, *card.dispatch_seqs, *(r.seq for r in results)]  # as selectors.session_calls reads a call's notes
+        card.notes = sorted((n for seq in dict.fromkeys(seqs) for n in self.notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
         return card
 
 

@@ -48,6 +48,12 @@ def at(mapping: dict | None, key: object) -> object:
     return (mapping or {}).get(key)
 
 
+@register.filter
+def may_change(rights, note) -> bool:
+    """Whether the page shows this person controls to edit and delete the note (dashboard.pages.notes.NoteRights)."""
+    return rights is not None and rights.may_change(note)
+
+
 @register.simple_tag
 def innermost_strategy(session):
     """The recommended strategy of a session's innermost open turn (sessions_app.log.strategy.TurnStrategy), or None."""

@@ -118,14 +118,27 @@ def _state_of(
     running: bool,
     active: bool,
 ) -> CallState:
-    state, result_seq = _decide(call, results, owed, patch_seqs, running=running, active=active)
+    state, result_seq = decide(
+        results, turn_seq=call.turn_seq, owed_risk=owed.risk if owed else None, patch_seqs=patch_seqs, running=running, active=active
+    )
     return CallState(call.id, call.name, call_arguments(call.call), call.sighted_seq, call.turn_seq, state, result_seq)
 
 
-def _decide(
-    call: Sighting, results: Sequence[Event], owed: OwedCall | None, patch_seqs: Container[int], *, running: bool, active: bool
+def decide(
+    results: Sequence[Event],
+    *,
+    turn_seq: int | None,
+    owed_risk: str | None,
+    patch_seqs: Container[int],
+    running: bool,
+    active: bool,
 ) -> tuple[str, int | None]:
-    """(state, result_seq) by the first matching rule."""
+    """(state, result_seq) of one call by the first matching rule.
+
+    `results` are every tool_result naming the call, in seq order; `turn_seq` the innermost turn
+    of its first sighting; `owed_risk` the risk the plan gives it when an open turn owes it. The
+    transcript's cards call this with what their indexed lookups read, call_states with one scan.
+    """
     by_kind: dict[str, list[Event]] = {REAL: [], SYNTHETIC: [], PATCH: []}
     for result in results:  # in seq order
         by_kind[result_kind(result, patch_seqs)].append(result)
@@ -140,8 +153,8 @@ def _decide(
         return carried_risk(first), first.seq
     if by_kind[PATCH]:  # rule 4
         return NO_RESULT, by_kind[PATCH][0].seq
-    if owed is not None:  # rule 5
-        return (PENDING if running else owed.risk), None
-    if call.turn_seq is None:  # rule 6
+    if owed_risk is not None:  # rule 5
+        return (PENDING if running else owed_risk), None
+    if turn_seq is None:  # rule 6
         return (PENDING if running or active else NO_RESULT), None
     return NO_RESULT, None  # rule 7: no open turn owes it, so its turn closed

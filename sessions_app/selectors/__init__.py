@@ -14,7 +14,7 @@ from sessions_app.selectors.agents import (
     agent_summaries,
 )
 from sessions_app.selectors.audit import audit_entries, audit_targets
-from sessions_app.selectors.calls import CallRow, patch_seqs, session_calls
+from sessions_app.selectors.calls import CHECKED_CLASSES, CallRow, patch_seqs, session_calls
 from sessions_app.selectors.events import (
     call_lookups,
     events_since,
@@ -25,7 +25,7 @@ from sessions_app.selectors.events import (
     steps_open_at,
 )
 from sessions_app.selectors.forks import fork_point, forks_of, lineage, open_turn_starts_before, unused_fork_id
-from sessions_app.selectors.notes import get_note, session_notes
+from sessions_app.selectors.notes import get_note, notes_by_seq, session_notes
 from sessions_app.selectors.projects import (
     project_member,
     project_members,
@@ -37,6 +37,7 @@ from sessions_app.selectors.projects import (
     user_token,
     user_tokens,
 )
+from sessions_app.selectors.recent_calls import RecentCalls, recent_calls
 from sessions_app.selectors.recovery import (
     complete_tail,
     dangling_patch,
@@ -63,6 +64,7 @@ from sessions_app.selectors.sessions import (
 from sessions_app.selectors.transcript import (
     compactions,
     enclosing_turns,
+    events_at,
     events_of_blocks_touched,
     latest_block_starts,
     placed_events_from,

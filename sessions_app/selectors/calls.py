@@ -15,7 +15,7 @@ from sessions_app.log import events as log_events
 from sessions_app.log import ledger, recovery
 from sessions_app.models import Note, RecoveryRecord, Session, ToolPolicy
 from sessions_app.selectors.events import session_log
-from sessions_app.selectors.notes import session_notes
+from sessions_app.selectors.notes import notes_by_seq
 
 # The classes the list shows by default: the calls a person may have to check.
 CHECKED_CLASSES = frozenset({ToolPolicy.EXTERNAL_EFFECT, "unknown"})
@@ -27,7 +27,7 @@ class CallRow:
     call: ledger.CallState
     side_effect: str  # the tool's class by the policies as they are now
     time: datetime  # the time the first-sighting event claims
-    notes: list[Note]  # pinned to the first sighting or to one of the call's results
+    notes: list[Note]  # pinned to the first sighting or to one of the call's dispatches (tool_call events) or results
 
 
 def patch_seqs(session: Session) -> set[int]:
@@ -50,13 +50,14 @@ def session_calls(session: Session, *, all_classes: bool) -> list[CallRow]:
     if not rows:
         return []
     results = recovery.calls_seen(events).results  # the same scan the ledger made, in memory
-    notes_at: dict[int, list[Note]] = {}
-    for note in session_notes(session):
-        if note.seq is not None:
-            notes_at.setdefault(note.seq, []).append(note)
+    dispatches: dict[str, list[int]] = {}
+    for event in events:
+        if event.type == "tool_call" and (cid := log_events.call_id(event.data)) is not None:
+            dispatches.setdefault(cid, []).append(event.seq)
+    notes_at = notes_by_seq(session)
     out = []
     for call, cls in rows:
-        seqs = [call.seq, *(r.seq for r in results.get(call.call_id, ()))]
+        seqs = [call.seq, *dispatches.get(call.call_id, ()), *(r.seq for r in results.get(call.call_id, ()))]
         notes = sorted((n for seq in dict.fromkeys(seqs) for n in notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
         out.append(CallRow(session=session, call=call, side_effect=cls, time=events[call.seq].time, notes=notes))
     return out

@@ -11,6 +11,15 @@ def session_notes(session: Session) -> list[Note]:
     return list(Note.objects.filter(session=session).order_by("created_at", "id"))
 
 
+def notes_by_seq(session: Session) -> dict[int, list[Note]]:
+    """The session's notes pinned to events, by seq, oldest first (a note on the whole session has none)."""
+    pinned: dict[int, list[Note]] = {}
+    for note in session_notes(session):
+        if note.seq is not None:
+            pinned.setdefault(note.seq, []).append(note)
+    return pinned
+
+
 def get_note(note_id: int) -> Note:
     """The note with its session; NoteNotFound when there is none."""
     try:

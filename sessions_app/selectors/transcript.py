@@ -72,6 +72,11 @@ def turn_starts_at(session: Session, seqs: list[int]) -> list[log_events.Event]:
     return to_log_events(Event.objects.filter(session=session, seq__in=seqs))
 
 
+def events_at(session: Session, seqs: list[int]) -> list[log_events.Event]:
+    """The stored events at `seqs` (those a note is pinned to), in no particular order."""
+    return to_log_events(Event.objects.filter(session=session, seq__in=seqs))
+
+
 def compactions(session: Session) -> list[tuple[int, int, int]]:
     """(seq, start, stop) of every compaction summary of the session (indexed; few)."""
     rows = Event.objects.filter(session=session, replace_start__isnull=False)

@@ -21,6 +21,7 @@ from sessions_app.log import events as log_events
 from sessions_app.models import AuditEntry, Note, Session
 
 from .audit_log import audit
+from .publishing import publish_notes_changed_on_commit
 
 # The limits of docs/api.md, Notes.
 TEXT_MAX = 10_000  # characters
@@ -85,6 +86,7 @@ def add_note(*, actor: access.Actor, session_id: str, text: object, tags: object
             session=session, seq=seq, text=text, tags=tags, author=actor.user, author_name=actor.name, created_at=now, updated_at=now
         )
         _audit(note, actor, AuditEntry.NOTE_ADDED)
+        publish_notes_changed_on_commit(session.id, [seq])
     return note
 
 
@@ -109,6 +111,7 @@ def edit_note(*, actor: access.Actor, note_id: int, text: object = UNCHANGED, ta
         note.updated_at = timezone.now()
         note.save(update_fields=[*changed, "updated_at"])
         _audit(note, actor, AuditEntry.NOTE_EDITED, changed=changed)
+        publish_notes_changed_on_commit(note.session_id, [note.seq])
     return note
 
 
@@ -118,6 +121,7 @@ def delete_note(*, actor: access.Actor, note_id: int) -> None:
     with transaction.atomic():
         note = _locked_note(note_id)
         _audit(note, actor, AuditEntry.NOTE_DELETED)
+        publish_notes_changed_on_commit(note.session_id, [note.seq])
         note.delete()
 
 

@@ -9,6 +9,7 @@ import asyncio
 import collections
 import hashlib
 import logging
+import uuid
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -48,6 +49,14 @@ def publish_events_on_commit(session_id: str, events: Sequence[StoredEvent | Eve
 
 def publish_session_changed_on_commit(session_id: str) -> None:
     transaction.on_commit(lambda: publish_session_changed(session_id))
+
+
+def publish_notes_changed_on_commit(session_id: str, seqs: Sequence[int | None]) -> None:
+    """Tell the session's pages, once the caller's transaction commits, that notes at `seqs` changed
+    (None: a note on the whole session). Notes are not events: the message carries no seq of the log."""
+    change = uuid.uuid4().hex  # one render per change for the pages alike, live.SharedRenders
+    message = {"type": "session_notes", "session_id": session_id, "seqs": sorted(set(seqs), key=lambda s: (s is not None, s)), "change": change}
+    transaction.on_commit(lambda: _send([(session_group(session_id), message)]))
 
 
 def publish_events(session_id: str, events: Sequence[StoredEvent | Event]) -> None:

@@ -159,6 +159,14 @@
       var first = form.querySelector("[autofocus]");
       if (first && !form.contains(document.activeElement)) first.focus();
     });
+    // A note saved (204): its form is emptied and folded; the live frame shows the note to every page of the session.
+    document.body.addEventListener("htmx:afterRequest", function (event) {
+      var form = event.detail.elt;
+      if (!form || !form.matches || !form.matches("form.note-form") || event.detail.xhr.status !== 204) return;
+      form.reset();
+      var details = form.closest("details.add-note");
+      if (details) details.open = false;
+    });
     function closeForkForm(form) {
       var control = form.closest(".fork") && form.closest(".fork").querySelector("a");
       form.remove();

@@ -146,6 +146,8 @@ NUMERIC_PARAMETERS = [
     ("owner", "POST", TOKENS, {"owner": TOO_LONG, "scopes": "read"}),
     ("expires_in_days", "POST", TOKENS, {"owner": "{admin}", "scopes": "read", "expires_in_days": TOO_LONG}),
     ("next_seq", "POST", "/sessions/digits/recovery", {"next_seq": TOO_LONG, "digest": "0" * 64}),
+    ("seq", "GET", "/sessions/digits/notes", {"seq": TOO_LONG, "text": "a note"}),
+    ("seq", "POST", "/sessions/digits/notes", {"seq": TOO_LONG, "text": "a note"}),
     # The API's, read by django-ninja; the events lane reads plain short ones itself (dashboard/lanes.py).
     ("since", "GET", "/api/v1/sessions/digits/events", {"since": TOO_LONG}),
     ("limit", "GET", "/api/v1/sessions/digits/events", {"limit": TOO_LONG}),

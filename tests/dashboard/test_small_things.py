@@ -97,7 +97,8 @@ def test_a_card_names_an_odd_synthetic_risk_in_json():
     ], session_id="risky")  # fmt: skip
     window = transcript.latest_window(Session.objects.get(pk="risky"))
     [card] = [card for block in window.blocks for card in block.cards]
-    assert card.risk == '{"flag": true, "none": null}'
+    # The ledger reads a risk that is none of recovery's as an unknown outcome (api.md rule 3); the card says what it was.
+    assert (card.state, card.stated_risk) == ("tool_outcome_unknown", '{"flag": true, "none": null}')
 
 
 # c. The audit log reads as words, its targets linked ---------------------------------------

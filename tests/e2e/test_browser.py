@@ -106,10 +106,10 @@ def test_a_crashed_session_shows_its_owed_calls_as_recovery_classifies_them(brow
     c1, c2, c3 = (page.locator(f'[data-call-id="{c}"]') for c in ("c1", "c2", "c3"))
     expect(c1).to_contain_text("completed")
     # Not "in flight": the recovery page's words, word for word.
-    expect(c2.locator(".badge.state")).to_have_text("not started")
+    expect(c2.locator(".badge.state")).to_have_text("tool_not_started")
     expect(c2).to_contain_text("Not started: it did not run")
     expect(c2).to_contain_text("Why (rule 2):")
-    expect(c3.locator(".badge.state")).to_have_text("outcome unknown")
+    expect(c3.locator(".badge.state")).to_have_text("tool_outcome_unknown")
     expect(c3).to_contain_text("Outcome unknown: it may have run")
     expect(c3).to_contain_text("Why (rule 1):")
     expect(page.locator(".elapsed")).to_have_count(0)
@@ -132,8 +132,8 @@ def test_staff_previews_and_confirms_a_recovery(browser, server, staff_user):
     page.get_by_role("button", name="Confirm recovery").click()
     expect(page).to_have_url(re.compile(r"/sessions/crashed/\?highlight=10-12#seq-10$"))
     expect(page.locator(".messages")).to_contain_text("Appended seqs 10–12")
-    expect(page.locator('[data-call-id="c3"]')).to_contain_text("outcome unknown")
-    expect(page.locator('[data-call-id="c2"]')).to_contain_text("not started")
+    expect(page.locator('[data-call-id="c3"]')).to_contain_text("tool_outcome_unknown")
+    expect(page.locator('[data-call-id="c2"]')).to_contain_text("tool_not_started")
     expect(page.locator(".highlight")).to_have_count(3)
     expect(page.locator("#turn-1 .turn-head")).to_contain_text("interrupted")
     assert RecoveryRecord.objects.get().note == "checked the mail server: nothing was sent"

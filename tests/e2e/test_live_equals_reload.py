@@ -52,7 +52,10 @@ SNAPSHOT = """() => {
   };
   const blocks = {};
   document.querySelectorAll("#blocks > [id], #raw-rows > [id]").forEach((el) => { blocks[el.id] = clean(el); });
-  return {header: clean(document.getElementById("session-head")), tabs: clean(document.querySelector("nav.tabs")), blocks};
+  return {
+    header: clean(document.getElementById("session-head")), tabs: clean(document.querySelector("nav.tabs")),
+    ledger: clean(document.getElementById("ledger-panel")), blocks,
+  };
 }"""
 # Page-load tokens and cursors, and whitespace.
 NORMALISE = [
@@ -76,6 +79,7 @@ def snapshot(page) -> dict:
     return {
         "header": normalised(shown["header"]),
         "tabs": normalised(shown["tabs"]),
+        "ledger": normalised(shown["ledger"]),
         "blocks": {key: normalised(html) for key, html in shown["blocks"].items()},
     }
 
@@ -83,7 +87,7 @@ def snapshot(page) -> dict:
 def differences(live: dict, fresh: dict) -> list[str]:
     """What the live page shows otherwise than a fresh load: a unified diff per element."""
     found = []
-    pairs = [("header", live["header"], fresh["header"]), ("tabs", live["tabs"], fresh["tabs"])]
+    pairs = [("header", live["header"], fresh["header"]), ("tabs", live["tabs"], fresh["tabs"]), ("ledger", live["ledger"], fresh["ledger"])]
     pairs += [(key, live["blocks"][key], fresh["blocks"][key]) for key in fresh["blocks"] if key in live["blocks"]]
     for name, shown, reloaded in pairs:
         if shown != reloaded:
@@ -231,10 +235,20 @@ def test_a_live_session_page_reads_as_a_reload_after_every_step(browser, servers
     pages.check("a recovery", lambda: expect(pages.transcript.locator("nav.tabs")).to_contain_text("Recovery (1)"))
     pages.check("a recovery", lambda: expect(pages.transcript.locator("#session-head")).not_to_contain_text("Preview recovery"))
 
+    # The charge's real result arrives late: its card and its ledger row read superseded, live as on a reload.
+    append(writes_server, staff_user, ("tool_result", {"tool_call_id": "c3", "content": "charged after all"}))
+    pages.compare("a late real result", 21)
+    pages.check("a late result", lambda: expect(pages.transcript.locator('#ledger-panel [data-call="c3"]')).to_have_attribute("data-state", "superseded"))
+    # A note from the API, on the late result: on the card and in the ledger, with no event.
+    status, body = api_post(writes_server, staff_user, f"/api/v1/sessions/{SID}/notes", {"text": "billing confirmed", "tags": ["verified"], "seq": 21})
+    assert status == 201, body
+    pages.check("a note", lambda: expect(pages.transcript.locator('[data-call-id="c3"] .note-item')).to_contain_text("billing confirmed", timeout=LIVE))
+    pages.compare("a note", 21)
+
     status, body = api_post(writes_server, staff_user, f"/api/v1/sessions/{SID}/fork", {"boundary": "last", "id": f"{SID}-fork"})
     assert status == 201, body
     pages.check("a fork", lambda: expect(pages.transcript.locator("#session-head .forks")).to_contain_text(f"{SID}-fork", timeout=LIVE))
-    pages.compare("a fork", 20)
+    pages.compare("a fork", 21)
     assert not pages.failures, "\n\n".join(pages.failures)
 
 

@@ -31,5 +31,5 @@ def test_a_recovered_session_shows_its_step_and_turn_as_interrupted(browser, ser
     expect(page.locator("#turn-1 .step-head .badge", has_text=re.compile(r"^open$"))).to_have_count(0)
 
     # Its owed calls read as recovery answered them, as on the recovery page.
-    expect(page.locator('[data-call-id="c3"] .badge.state')).to_have_text("outcome unknown")
-    expect(page.locator('[data-call-id="c2"] .badge.state')).to_have_text("not started")
+    expect(page.locator('[data-call-id="c3"] .badge.state')).to_have_text("tool_outcome_unknown")
+    expect(page.locator('[data-call-id="c2"] .badge.state')).to_have_text("tool_not_started")

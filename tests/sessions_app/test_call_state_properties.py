@@ -17,17 +17,18 @@ CALL_STATE_EXAMPLES=600 runs a longer search (add --timeout 1400).
 No tool policy exists, so every call's class is `unknown` and the plan's strategies list every
 call of an open turn (api.md lists only external_effect and unknown ones there).
 
-The session page's cards will carry `data-call-id` and `data-state` (another branch);
-`test_every_card_reads_the_calls_state` compares them and is marked xfail (strict, raising only
-CardsNotYetMarked) until they do: the lead removes the mark at merge (strict: an XPASS fails).
+The session page's cards carry `data-call-id` and `data-state`:
+`test_every_card_reads_the_calls_state` holds them to /calls too.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import uuid
 from datetime import UTC, datetime, timedelta
+from html import unescape
 from html.parser import HTMLParser
 
 import pytest
@@ -331,11 +332,7 @@ def test_every_view_of_the_api_states_each_call_as_the_ledger_does(api, operator
     story(api, operator, batch, later, boundary)
 
 
-# The cards (enable at merge) ---------------------------------------------------
-
-
-class CardsNotYetMarked(Exception):
-    """No element of the session page carries both data-call-id and data-state yet (the cards branch adds data-state)."""
+# The cards ---------------------------------------------------------------------
 
 
 class _CardStates(HTMLParser):
@@ -352,18 +349,32 @@ class _CardStates(HTMLParser):
 def card_states(html: str) -> dict[str, set[str | None]]:
     """Each call id the page's elements carry in `data-call-id` -> every `data-state` shown beside it.
 
-    Only elements carrying both count: today's cards carry data-call-id alone (links and call blocks may stay so)."""
+    Only elements carrying both count (links and call blocks may carry data-call-id alone)."""
     parser = _CardStates()
     parser.feed(html)
     parser.close()
     return parser.states
 
 
+EARLIER = re.compile(r'hx-get="([^"]*\?before=\d+)"')
+
+
 def check_cards(browser: Client, session_id: str, calls: list[dict]) -> None:
-    """Every call of /calls has a card on the session page, and every card of it reads its state."""
+    """Every call of /calls has a card on the session page (or on the earlier turns it loads), and
+    every card of it reads its state."""
     response = browser.get(f"/sessions/{session_id}/")
     assert response.status_code == 200, response.status_code
-    shown = card_states(response.content.decode())
+    html = response.content.decode()
+    pages = [html]
+    while earlier := EARLIER.search(html):
+        response = browser.get(unescape(earlier.group(1)))
+        assert response.status_code == 200, response.status_code
+        html = response.content.decode()
+        pages.append(html)
+    shown: dict[str, set[str | None]] = {}
+    for page in pages:
+        for cid, states in card_states(page).items():
+            shown.setdefault(cid, set()).update(states)
     for call in calls:
         assert shown.get(call["call_id"]) == {call["state"]}, (call, shown.get(call["call_id"]))
 
@@ -373,7 +384,6 @@ def test_card_states_reads_every_element_marked_with_a_call_id():
     assert card_states(html) == {'c"1': {"completed", "error"}}
 
 
-@pytest.mark.xfail(strict=True, raises=CardsNotYetMarked, reason="enable at merge: the cards branch marks cards with data-call-id/data-state")
 def test_every_card_reads_the_calls_state(api, operator, django_user_model):
     browser = Client()
     reader = django_user_model.objects.create_user("reader")
@@ -382,8 +392,7 @@ def test_every_card_reads_the_calls_state(api, operator, django_user_model):
     probe = f"probe-{uuid.uuid4().hex}"
     assert api.post("/api/v1/sessions", {"id": probe}).status_code == 201
     assert api.post(f"/api/v1/sessions/{probe}/events", {"events": CRASH_AND_DANGLING}).status_code == 201
-    if not card_states(browser.get(f"/sessions/{probe}/").content.decode()):
-        raise CardsNotYetMarked("no element of the session page carries data-call-id and data-state")
+    assert card_states(browser.get(f"/sessions/{probe}/").content.decode()), "no card carries data-call-id and data-state"
 
     @PROPERTY
     @given(batch=random_logs, later=later_batches, boundary=boundaries)

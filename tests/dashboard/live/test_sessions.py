@@ -23,7 +23,7 @@ from sessions_app.log.events import validate_batch
 from sessions_app.models import Role
 from tests.access import member
 from tests.dashboard.conftest import QUIET, WAIT, down_for, opened
-from tests.dashboard.live.test_consumers import append, append_sync, create
+from tests.dashboard.live.test_consumers import append, append_sync, create, open_socket
 from tests.dashboard.pages.test_fork_views import offered
 from tests.servers import DaphneServer
 
@@ -74,7 +74,7 @@ async def test_new_blocks_are_appended_and_touched_blocks_replaced(sid, session_
     frame = await page.receive_from(timeout=WAIT)
     assert '<section id="turn-1" class="block turn open" hx-swap-oob="true">' in frame
     assert "&lt;b&gt;hi&lt;/b&gt;" in frame and "<b>hi</b>" not in frame
-    assert 'data-call-id="c1"' in frame and '<span class="badge state">requested</span>' in frame
+    assert 'data-call-id="c1"' in frame and '<span class="badge state">pending</span> <span class="muted pending-detail">requested</span>' in frame
     assert await page.receive_nothing(QUIET)
 
 
@@ -121,10 +121,15 @@ async def test_a_frame_in_the_open_turn_reads_that_turn_once(sid):
     assert "Turn 1" in frame
     turn_reads = [q for q in queries if '"sessions_app_event"."data"' in q and '"sessions_app_event"."turn_seq" IN' in q]
     assert len(turn_reads) == 1
-    assert not [q for q in queries if '"sessions_app_event"."seq" >=' in q]  # no second read of the turn for the plan
+    # No second read of the turn for the transcript's plan. The ledger panel reads by index what it shows: its plan
+    # (from the open turn on, seq >= 1 here) and its window of the latest events (seq < the count), never the whole log.
+    ranged = [q for q in queries if '"sessions_app_event"."seq" >=' in q]
+    assert ranged and all('"sessions_app_event"."seq" >= 1' in q or '"sessions_app_event"."seq" <' in q for q in ranged), ranged
     # 19 when the plan, the fork spots and the labels each read the turn and its calls again; 9 since the frame
-    # re-renders the whole header as a reload does, whose list of forks is one more indexed read.
-    assert len(queries) <= 9, queries
+    # re-renders the whole header as a reload does, whose list of forks is one more indexed read; 10 since cards
+    # show the notes pinned to their calls (one read of the session's notes); at most 24 with the ledger panel
+    # (its plan, its window, its calls by id, their sightings, recoveries, patches, policies, notes, turn numbers).
+    assert len(queries) <= 24, len(queries)
 
 
 async def test_a_page_socket_is_closed_for_a_reconnect_before_it_gets_old(sid, session_cookie, settings):
@@ -360,7 +365,7 @@ async def test_a_call_outside_turns_reads_no_result_once_the_session_went_quiet(
     settings.TURNLOG_STALL_SECONDS = 0
     frame = await page.receive_from(timeout=WAIT)
     block = element(frame, "event-0", "section")
-    assert '<span class="badge state">no result</span>' in block
+    assert '<span class="badge state">no_result</span>' in block
     assert block == element(await reload(user, sid), "event-0", "section")
     await assert_header_as_reloaded(frame, user, sid)
 
@@ -390,7 +395,7 @@ async def test_a_stalled_page_re_renders_its_open_turn_as_recovery_classifies_it
     settings.TURNLOG_STALL_SECONDS = 0
     frame = await page.receive_from(timeout=WAIT)
     turn = frame[frame.index('<section id="turn-0"') :]
-    assert 'hx-swap-oob="true"' in turn[:200] and '<span class="badge state">outcome unknown</span>' in turn
+    assert 'hx-swap-oob="true"' in turn[:200] and '<span class="badge state">tool_outcome_unknown</span>' in turn
     assert "Why (rule 1):" in turn and "elapsed" not in turn
 
 
@@ -596,3 +601,101 @@ async def test_shared_frames_render_on_the_database_threads_which_keep_their_con
             assert len({conn for _, conn in seen}) <= 2  # one kept connection per thread
     finally:
         await sync_to_async(db_threads.stop)()
+
+
+# The ledger panel follows the log ---------------------------------------------------------------
+
+
+def ledger_of(html: str) -> str | None:
+    return element(html, "ledger-panel", "section")
+
+
+@pytest.mark.parametrize("query", ["", "?view=raw", "?calls=all", "?view=raw&calls=all"])
+async def test_the_ledger_panel_of_a_frame_is_a_reloads(sid, session_cookie, user, query):
+    await create(sid, 1)
+    view = "&view=raw&first=0" if "raw" in query else ""
+    calls = "&calls=all" if "all" in query else ""
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=0{view}{calls}", session_cookie)
+    await append_events(sid, [
+        {"type": "turn_start", "data": {"turn": 1}},
+        {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "charge_card", "arguments": {"cents": 5}}]}},
+    ])  # fmt: skip
+    frame = await page.receive_from(timeout=WAIT)
+    panel = ledger_of(frame)
+    assert 'data-call="c1" data-state="pending"' in panel
+    assert panel == ledger_of(await reload(user, sid, query))
+    await append_events(sid, [{"type": "tool_result", "data": {"tool_call_id": "c1", "content": "charged"}}])
+    frame = await page.receive_from(timeout=WAIT)
+    assert 'data-call="c1" data-state="completed"' in ledger_of(frame)
+    assert ledger_of(frame) == ledger_of(await reload(user, sid, query))
+    await append_events(sid, [{"type": "user_message", "data": {"content": "thanks"}}])
+    assert ledger_of(await page.receive_from(timeout=WAIT)) is None  # nothing a row reads changed
+
+
+async def test_a_stalled_pages_ledger_reads_the_risk_without_any_event(sid, session_cookie, user, monkeypatch, settings):
+    monkeypatch.setattr(live, "STATUS_REFRESH_SECONDS", 0.2)
+    await create(sid)
+    await append_events(sid, [
+        {"type": "turn_start", "data": {"turn": 1}},
+        {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "charge_card"}]}},
+        {"type": "tool_call", "data": {"id": "c1", "name": "charge_card"}},
+    ])  # fmt: skip
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=2&view=raw&first=0", session_cookie)
+    assert await page.receive_nothing(QUIET)  # still running
+    settings.TURNLOG_STALL_SECONDS = 0
+    frame = await page.receive_from(timeout=WAIT)
+    assert 'data-call="c1" data-state="tool_outcome_unknown"' in ledger_of(frame)
+    assert ledger_of(frame) == ledger_of(await reload(user, sid, "?view=raw"))
+
+
+# Notes appear live ----------------------------------------------------------------------------
+
+
+@database_sync_to_async
+def note(user, session_id: str, text: str, seq: int | None) -> int:
+    from sessions_app import access
+
+    return services.add_note(actor=access.Actor(user=user), session_id=session_id, text=text, tags=["verified"], seq=seq).pk
+
+
+@database_sync_to_async
+def edit(user, note_id: int, text: str) -> None:
+    from sessions_app import access
+
+    services.edit_note(actor=access.Actor(user=user), note_id=note_id, text=text)
+
+
+@pytest.mark.parametrize("query", ["", "?view=raw"])
+async def test_a_note_added_elsewhere_reaches_an_open_page_as_a_reload_shows_it(sid, session_cookie, user, query):
+    await create(sid)
+    await append_events(sid, [
+        {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "charge_card"}]}},
+        {"type": "tool_result", "data": {"tool_call_id": "c1", "content": "charged"}},
+    ])  # fmt: skip
+    view = "&view=raw&first=0" if query else ""
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=1{view}", session_cookie)
+    assert await page.receive_nothing(QUIET)
+    note_id = await note(user, sid, "<b>billing confirmed</b>", 1)  # on c1's result: it shows on c1's card
+    frame = await page.receive_from(timeout=WAIT)
+    reloaded = await reload(user, sid, query)
+    assert "&lt;b&gt;billing confirmed&lt;/b&gt;" in ledger_of(frame) and "<b>billing" not in frame
+    assert ledger_of(frame) == ledger_of(reloaded)
+    if not query:
+        block = element(frame, "event-0", "section")
+        assert f'id="note-{note_id}"' in block and block == element(reloaded, "event-0", "section")
+    await note(user, sid, "customer called back", None)
+    frame = await page.receive_from(timeout=WAIT)
+    assert "customer called back" in ledger_of(frame).split('id="session-notes"')[1]
+    await edit(user, note_id, "billing confirmed twice")
+    frame = await page.receive_from(timeout=WAIT)
+    assert "billing confirmed twice" in ledger_of(frame) and ledger_of(frame) == ledger_of(await reload(user, sid, query))
+
+
+async def test_the_json_stream_carries_no_notes(sid, token, user, session_cookie):
+    await create(sid)
+    await append_events(sid, [{"type": "user_message", "data": {"content": "hi"}}])
+    stream = await open_socket(sid, token=token, query="after=0")
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
+    await note(user, sid, "not an event", 0)
+    assert "not an event" in await page.receive_from(timeout=WAIT)  # the page's socket heard it
+    assert await stream.receive_nothing(QUIET)

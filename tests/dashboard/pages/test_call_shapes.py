@@ -58,7 +58,7 @@ def test_a_chat_shaped_calls_card_shows_its_name_arguments_and_class(operator, p
     assert '<span class="tool-name">charge_card</span>' in c3
     assert "&quot;amount&quot;: 700" in c3  # the JSON text, parsed and shown as JSON
     assert '<span class="badge se-external_effect">external effect</span>' in c3
-    assert '<span class="badge state">outcome unknown</span>' in c3 and 'class="card state-outcome_unknown loud"' in c3
+    assert '<span class="badge state">tool_outcome_unknown</span>' in c3 and 'class="card state-tool_outcome_unknown loud"' in c3
     c1 = card_of(page, "c1")
     assert '<span class="tool-name">lookup_customer</span>' in c1 and '<span class="badge se-read_only">read-only</span>' in c1
 

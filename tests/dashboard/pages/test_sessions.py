@@ -87,7 +87,7 @@ def test_the_transcript_groups_turns_steps_and_pairs_calls_with_results(viewer):
     c1 = page[page.index('data-call-id="c1"') :][:3000]
     assert "completed" in c1 and "Result at" in c1
     c3 = page[page.index('data-call-id="c3"') :][:3000]
-    assert "outcome unknown" in c3 and "(rule 1)" in c3
+    assert "tool_outcome_unknown" in c3 and "(rule 1)" in c3
     assert '<article id="seq-9"' not in page and '<a id="seq-9"' in page  # c3's tool_call shows in its card
     assert "Dispatched (tool_call) at" in c3
 
@@ -105,7 +105,7 @@ def test_a_stalled_sessions_owed_calls_read_as_on_the_recovery_page(staff):
     store(WORKED_EXAMPLE, session_id="crashed")  # its events are from January: stalled
     page = text_of(staff.get("/sessions/crashed/"))
     recovery_page = text_of(staff.get("/sessions/crashed/recovery"))
-    for call_id, state in [("c2", "not started"), ("c3", "outcome unknown")]:
+    for call_id, state in [("c2", "tool_not_started"), ("c3", "tool_outcome_unknown")]:
         card = page[page.index(f'data-call-id="{call_id}"') :][:4000].split("</article>")[0]
         assert f'<span class="badge state">{state}</span>' in card
         assert "in flight" not in card and "elapsed" not in card and "running" not in card
@@ -120,8 +120,8 @@ def test_a_running_sessions_unanswered_calls_are_pending(viewer):
     page = text_of(viewer.get("/sessions/live/"))
     c3 = page[page.index('data-call-id="c3"') :][:4000].split("</article>")[0]
     c2 = page[page.index('data-call-id="c2"') :][:4000].split("</article>")[0]
-    assert '<span class="badge state">dispatched</span>' in c3 and 'class="elapsed"' in c3  # it has a tool_call
-    assert '<span class="badge state">requested</span>' in c2
+    assert '<span class="badge state">pending</span> <span class="muted pending-detail">dispatched</span>' in c3 and 'class="elapsed"' in c3  # it has a tool_call
+    assert '<span class="badge state">pending</span> <span class="muted pending-detail">requested</span>' in c2
     assert "If recovered now: <strong>Outcome unknown: it may have run</strong> (rule 1)" in c3
 
 
@@ -283,7 +283,7 @@ def test_confirming_appends_and_lands_on_the_highlighted_events(staff):
     page = text_of(staff.get(response.url))
     assert page.count(" highlight") >= 2 and "interrupted (closed by recovery)" in page
     assert "verified" in page and RecoveryRecord.objects.get().username == "ops"
-    assert "outcome unknown" in page and "not started" in page
+    assert "tool_outcome_unknown" in page and "tool_not_started" in page
 
 
 def test_a_recovered_turn_shows_its_open_step_as_interrupted_and_no_dead_hours(staff, django_user_model):

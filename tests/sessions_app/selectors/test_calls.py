@@ -36,3 +36,20 @@ def test_the_log_is_read_once_whatever_the_number_of_calls(api):
     assert len(rows) == 20
     # The log, the patch records, the policies, the notes: one query each.
     assert len(queries) == 4, [q["sql"] for q in queries]
+
+
+def test_a_calls_notes_are_those_on_its_sighting_dispatches_and_results(api, agent_user):
+    from sessions_app import access, services
+
+    make_session(api, "s")
+    append(api, "s", [
+        {"type": "assistant_message", "data": message("", tool_calls=[{"id": "c1", "name": "charge"}])},  # 0
+        {"type": "tool_call", "data": {"id": "c1", "name": "charge"}},  # 1
+        {"type": "tool_result", "data": message("ok", tool_call_id="c1")},  # 2
+        {"type": "user_message", "data": message("thanks")},  # 3
+    ])  # fmt: skip
+    author = access.Actor(user=agent_user)
+    for seq in (None, 0, 1, 2, 3):
+        services.add_note(actor=author, session_id="s", text=f"on {seq}", seq=seq)
+    (row,) = selectors.session_calls(Session.objects.get(pk="s"), all_classes=True)
+    assert [n.text for n in row.notes] == ["on 0", "on 1", "on 2"]
