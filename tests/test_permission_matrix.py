@@ -40,6 +40,7 @@ from dashboard.asgi import application
 from dashboard.routing import websocket_urlpatterns
 from sessions_app import services
 from sessions_app.log.events import validate_batch
+from sessions_app.log.ledger import STATES
 from tests.dashboard.conftest import QUIET, WAIT, fresh_layer, opened, slow_poll  # noqa: F401  (fixtures of the socket tests)
 from tests.permission_world import ACTORS, OUTSIDER_SESSION, STAFF, build_world
 from tests.sessions_app import factories as f
@@ -207,6 +208,8 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     # Notes: viewers read them, members add them and change their own, admins change any (an operator is not the author).
     # Calls: read as events are (viewers and `read` tokens).
     "api-v1:list_calls": [api_read(API + "/{open}/calls?all=true")],
+    # The fleet's calls: each reader sees the calls of their own projects only (every state asked for).
+    "api-v1:list_fleet_calls": [Probe("GET", "/api/v1/calls?" + "&".join(f"state={s}" for s in STATES), by_role("401", "200 -P", "200 +P"), api=True)],
     "api-v1:list_notes": [api_read(API + "/{closed}/notes")],
     "api-v1:add_note": [api_write(API + "/{closed}/notes", {"text": "matrix", "tags": ["verified"], "seq": 1}, needs="member")],
     "api-v1:edit_note": [
