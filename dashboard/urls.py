@@ -5,7 +5,7 @@ from django.urls import path, re_path
 from django.views.generic import RedirectView
 
 import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
-from dashboard.pages import account, agents, projects, sessions
+from dashboard.pages import account, agents, calls, projects, sessions
 from sessions_app.api import app as api
 from sessions_app.otel import endpoint as otlp
 
@@ -17,6 +17,7 @@ urlpatterns = [
     path("sessions/<session_id:session_id>/fork", sessions.fork_session, name="fork_session"),
     path("sessions/<session_id:session_id>/recovery", sessions.recovery_preview, name="recovery_preview"),
     path("sessions/<session_id:session_id>/lineage", sessions.session_lineage, name="session_lineage"),
+    path("calls/", calls.fleet_page, name="fleet_calls"),
     path("agents/", agents.agent_list, name="agent_list"),
     path("agents/agent", agents.agent_detail, name="agent_detail"),
     path("projects/", projects.project_list, name="project_list"),

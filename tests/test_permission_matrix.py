@@ -124,6 +124,7 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     "session_lineage": [page_read(CLOSED + "/lineage")],
     # Agents: every world session's agent is "matrix", in alpha and in beta; each reader sees only their projects' failures.
     "agent_list": [Probe("GET", "/agents/", by_role(LOGIN, "200 -P", "200 +P"))],
+    "fleet_calls": [Probe("GET", "/calls/?" + "&".join(f"state={s}" for s in STATES), by_role(LOGIN, "200 -P", "200 +P"))],
     "agent_detail": [
         Probe("GET", "/agents/agent?name=matrix", by_role(LOGIN, "200 -P", "200 +P")),
         Probe("GET", "/agents/agent?name=nobody", by_role(LOGIN, "404", "404")),
@@ -443,6 +444,8 @@ SOCKET_MATRIX: dict[str, SocketProbe] = {
         token=everyone("4401"),
     ),
     "ws/sessions/live": SocketProbe("/ws/sessions/live", login=by_role("4401", "open -P", "open +P"), token=everyone("4401")),
+    # The fleet's calls: the live append sights a call outside every turn, pending while its session is active.
+    "ws/calls/live": SocketProbe("/ws/calls/live?state=pending", login=by_role("4401", "open -P", "open +P"), token=everyone("4401")),
     # Any other path under /ws/: an unknown session, whoever asks.
     "^ws/": SocketProbe("/ws/nothing", login=everyone("4404"), token=everyone("4404")),
 }
@@ -469,7 +472,7 @@ async def read_until_quiet(communicator: WebsocketCommunicator, received: list[s
 @database_sync_to_async
 def append_live_events() -> None:
     for session_id in ("alpha-closed", OUTSIDER_SESSION):
-        services.append_events(session_id=session_id, events=validate_batch([f.user(f"{session_id}-live")]))
+        services.append_events(session_id=session_id, events=validate_batch([f.user(f"{session_id}-live"), f.assistant(calls=[f"{session_id}-live-call"])]))
 
 
 @pytest.mark.django_db(transaction=True)
