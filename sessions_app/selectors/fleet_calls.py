@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db import connection
 from django.db.models import Case, CharField, F, Q, Value, When
 from django.utils import timezone
 
@@ -85,7 +86,7 @@ def fleet_calls(
     for a cursor this did not write.
     """
     now = now or timezone.now()
-    rows = LedgerCall.objects.filter(project_id__in=projects)
+    rows = LedgerCall.objects.all()
     if agent:
         rows = rows.filter(agent_name=agent)
     if tool:
@@ -95,33 +96,66 @@ def fleet_calls(
     if until is not None:
         rows = rows.filter(sighted_at__lt=until)
     if classes:
-        rows = rows.filter(_of_classes(rows, classes))
+        rows = rows.filter(_of_classes(projects, classes))
     if tag:
         rows = rows.filter(_tagged(projects, tag))
-    rows = rows.annotate(state=state_expression(now)).filter(_in_states(states, now))
     if cursor:
         moment, last_id = cursors.decode(cursor, id_kind=int, given_by="this API returned")
         rows = rows.filter(Q(sighted_at__lt=moment) | Q(sighted_at=moment, id__lt=last_id))
-    found = list(rows.select_related("session__project").order_by("-sighted_at", "-id")[: limit + 1])
+    keys = sorted(_newest_keys(rows, projects, states, now, limit + 1), reverse=True)[: limit + 1]
+    by_id = LedgerCall.objects.annotate(state=state_expression(now)).select_related("session__project").in_bulk([pk for _, pk in keys])
+    found = [by_id[pk] for _, pk in keys]
     page = found[:limit]
     next_cursor = cursors.encode(page[-1].sighted_at, page[-1].pk) if len(found) > limit else None
     return FleetPage(items=call_rows(page), next_cursor=next_cursor)
 
 
-def _in_states(states: frozenset[str] | None, now: datetime) -> Q:
-    """Rows whose state is one of `states`: settled rows by their indexed column, the others by the expression."""
+def _newest_keys(rows, projects: list[int], states: frozenset[str] | None, now: datetime, count: int) -> list[tuple]:
+    """The (sighted_at, id) of up to `count` newest rows per project and settled state, and of the
+    newest unsettled rows whose state (decided here) is asked for: each one indexed range
+    (project, settled_state, newest first) cut by LIMIT, so the cost follows the page, not the
+    project's calls. The caller merges them."""
+    settled = (CHECK_STATES if states is None else states) - {ledger.PENDING}
+    newest = ("-sighted_at", "-id")
+    found: list[tuple] = []
+    for project in projects:
+        mine = rows.filter(project_id=project)
+        for state in sorted(settled):
+            found += mine.filter(settled_state=state).order_by(*newest).values_list("sighted_at", "id")[:count]
+        unsettled = mine.filter(settled_state__isnull=True).annotate(state=state_expression(now))
+        found += unsettled.filter(_unsettled_in(states, now)).order_by(*newest).values_list("sighted_at", "id")[:count]
+    return found
+
+
+def _unsettled_in(states: frozenset[str] | None, now: datetime) -> Q:
+    """Unsettled rows whose state is one of `states` (None: the calls to check, pending past the stall window included)."""
     if states is None:
-        stalled = Q(state=ledger.PENDING, sighted_at__lte=stalled_before(now))
-        return Q(settled_state__in=CHECK_STATES) | (Q(settled_state__isnull=True) & (Q(state__in=CHECK_STATES) | stalled))
-    return Q(settled_state__in=states) | Q(settled_state__isnull=True, state__in=states)
+        return Q(state__in=CHECK_STATES) | Q(state=ledger.PENDING, sighted_at__lte=stalled_before(now))
+    return Q(state__in=states)
 
 
-def _of_classes(rows, classes: frozenset[str]) -> Q:
-    """The tools the policies put in one of `classes` now, among the tools these rows name."""
+def _of_classes(projects: list[int], classes: frozenset[str]) -> Q:
+    """The tools the policies put in one of `classes` now, among the tools these projects' calls name."""
     policies = list(ToolPolicy.objects.values_list("pattern", "side_effect"))
-    names = [name for name in rows.values_list("tool", flat=True).distinct() if name is not None]
-    chosen = Q(tool__in=[name for name in names if recovery.side_effect_class(name, policies) in classes])
-    return chosen | Q(tool__isnull=True) if "unknown" in classes else chosen
+    names = [name for name in _tools_of(projects) if recovery.side_effect_class(name, policies) in classes]
+    return Q(tool__in=names) | Q(tool__isnull=True) if "unknown" in classes else Q(tool__in=names)
+
+
+def _tools_of(projects: list[int]) -> set[str]:
+    """The distinct tool names of the projects' calls, one index seek per name (a loose scan of
+    ledger_project_tool_idx: a project's calls are many, its tools few)."""
+    table = connection.ops.quote_name(LedgerCall._meta.db_table)
+    sql = (
+        f"WITH RECURSIVE names(tool) AS (SELECT MIN(tool) FROM {table} WHERE project_id = %s"
+        f" UNION ALL SELECT (SELECT MIN(tool) FROM {table} WHERE project_id = %s AND tool > names.tool)"
+        " FROM names WHERE names.tool IS NOT NULL) SELECT tool FROM names WHERE tool IS NOT NULL"
+    )
+    found: set[str] = set()
+    with connection.cursor() as cursor:
+        for project in projects:
+            cursor.execute(sql, [project, project])
+            found.update(name for (name,) in cursor.fetchall())
+    return found
 
 
 def _tagged(projects: list[int], tag: str) -> Q:

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 from django.test import override_settings
-from hypothesis import HealthCheck, event, given, note, settings
+from hypothesis import HealthCheck, Phase, event, given, note, settings
 from hypothesis import strategies as st
 
 from sessions_app import ledger, selectors, services
@@ -27,6 +27,8 @@ from tests.wire_batches import batches_of
 pytestmark = pytest.mark.django_db
 
 PROPERTY = settings(
+    # No shrinking: a failure prints every step of its example (note), and shrinking these logs takes minutes.
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
     max_examples=40,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
@@ -48,20 +50,17 @@ def _shape(call_id, name, arguments, seq, turn_seq, state, result_seq):
 
 
 def from_the_log(session: Session) -> list[tuple]:
-    return [
+    return sorted(
         _shape(r.call.call_id, r.call.name, r.call.arguments, r.call.seq, r.call.turn_seq, r.call.state, r.call.result_seq)
         for r in selectors.session_calls(session, all_classes=True)
         if r.call.seq >= session.seed_length
-    ]
+    )
 
 
 def from_the_ledger(session: Session) -> list[tuple]:
     page = selectors.fleet_calls(projects=[session.project_id], states=frozenset(STATES), limit=100_000)
     rows = [r for r in page.items if r.session.id == session.id]
-    return sorted(
-        (_shape(r.call.call_id, r.call.name, r.call.arguments, r.call.seq, r.call.turn_seq, r.call.state, r.call.result_seq) for r in rows),
-        key=lambda shape: shape[3],
-    )
+    return sorted(_shape(r.call.call_id, r.call.name, r.call.arguments, r.call.seq, r.call.turn_seq, r.call.state, r.call.result_seq) for r in rows)
 
 
 def assert_agrees(session_id: str, where: str) -> None:
