@@ -9,7 +9,7 @@ are model instances the caller loaded (or these functions created) and saves.
 from __future__ import annotations
 
 import json
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from sessions_app.log import calls as log_calls
@@ -51,9 +51,9 @@ class Book:
     session: Session
     rows: dict[str, LedgerCall]
     patch_seqs: Container[int]
-    earlier_dispatch: callable
-    earlier_results: callable
-    sighted_before: callable
+    earlier_dispatch: Callable[[int], bool]
+    earlier_results: Callable[[str], Sequence]
+    sighted_before: Callable[[str], bool]
     created: list[LedgerCall] = field(default_factory=list)
     changed: set[str] = field(default_factory=set)
     dispatched_turns: set[int] = field(default_factory=set)

@@ -9,12 +9,12 @@ sights first, their earlier results and whether their turn already dispatched.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 
 from sessions_app import statements
-
 from sessions_app.log import events as log_events
 from sessions_app.models import CallSighting, Event, LedgerCall, Session
 from sessions_app.selectors.calls import patch_seqs as _patch_seqs
@@ -51,33 +51,81 @@ def track_events(session: Session, events: Sequence) -> None:
             turns.add(e.turn_seq)
         elif e.type == "step_end" and e.step_seq is not None:
             steps.add(e.step_seq)
-    touched = Q(call_id__in=keys) | Q(turn_seq__in=turns) | Q(step_seq__in=steps)
-    rows = {row.call_id: row for row in LedgerCall.objects.filter(Q(session_id=session.id) & touched)}
+    rows = _rows(session.id, keys, turns, steps)
     book = _book(session, rows, first=first, unknown=keys - rows.keys())
     for e in events:
         book.read(e)
     _save(book)
 
 
+# Up to this many calls, turns and steps a run touches, each is read by its own statement compiled
+# once (statements.rows): a single append's few lookups cost what the ORM spent building one query.
+FEW = 6
+COLUMNS = tuple(f.attname for f in LedgerCall._meta.concrete_fields)
+
+
+def _rows(session_id: str, keys: set[str], turns: set[int], steps: set[int]) -> dict[str, LedgerCall]:
+    """The session's rows of these calls, turns and steps, by stored call id."""
+    if len(keys) + len(turns) + len(steps) > FEW:
+        touched = Q(call_id__in=keys) | Q(turn_seq__in=turns) | Q(step_seq__in=steps)
+        return {row.call_id: row for row in LedgerCall.objects.filter(Q(session_id=session_id) & touched)}
+    found = []
+    for name, values in (("call_id", keys), ("turn_seq", turns), ("step_seq", steps)):
+        for value in values:
+            found += statements.rows(
+                f"ledger-by-{name}", lambda sid, v, name=name: LedgerCall.objects.filter(**{"session_id": sid, name: v}).values_list(*COLUMNS),
+                [session_id, value], bound=[value, session_id] if name == "call_id" else [session_id, value],  # Q sorts them by name
+            )  # fmt: skip
+    return {row.call_id: row for row in (LedgerCall(*values) for values in found)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    """A tool_result stored before the run, as log.ledger reads one."""
+
+    seq: int
+    data: dict
+
+
+def _earlier_results(session_id: str, unknown: set[str], first: int) -> dict[str, list[_Result]]:
+    """The results stored before seq `first` for calls the run may sight first (a result may come before its call)."""
+    found: list[tuple] = []
+    if len(unknown) > FEW:
+        prior = Event.objects.filter(session_id=session_id, seq__lt=first, call_id__in=unknown, type="tool_result")
+        found = list(prior.values_list("call_id", "seq", "data"))
+    else:
+        for key in unknown:
+            found += statements.rows(
+                "ledger-earlier-results",
+                lambda sid, key, first: Event.objects.filter(session_id=sid, call_id=key, type="tool_result", seq__lt=first).values_list("call_id", "seq", "data"),
+                [session_id, key, first], bound=[key, first, session_id, "tool_result"],
+            )  # fmt: skip
+    earlier: dict[str, list[_Result]] = {}
+    for key, seq, data in sorted(found, key=lambda row: row[1]):
+        earlier.setdefault(key, []).append(_Result(seq, data))
+    return earlier
+
+
 def _book(session: Session, rows: dict, *, first: int, unknown: set[str]) -> Book:
     """A Book whose lookups read what was stored before `first`, for the calls the run may sight first."""
-    prior = Event.objects.filter(session_id=session.id, seq__lt=first)
-    earlier: dict[str, list] = {}
+    earlier = _earlier_results(session.id, unknown, first) if unknown and first > 0 else {}
     sighted: set[str] = set()
-    if unknown and first > 0:
-        for result in prior.filter(call_id__in=unknown, type="tool_result").order_by("seq"):
-            earlier.setdefault(result.call_id, []).append(result)
-        if session.seed_length:  # a fork: its inherited prefix may have sighted them (listed under its parent)
-            sighted = set(CallSighting.objects.filter(session_id=session.id, call_id__in=unknown, seq__lt=first).values_list("call_id", flat=True))
-            sighted |= set(prior.filter(call_id__in=unknown, type="tool_call").values_list("call_id", flat=True))
-    patch_seqs: set[int] = set()
-    if earlier:  # results stored before their call's first sighting may be a patch's
-        patch_seqs = _patch_seqs(session)
+    if unknown and session.seed_length and first > 0:  # a fork: its inherited prefix may have sighted them (listed under its parent)
+        prior = Event.objects.filter(session_id=session.id, seq__lt=first)
+        sighted = set(CallSighting.objects.filter(session_id=session.id, call_id__in=unknown, seq__lt=first).values_list("call_id", flat=True))
+        sighted |= set(prior.filter(call_id__in=unknown, type="tool_call").values_list("call_id", flat=True))
+    patch_seqs = _patch_seqs(session) if earlier else set()  # results stored before their call's first sighting may be a patch's
     dispatched: dict[int, bool] = {}
 
     def earlier_dispatch(turn_seq: int) -> bool:
+        if turn_seq >= first:  # the turn opened in this run: what it dispatched, the run shows
+            return False
         if turn_seq not in dispatched:
-            dispatched[turn_seq] = prior.filter(turn_seq=turn_seq, type="tool_call", call_id__isnull=False).exists()
+            dispatched[turn_seq] = bool(statements.rows(
+                "ledger-turn-dispatched",
+                lambda sid, turn, first: Event.objects.filter(session_id=sid, turn_seq=turn, type="tool_call", call_id__isnull=False, seq__lt=first).values_list("seq")[:1],
+                [session.id, turn_seq, first], bound=[first, session.id, turn_seq, "tool_call"],
+            ))  # fmt: skip
         return dispatched[turn_seq]
 
     return Book(
@@ -86,12 +134,20 @@ def _book(session: Session, rows: dict, *, first: int, unknown: set[str]) -> Boo
     )
 
 
+INSERTED = COLUMNS[1:]  # all but the id
+
+
 def _save(book: Book) -> None:
     created, updated = book.settle_all()
     if created:
-        LedgerCall.objects.bulk_create(created)
-    if updated:
-        LedgerCall.objects.bulk_update(updated, FACT_FIELDS)
+        db = connection
+        fields = [LedgerCall._meta.get_field(name) for name in INSERTED]
+        statements.execute_many(
+            statements.insert_sql(LedgerCall, [f.name for f in fields]),
+            [[f.get_db_prep_save(getattr(row, f.attname), db) for f in fields] for row in created],
+        )
+    for row in updated:
+        statements.save_fields(row, FACT_FIELDS)
 
 
 def track_patch(session: Session, *, first_seq: int, last_seq: int) -> None:
