@@ -118,7 +118,7 @@ def _newest_keys(rows, projects: list[int], states: frozenset[str] | None, now: 
     settled = (CHECK_STATES if states is None else states) - {ledger.PENDING}
     newest = ("-sighted_at", "-id")
     found: list[tuple] = []
-    for project in projects:
+    for project in dict.fromkeys(projects):  # a project named twice is read once
         mine = rows.filter(project_id=project)
         for state in sorted(settled):
             found += mine.filter(settled_state=state).order_by(*newest).values_list("sighted_at", "id")[:count]
@@ -152,7 +152,7 @@ def _tools_of(projects: list[int]) -> set[str]:
     )
     found: set[str] = set()
     with connection.cursor() as cursor:
-        for project in projects:
+        for project in set(projects):
             cursor.execute(sql, [project, project])
             found.update(name for (name,) in cursor.fetchall())
     return found
