@@ -41,10 +41,11 @@ def import_session(request, id: str | None = None, project: str | None = None):
 
 @router.get("/sessions/{session_id:session_id}/export", response={200: dict[str, Any], 403: ErrorOut, 404: ErrorOut})
 def export_session(request, session_id: str):
-    """A version 2 blob (session-log.md section 6) plus the session, its parent and its notes."""
+    """A version 2 blob (session-log.md section 6) plus the session, its parent, its notes and its patch results' seqs."""
     session = readable(request, session_id)
     extra = {
         "session": {"id": session.id, "agent_name": session.agent_name or None, "parent": session.parent_ref},
         "notes": [note_to_wire(note) for note in selectors.session_notes(session)],
+        log_blob.PATCH_SEQS_KEY: sorted(selectors.patch_seqs(session)),
     }
     return log_blob.write_blob(selectors.session_log(session), agent_name=session.agent_name or None, extra=extra)

@@ -28,7 +28,10 @@ EMPTY_USAGE = {
     "cache_creation_input_tokens": 0,
     "cache_read_input_tokens": 0,
 }
-EXTRA_KEYS = ("session", "parent", "notes")  # ignored by the reference reader, used by this project
+# Ignored by the reference reader, used by this project. dangling_patch_seqs: the seqs of the
+# tool_results dangling-call patches wrote, which their data (metadata {}) cannot tell.
+EXTRA_KEYS = ("session", "parent", "notes", "dangling_patch_seqs")
+PATCH_SEQS_KEY = "dangling_patch_seqs"
 SHIFT_NOTE = "every later event's seq shifts down"
 
 
@@ -176,3 +179,25 @@ def _followed_seqs(stored: list, loaded: list[NewEvent | None]) -> dict[int, int
     for seq in unfollowable:
         seqs.pop(seq, None)
     return seqs
+
+
+def followed_patch_seqs(loaded: LoadedBlob, warnings: list[str]) -> list[int]:
+    """Where the results the blob's dangling-call patches wrote (its `dangling_patch_seqs`) landed.
+
+    Only an imported tool_result can be one: any other seq is ignored with a warning (an
+    absent list says nothing: a blob from elsewhere, or of a session never patched).
+    """
+    given = loaded.extra.get(PATCH_SEQS_KEY)
+    if given is None:
+        return []
+    if not isinstance(given, list):
+        warnings.append(f"{PATCH_SEQS_KEY} {show_json(given)} is not a list of seqs; ignored")
+        return []
+    followed = set()
+    for seq in given:
+        new_seq = loaded.follow_seq(seq) if is_integer(seq) else None
+        if new_seq is None or loaded.events[new_seq].type != "tool_result":
+            warnings.append(f"{PATCH_SEQS_KEY}: seq {show_json(seq)} is not an imported tool_result; ignored")
+        else:
+            followed.add(new_seq)
+    return sorted(followed)

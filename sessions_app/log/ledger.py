@@ -18,8 +18,9 @@ match wins:
 A dangling-call patch writes `metadata: {}` and nothing else that tells its
 results apart from a tool's (recovery.patch_dangling_tool_calls), so which
 results a patch wrote is not in the log: the caller passes their seqs (storage
-records each patch's range of seqs). Reading them from the text they carry
-would make a tool that says the same words a patch.
+records each patch's range of seqs, and carries them to forks and imports).
+Reading them from the text they carry would make a tool that says the same
+words a patch.
 """
 
 from collections.abc import Container, Sequence

@@ -80,6 +80,10 @@ class Session(models.Model):
     interrupted = models.BooleanField(default=False)
     # Seqs of turn_ends that closed no open turn (the plan's warnings); almost always empty.
     stray_turn_ends = models.JSONField(default=list, blank=True)
+    # Seqs of the tool_results dangling-call patches wrote that no patch of this session did
+    # (a fork's inherited prefix, an imported blob's): a patch writes metadata {} as the spec
+    # says, so only storage tells its results from a tool's (selectors.calls.patch_seqs).
+    carried_patch_seqs = models.JSONField(default=list, blank=True)
     # When a recovery last closed this session's open turns.
     recovered_at = models.DateTimeField(null=True, blank=True)
     # Set when the automatic worker left this session for a person because its

@@ -14,7 +14,7 @@ from sessions_app.selectors.agents import (
     agent_summaries,
 )
 from sessions_app.selectors.audit import audit_entries, audit_targets
-from sessions_app.selectors.calls import CallRow, session_calls
+from sessions_app.selectors.calls import CallRow, patch_seqs, session_calls
 from sessions_app.selectors.events import (
     call_lookups,
     events_since,

@@ -2,7 +2,8 @@
 
 The state is log.ledger's (the one reading every view gives); this room adds what storage
 knows and the log does not: which results a dangling-call patch wrote (its RecoveryRecords'
-seq ranges), the session's status, the tool policies as they are now, and the notes.
+seq ranges, and those a fork or an import carried over), the session's status, the tool
+policies as they are now, and the notes.
 """
 
 from __future__ import annotations
@@ -30,9 +31,10 @@ class CallRow:
 
 
 def patch_seqs(session: Session) -> set[int]:
-    """The seqs of the results the session's dangling-call patches wrote (each record holds only them)."""
+    """The seqs of the results dangling-call patches wrote: the session's own (each record holds
+    only them) and those it carried over from its parent or an imported blob."""
     ranges = RecoveryRecord.objects.filter(session=session, kind=RecoveryRecord.DANGLING_PATCH).values_list("first_seq", "last_seq")
-    return {seq for first, last in ranges for seq in range(first, last + 1)}
+    return {seq for first, last in ranges for seq in range(first, last + 1)} | set(session.carried_patch_seqs)
 
 
 def session_calls(session: Session, *, all_classes: bool) -> list[CallRow]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db import connection, transaction
 
 from sessions_app.models import AuditEntry, CallSighting, Event, Session
-from sessions_app.selectors import fork_point
+from sessions_app.selectors import fork_point, patch_seqs
 
 from .appends import _locked_session, create_session
 from .audit_log import audit
@@ -35,11 +35,18 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
         child.event_count = point.seed_length
         child.step_stack = point.step_stack
         child.stray_turn_ends = [seq for seq in parent.stray_turn_ends if seq < point.seed_length]
+        # The copied patch results stay the patch's (a patch writes metadata {}: storage alone knows).
+        child.carried_patch_seqs = sorted(seq for seq in patch_seqs(parent) if seq < point.seed_length)
         child.last_event_at = last
         child.last_received_at = last_received
         # A new fork is new activity, whatever the age of what it inherited.
         child.last_activity_at = child.created_at
-        child.save(update_fields=["event_count", "step_stack", "stray_turn_ends", "last_event_at", "last_received_at", "last_activity_at"])
+        child.save(
+            update_fields=[
+                "event_count", "step_stack", "stray_turn_ends", "carried_patch_seqs",
+                "last_event_at", "last_received_at", "last_activity_at",
+            ]
+        )  # fmt: skip
         audit(
             project=parent.project_id,
             actor=user,

@@ -19,7 +19,8 @@ def import_blob(*, blob: object, session_id: str | None = None, project: Project
     A parent is kept only when it is in the same project (a link across
     projects would show one team's session to another). The blob's notes
     (an additive "notes" list) are kept, each pinned note following its
-    event's new seq, their authors as text (services.notes.import_notes)."""
+    event's new seq, their authors as text (services.notes.import_notes), and so
+    are which results dangling-call patches wrote ("dangling_patch_seqs")."""
     now = timezone.now()
     loaded = log_blob.read_blob(blob, now=now)
     warnings = list(loaded.warnings)
@@ -35,6 +36,9 @@ def import_blob(*, blob: object, session_id: str | None = None, project: Project
             session_id=session_id, agent_name=agent_name, project=project, parent=parent, seed_length=seed_length
         )
         _store(session, loaded.events, received_at=None)  # the server never received these as they happened
+        if carried := log_blob.followed_patch_seqs(loaded, warnings):
+            session.carried_patch_seqs = carried
+            session.save(update_fields=["carried_patch_seqs"])
         import_notes(session, loaded.extra.get("notes"), loaded.follow_seq, warnings, now=now)
     return session, warnings
 

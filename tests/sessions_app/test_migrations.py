@@ -53,3 +53,46 @@ def test_existing_data_moves_into_a_default_project_with_the_rights_people_had()
     assert tokens["ops"].scopes == ["append", "fork", "read", "recover"]
 
     MigrationExecutor(connection).migrate(executor.loader.graph.leaf_nodes("sessions_app"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_forks_made_before_0010_learn_which_inherited_results_a_dangling_call_patch_wrote():
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+    from django.utils import timezone
+
+    before, after = [("sessions_app", "0009_notes")], [("sessions_app", "0010_session_carried_patch_seqs")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    Project, Session = old.get_model("sessions_app", "Project"), old.get_model("sessions_app", "Session")
+    Event, RecoveryRecord = old.get_model("sessions_app", "Event"), old.get_model("sessions_app", "RecoveryRecord")
+    now = timezone.now()
+    project = Project.objects.create(slug="p", name="P")
+    calls = {"content": "", "tool_calls": [{"id": "a", "name": "echo"}, {"id": "b", "name": "echo"}]}
+    patched = {"content": "Tool call was interrupted and not executed. Please retry if needed.", "metadata": {}}
+    log = [("user_message", {"content": "go"}), ("assistant_message", calls),
+           ("tool_result", {**patched, "tool_call_id": "a", "name": "echo"}), ("tool_result", {**patched, "tool_call_id": "b", "name": "echo"})]  # fmt: skip
+
+    def session(sid, events, parent=None, seed_length=0):
+        made = Session.objects.create(id=sid, project=project, parent=parent, seed_length=seed_length, created_at=now, last_activity_at=now)
+        Event.objects.bulk_create(Event(session=made, seq=seq, type=t, time=now, data=d) for seq, (t, d) in enumerate(events))
+        return made
+
+    parent = session("parent", log)
+    RecoveryRecord.objects.create(session=parent, kind="dangling_patch", username="ops", digest="d" * 64, first_seq=2, last_seq=3)
+    whole = session("whole", log, parent, 4)
+    inside = session("inside", log[:3], parent, 3)  # ends between the patch's two results
+    of_fork = session("of-fork", log[:3], inside, 3)
+    # An import that names the parent but holds the tool's own result at seq 2: not the patch's.
+    imported = session("imported", [*log[:2], ("tool_result", {"content": "sent", "tool_call_id": "a", "name": "echo", "metadata": {}})], parent, 3)
+    untouched = session("untouched", log[:2])
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    new = executor.loader.project_state(after).apps
+    carried = dict(new.get_model("sessions_app", "Session").objects.values_list("id", "carried_patch_seqs"))
+    assert carried == {"parent": [], "whole": [2, 3], "inside": [2], "of-fork": [2], "imported": [], "untouched": []}
+    assert {whole.id, inside.id, of_fork.id, imported.id, untouched.id} <= carried.keys()
+
+    MigrationExecutor(connection).migrate(executor.loader.graph.leaf_nodes("sessions_app"))

@@ -138,6 +138,48 @@ def test_a_dangling_patch_then_a_late_result_is_superseded(staff, policies):
     assert [(c["state"], c["result_seq"]) for c in calls(staff, "s")] == [("superseded", late.json()["first_seq"])]
 
 
+def patched_session(staff, session_id: str) -> int:
+    """A session whose one dangling call (p1, after a user message) was patched; the patch result's seq."""
+    store(staff, session_id, [ev("user_message", message("pay")), ev("assistant_message", message("", tool_calls=[{"id": "p1", "name": "charge_card"}]))])
+    preview = staff.get(f"/api/v1/sessions/{session_id}/dangling-calls").json()
+    patched = staff.post(f"/api/v1/sessions/{session_id}/patch-dangling-calls", {"digest": preview["digest"]})
+    assert patched.status_code == 200, patched.content
+    [patch_seq] = [e["seq"] for e in patched.json()["appended"]]
+    return patch_seq
+
+
+def test_a_fork_of_a_patched_session_still_reads_the_patch_result_as_no_result(staff, policies):
+    patch_seq = patched_session(staff, "s")
+    for boundary, fork_id in (("last", "f1"), (patch_seq, "f2")):
+        assert staff.post("/api/v1/sessions/s/fork", {"boundary": boundary, "id": fork_id}).status_code == 201
+        quiet(fork_id)
+        assert [(c["state"], c["result_seq"]) for c in calls(staff, fork_id)] == [("no_result", patch_seq)]
+    # A fork of the fork inherits it too; a fork that stops before the patch holds no patch result.
+    assert staff.post("/api/v1/sessions/f1/fork", {"boundary": "last", "id": "f3"}).status_code == 201
+    assert staff.post("/api/v1/sessions/s/fork", {"boundary": patch_seq - 1, "id": "f4"}).status_code == 201
+    quiet("f3")
+    quiet("f4")
+    assert [(c["state"], c["result_seq"]) for c in calls(staff, "f3")] == [("no_result", patch_seq)]
+    assert [(c["state"], c["result_seq"]) for c in calls(staff, "f4")] == [("no_result", None)]
+    # A late real result on the fork supersedes the inherited patch result, as it would on the parent.
+    late = append(staff, "f1", [ev("tool_result", message("charged", tool_call_id="p1", name="charge_card"))])
+    assert [(c["state"], c["result_seq"]) for c in calls(staff, "f1")] == [("superseded", late.json()["first_seq"])]
+
+
+def test_an_import_of_an_exported_patched_session_still_reads_the_patch_result_as_no_result(staff, policies):
+    patch_seq = patched_session(staff, "s")
+    blob = staff.get("/api/v1/sessions/s/export").json()
+    imported = staff.post("/api/v1/sessions/import?id=i1", blob)
+    assert imported.status_code == 201, imported.content
+    assert imported.json()["warnings"] == []
+    assert [(c["state"], c["result_seq"]) for c in calls(staff, "i1")] == [("no_result", patch_seq)]
+    # A fork's export carries what it inherited, and its import keeps it.
+    assert staff.post("/api/v1/sessions/s/fork", {"boundary": "last", "id": "f1"}).status_code == 201
+    blob = staff.get("/api/v1/sessions/f1/export").json()
+    assert staff.post("/api/v1/sessions/import?id=i2", blob).status_code == 201
+    assert [(c["state"], c["result_seq"]) for c in calls(staff, "i2")] == [("no_result", patch_seq)]
+
+
 def test_notes_appear_on_their_call(api, policies):
     store(api, "crash", CRASH + [ev("tool_result", message("charged", tool_call_id="p1", name="charge_card"))])
     on_sighting = api.post("/api/v1/sessions/crash/notes", {"text": "customer asked for it", "seq": 4}).json()

@@ -4,7 +4,7 @@ from datetime import UTC, datetime
 import pytest
 from hypothesis import given
 
-from sessions_app.log.blob import UnsupportedVersion, read_blob, write_blob
+from sessions_app.log.blob import UnsupportedVersion, followed_patch_seqs, read_blob, write_blob
 from sessions_app.log.events import Event, NewEvent
 from sessions_app.log.values import UnacceptableValue
 
@@ -189,3 +189,28 @@ def test_each_kept_events_blob_seq_is_followed_to_its_new_seq():
 
 def test_a_v1_blob_follows_no_seqs():
     assert read_blob({"version": 1, "messages": [{"role": "user", "content": "x"}]}, now=NOW).seqs == {}
+
+
+def test_the_seqs_of_patch_results_follow_their_events_and_only_tool_results_are_kept():
+    def item(seq, type="tool_result"):
+        return {"seq": seq, "type": type, "time": "2026-01-01T00:00:00Z", "data": {"tool_call_id": "c1"}}
+
+    # 3 dropped (unknown type), so 4 lands at 2 and 6 at 3; 5 is a user message; "6" and 9 name nothing.
+    stored = [item(0, "assistant_message"), item(2), item(3, "hologram"), item(4), item(5, "user_message"), item(6)]
+    blob = {"version": 2, "events": stored, "dangling_patch_seqs": [2, 4, 4, 5, "6", 9, 6]}
+    loaded = read_blob(blob, now=NOW)
+    warnings = []
+    assert followed_patch_seqs(loaded, warnings) == [1, 2, 4]
+    assert warnings == [
+        "dangling_patch_seqs: seq 5 is not an imported tool_result; ignored",
+        'dangling_patch_seqs: seq "6" is not an imported tool_result; ignored',
+        "dangling_patch_seqs: seq 9 is not an imported tool_result; ignored",
+    ]
+
+
+def test_patch_seqs_that_are_absent_say_nothing_and_anything_but_a_list_is_ignored_with_a_warning():
+    warnings = []
+    assert followed_patch_seqs(read_blob({"version": 2, "events": []}, now=NOW), warnings) == []
+    assert warnings == []
+    assert followed_patch_seqs(read_blob({"version": 2, "events": [], "dangling_patch_seqs": {"4": 1}}, now=NOW), warnings) == []
+    assert warnings == ['dangling_patch_seqs {"4": 1} is not a list of seqs; ignored']

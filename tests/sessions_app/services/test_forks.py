@@ -173,3 +173,16 @@ def test_the_stored_fork_rules_equal_the_pure_rules(events, data):
     child = services.fork(session_id=session.id, boundary=boundary)
     assert selectors.session_log(child) == expected_prefix
     assert child.step_stack == place_all(expected_prefix)[2]  # the scan's step stack after the prefix
+
+
+def test_a_fork_carries_the_patch_results_it_inherits_clipped_at_its_seed(django_user_model):
+    # 0 user, 1 assistant(a, b), then the patch answers a at 2 and b at 3.
+    parent = store([("user_message", message("go")), assistant("a", "b")])
+    patched = services.patch_dangling_calls(session_id=parent.id, user=django_user_model.objects.create_user("ops"))
+    assert [e.seq for e in patched.appended] == [2, 3]
+    assert selectors.patch_seqs(parent) == {2, 3}
+    inside = services.fork(session_id=parent.id, boundary=2)  # ends between the patch's two results
+    whole = services.fork(session_id=parent.id)
+    of_fork = services.fork(session_id=inside.id)
+    assert (inside.carried_patch_seqs, whole.carried_patch_seqs, of_fork.carried_patch_seqs) == ([2], [2, 3], [2])
+    assert selectors.patch_seqs(Session.objects.get(pk=whole.id)) == {2, 3}
