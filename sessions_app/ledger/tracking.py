@@ -8,7 +8,7 @@ sights first, their earlier results and whether their turn already dispatched.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from django.db import connection, transaction
@@ -150,21 +150,26 @@ def _save(book: Book) -> None:
         statements.save_fields(row, FACT_FIELDS)
 
 
-def track_patch(session: Session, *, first_seq: int, last_seq: int) -> None:
-    """The results at first_seq..last_seq were a dangling-call patch's (its RecoveryRecord): stand-ins, not real.
-
-    `track_events` read them as real (a patch writes `metadata: {}`); a patch answers only calls
-    nothing visible answered, so where one was read as a call's first real result there was none before it.
-    """
-    rows = list(LedgerCall.objects.filter(session_id=session.id, real_seq__gte=first_seq, real_seq__lte=last_seq))
-    for row in rows:
-        patch = row.real_seq
-        row.real_seq, row.real_error = None, False
-        row.standin_seq = patch if row.standin_seq is None else min(row.standin_seq, patch)
-        row.patch_seq = patch if row.patch_seq is None else row.patch_seq
+def track_patch(session: Session, *, seqs: Collection[int]) -> None:
+    """The results at `seqs` were dangling-call patches' (a RecoveryRecord's range, or those an import
+    carried over): stand-ins, not real. `track_events` read them as real (a patch writes `metadata: {}`),
+    so the calls they answer read all their results again, knowing."""
+    seqs = set(seqs)
+    answered = Event.objects.filter(session_id=session.id, seq__in=seqs, type="tool_result", call_id__isnull=False)
+    keys = set(answered.values_list("call_id", flat=True))
+    rows = {row.call_id: row for row in LedgerCall.objects.filter(session_id=session.id, call_id__in=keys)}
+    if not rows:
+        return
+    patches = _patch_seqs(session) | seqs
+    for row in rows.values():
+        row.real_seq, row.real_error, row.standin_seq = None, False, None
+        row.synthetic_seq, row.synthetic_risk, row.patch_seq = None, "", None
+    results = Event.objects.filter(session_id=session.id, call_id__in=rows.keys(), type="tool_result").order_by("seq")
+    for key, seq, data in results.values_list("call_id", "seq", "data"):
+        add_result(rows[key], _Result(seq, data), patches)
+    for row in rows.values():
         settle(row)
-    if rows:
-        LedgerCall.objects.bulk_update(rows, FACT_FIELDS)
+    LedgerCall.objects.bulk_update(list(rows.values()), FACT_FIELDS)
 
 
 def rebuild(session: Session) -> int:

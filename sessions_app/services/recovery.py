@@ -169,7 +169,7 @@ def _apply_repairs(session, repairs, plan, kind, user, digest, note, *, extra=()
         **recorded,
     )
     if kind == RecoveryRecord.DANGLING_PATCH:  # its results are stand-ins, known only from this record
-        ledger.track_patch(session, first_seq=record.first_seq, last_seq=record.last_seq)
+        ledger.track_patch(session, seqs=range(record.first_seq, record.last_seq + 1))
     detail = {"first_seq": record.first_seq, "last_seq": record.last_seq, "digest": current, "note": note}
     if kind == RecoveryRecord.RECOVERY:
         detail |= {

@@ -60,3 +60,18 @@ def test_a_single_append_looks_up_only_what_it_touches():
     ledger_work = [q["sql"] for q in queries if "ledgercall" in q["sql"].lower() or ('"seq" <' in q["sql"] and "tool_" in q["sql"])]
     # The call's row (none yet), its results stored before, its turn's earlier dispatch, the insert.
     assert len(ledger_work) == 4, ledger_work
+
+
+def test_an_imported_patch_result_stays_the_patchs_and_a_late_result_in_the_blob_supersedes_it():
+    from sessions_app import selectors
+    from sessions_app.log import blob as log_blob
+
+    services.create_session(session_id="s")
+    services.append_events(session_id="s", events=[sighting("c1", "c2")])
+    services.patch_dangling_calls(session_id="s", user=get_user_model().objects.create_user("ops"))
+    services.append_events(session_id="s", events=[ev("tool_result", {"tool_call_id": "c2", "content": "late"})])
+    session = Session.objects.get(pk="s")
+    extra = {log_blob.PATCH_SEQS_KEY: sorted(selectors.patch_seqs(session))}
+    blob = log_blob.write_blob(selectors.session_log(session), agent_name=None, extra=extra)
+    services.import_blob(blob=blob, session_id="copy")
+    assert [row for row in listed() if row[0] == "copy"] == [("copy", "c1", "no_result"), ("copy", "c2", "superseded")]
