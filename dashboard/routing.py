@@ -1,6 +1,7 @@
 from channels.generic.websocket import WebsocketConsumer
 from django.urls import path, re_path
 
+from dashboard.live.calls import FleetCallsConsumer
 from dashboard.live.consumers import CLOSE_NOT_FOUND, SessionEventsConsumer
 from dashboard.live.recovery import RecoveryPageConsumer
 from dashboard.live.sessions import SessionListConsumer, SessionPageConsumer
@@ -19,6 +20,7 @@ websocket_urlpatterns: list = [
     path("ws/v1/sessions/<session_id:session_id>/events", SessionEventsConsumer.as_asgi()),
     # The browser pages' HTML streams (internal shape).
     path("ws/sessions/live", SessionListConsumer.as_asgi()),
+    path("ws/calls/live", FleetCallsConsumer.as_asgi()),
     path("ws/sessions/<session_id:session_id>/live", SessionPageConsumer.as_asgi()),
     path("ws/sessions/<session_id:session_id>/recovery/live", RecoveryPageConsumer.as_asgi()),
     re_path(r"^ws/", NoSuchSession.as_asgi()),

@@ -5,7 +5,7 @@ from django.urls import path, re_path
 from django.views.generic import RedirectView
 
 import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
-from dashboard.pages import account, agents, notes, projects, sessions
+from dashboard.pages import account, agents, calls, notes, projects, sessions
 from sessions_app.api import app as api
 from sessions_app.otel import endpoint as otlp
 
@@ -20,6 +20,7 @@ urlpatterns = [
     path("sessions/<session_id:session_id>/notes", notes.add_note, name="add_note"),
     path("notes/<int:note_id>/edit", notes.edit_note, name="edit_note"),
     path("notes/<int:note_id>/delete", notes.delete_note, name="delete_note"),
+    path("calls/", calls.fleet_page, name="fleet_calls"),
     path("agents/", agents.agent_list, name="agent_list"),
     path("agents/agent", agents.agent_detail, name="agent_detail"),
     path("projects/", projects.project_list, name="project_list"),

@@ -40,6 +40,7 @@ from dashboard.asgi import application
 from dashboard.routing import websocket_urlpatterns
 from sessions_app import services
 from sessions_app.log.events import validate_batch
+from sessions_app.log.ledger import STATES
 from tests.dashboard.conftest import QUIET, WAIT, fresh_layer, opened, slow_poll  # noqa: F401  (fixtures of the socket tests)
 from tests.permission_world import ACTORS, OUTSIDER_SESSION, STAFF, build_world
 from tests.sessions_app import factories as f
@@ -128,6 +129,7 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     "session_lineage": [page_read(CLOSED + "/lineage")],
     # Agents: every world session's agent is "matrix", in alpha and in beta; each reader sees only their projects' failures.
     "agent_list": [Probe("GET", "/agents/", by_role(LOGIN, "200 -P", "200 +P"))],
+    "fleet_calls": [Probe("GET", "/calls/?" + "&".join(f"state={s}" for s in STATES), by_role(LOGIN, "200 -P", "200 +P"))],
     "agent_detail": [
         Probe("GET", "/agents/agent?name=matrix", by_role(LOGIN, "200 -P", "200 +P")),
         Probe("GET", "/agents/agent?name=nobody", by_role(LOGIN, "404", "404")),
@@ -230,6 +232,8 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     # Notes: viewers read them, members add them and change their own, admins change any (an operator is not the author).
     # Calls: read as events are (viewers and `read` tokens).
     "api-v1:list_calls": [api_read(API + "/{open}/calls?all=true")],
+    # The fleet's calls: each reader sees the calls of their own projects only (every state asked for).
+    "api-v1:list_fleet_calls": [Probe("GET", "/api/v1/calls?" + "&".join(f"state={s}" for s in STATES), by_role("401", "200 -P", "200 +P"), api=True)],
     "api-v1:list_notes": [api_read(API + "/{closed}/notes")],
     "api-v1:add_note": [api_write(API + "/{closed}/notes", {"text": "matrix", "tags": ["verified"], "seq": 1}, needs="member")],
     "api-v1:edit_note": [
@@ -463,6 +467,8 @@ SOCKET_MATRIX: dict[str, SocketProbe] = {
         token=everyone("4401"),
     ),
     "ws/sessions/live": SocketProbe("/ws/sessions/live", login=by_role("4401", "open -P", "open +P"), token=everyone("4401")),
+    # The fleet's calls: the live append sights a call outside every turn, pending while its session is active.
+    "ws/calls/live": SocketProbe("/ws/calls/live?state=pending", login=by_role("4401", "open -P", "open +P"), token=everyone("4401")),
     # Any other path under /ws/: an unknown session, whoever asks.
     "^ws/": SocketProbe("/ws/nothing", login=everyone("4404"), token=everyone("4404")),
 }
@@ -489,7 +495,7 @@ async def read_until_quiet(communicator: WebsocketCommunicator, received: list[s
 @database_sync_to_async
 def append_live_events() -> None:
     for session_id in ("alpha-closed", OUTSIDER_SESSION):
-        services.append_events(session_id=session_id, events=validate_batch([f.user(f"{session_id}-live")]))
+        services.append_events(session_id=session_id, events=validate_batch([f.user(f"{session_id}-live"), f.assistant(calls=[f"{session_id}-live-call"])]))
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,13 +1,17 @@
-"""Calls over HTTP: a session's tool calls, each with its state, its tool's class and its notes."""
+"""Calls over HTTP: a session's tool calls, and the calls to check across the fleet, each with its state, its tool's class and its notes."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from ninja import Query, Router
 
+from sessions_app import access
+
 from sessions_app import selectors
-from sessions_app.api.checks import readable
+from sessions_app.api.checks import ApiError, readable
 from sessions_app.api.notes import note_to_wire
-from sessions_app.api.schemas import CallsOut, ErrorOut
+from sessions_app.api.schemas import CALL_STATES, CallPageOut, CallsOut, ErrorOut
 from sessions_app.log import events as log_events
 
 router = Router(tags=["calls"])
@@ -37,3 +41,44 @@ def list_calls(request, session_id: str, all: bool = Query(False, description="e
     """The session's tool calls in order of first sighting, each as the ledger states it."""
     session = readable(request, session_id)
     return {"calls": [call_to_wire(row) for row in selectors.session_calls(session, all_classes=all)]}
+
+
+@router.get("/calls", response={200: CallPageOut, 422: ErrorOut}, by_alias=True)
+def list_fleet_calls(
+    request,
+    state: list[CALL_STATES] = Query(None, description="repeatable; default: tool_outcome_unknown, superseded, and pending past the stall window"),
+    class_: list[Literal["read_only", "idempotent", "external_effect", "unknown"]] = Query(None, alias="class", description="repeatable"),
+    agent: str = Query("", description="the agent's name, exactly"),
+    tool: str = Query("", description="the tool's name, exactly"),
+    project: str | None = Query(None, description="only this project's calls (its slug)"),
+    tag: str = Query("", description="calls with a note carrying this tag"),
+    since: str | None = Query(None, description="first sighted at or after (ISO 8601 with a UTC offset or Z)"),
+    until: str | None = Query(None, description="first sighted before (ISO 8601 with a UTC offset or Z)"),
+    limit: int = Query(50, ge=1, le=200),
+    cursor: str | None = None,
+):
+    """The calls of every project you may read, newest first sighting first."""
+    for field, text in (("agent", agent), ("tool", tool), ("tag", tag)):
+        if "\x00" in text:  # no stored text holds NUL (log.values refuses it)
+            raise ApiError(422, "invalid_request", f"{field}: NUL is not allowed", field=field)
+    moments = {field: _moment(field, value) for field, value in (("since", since), ("until", until))}
+    projects = access.actor_of(request).project_ids(access.READ)
+    if project is not None:
+        projects = list(access.projects(access.actor_of(request)).filter(slug=project, pk__in=projects).values_list("pk", flat=True))
+    try:
+        page = selectors.fleet_calls(
+            projects=projects, states=frozenset(state) if state else None, classes=frozenset(class_ or ()),
+            agent=agent, tool=tool, tag=tag, limit=limit, cursor=cursor, **moments,
+        )
+    except selectors.InvalidCursor as exc:
+        raise ApiError(422, "invalid_cursor", str(exc), field="cursor") from None
+    return {"items": [call_to_wire(row) for row in page.items], "next_cursor": page.next_cursor}
+
+
+def _moment(field: str, value: str | None):
+    if value is None:
+        return None
+    try:
+        return log_events.coerce_time(value)
+    except ValueError:
+        raise ApiError(422, "invalid_request", f"{field}: not an ISO 8601 time with a UTC offset or Z", field=field) from None

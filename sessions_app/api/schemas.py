@@ -251,6 +251,11 @@ class CallsOut(Schema):
     calls: list[CallOut]
 
 
+class CallPageOut(Schema):
+    items: list[CallOut]
+    next_cursor: str | None
+
+
 class NoteIn(Schema):
     text: StrictStr = Field(..., description=NOTE_LIMITS)
     tags: list[StrictStr] | None = Field(None, description="free words such as verified, refund-confirmed, needs-follow-up")

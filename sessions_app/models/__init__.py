@@ -24,3 +24,4 @@ from sessions_app.models.recovery import AgentHour, AutoRecoveryPolicy, Recovery
 from sessions_app.models.audit import AuditEntry
 from sessions_app.models.otel import OtlpSpan, OtlpTrace
 from sessions_app.models.notes import Note
+from sessions_app.models.ledger import LedgerCall

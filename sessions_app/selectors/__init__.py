@@ -24,6 +24,7 @@ from sessions_app.selectors.events import (
     session_messages,
     steps_open_at,
 )
+from sessions_app.selectors.fleet_calls import CLASSES, FleetPage, fleet_calls
 from sessions_app.selectors.forks import fork_point, forks_of, lineage, open_turn_starts_before, unused_fork_id
 from sessions_app.selectors.notes import get_note, notes_by_seq, session_notes
 from sessions_app.selectors.projects import (

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 from django.utils import timezone
 
-from sessions_app import access, statements
+from sessions_app import access, ledger, statements
 from sessions_app.errors import IdempotencyKeyReused, NotGranted, SeqConflict, SessionExists, SessionNotFound
 from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
@@ -302,6 +302,7 @@ def _store(
     sightings = list(_sightings(session, rows))
     if sightings:
         statements.execute_many(statements.insert_sql(CallSighting, SIGHTING_COLUMNS), sightings)
+    ledger.track_events(session, rows)
     session.event_count += len(rows)
     session.turn_stack = turn_stack
     session.step_stack = step_stack

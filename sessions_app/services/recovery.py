@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
+from sessions_app import ledger
 from sessions_app.errors import RecoveryFirst, StalePlan
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery as log_recovery
@@ -167,6 +168,8 @@ def _apply_repairs(session, repairs, plan, kind, user, digest, note, *, extra=()
         context_seq=rows[-1].seq if extra else None,
         **recorded,
     )
+    if kind == RecoveryRecord.DANGLING_PATCH:  # its results are stand-ins, known only from this record
+        ledger.track_patch(session, seqs=range(record.first_seq, record.last_seq + 1))
     detail = {"first_seq": record.first_seq, "last_seq": record.last_seq, "digest": current, "note": note}
     if kind == RecoveryRecord.RECOVERY:
         detail |= {

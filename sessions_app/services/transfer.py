@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
+from sessions_app import ledger
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
 from sessions_app.models import Project, Session
@@ -39,6 +40,7 @@ def import_blob(*, blob: object, session_id: str | None = None, project: Project
         if carried := log_blob.followed_patch_seqs(loaded, warnings):
             session.carried_patch_seqs = carried
             session.save(update_fields=["carried_patch_seqs"])
+            ledger.track_patch(session, seqs=carried)  # _store read those results as real
         import_notes(session, loaded.extra.get("notes"), loaded.follow_seq, warnings, now=now)
     return session, warnings
 

@@ -61,6 +61,8 @@ PAGES = [
     ("compacted session, raw log", "/sessions/compacted/?view=raw", "#live-state[data-state=open]"),
     ("lineage", "/sessions/forked/lineage", ".lineage"),
     ("lineage of a lone session", "/sessions/running/lineage", ".lineage"),
+    ("calls to check", "/calls/", "#call-rows tr.call"),
+    ("calls, filtered, none matching", "/calls/?state=error&tag=nothing", "#no-calls"),
     ("agents", "/agents/", "table.agents tbody tr"),
     ("an agent with crashes", "/agents/agent?name=", "table.crashes tbody tr"),
     ("an agent without crashes", "/agents/agent?name=research-agent", "table.crashes td.empty"),

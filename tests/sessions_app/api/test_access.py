@@ -101,6 +101,17 @@ def test_another_projects_sessions_are_absent_from_the_list_and_its_search(djang
     assert api.get("/api/v1/sessions", {"project": "beta"}).json()["items"] == []
 
 
+def test_another_projects_calls_are_absent_from_the_fleet_whatever_the_filter(django_user_model, alpha, beta_session):
+    api = client_of(django_user_model, "ann", Role.MEMBER, alpha)
+    every = {"state": ["completed", "pending", "no_result", "error", "superseded", "tool_not_started", "tool_outcome_unknown"]}
+    beta_reader = client_of(django_user_model, "bob", Role.VIEWER, beta_session.project)
+    assert [c["session_id"] for c in beta_reader.get("/api/v1/calls", every).json()["items"]] == ["b1"]
+    for extra in [{}, {"project": "beta"}, {"agent": "beta-bot"}, {"tool": "tool_zz"}]:
+        assert api.get("/api/v1/calls", {**every, **extra}).json() == {"items": [], "next_cursor": None}, extra
+    writer = client_of(django_user_model, "writer", Role.MEMBER, beta_session.project, scopes=[Scope.APPEND])
+    assert writer.get("/api/v1/calls", every).json()["items"] == []  # the fleet holds what it may read
+
+
 def test_the_project_filter_keeps_one_projects_sessions(django_user_model, alpha, beta, beta_session):
     user = user_named(django_user_model, "ann")
     member(user, Role.VIEWER, alpha)

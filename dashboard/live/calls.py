@@ -1,0 +1,85 @@
+"""The fleet page's live rows (/ws/calls/live?<the page's filters>): new matching calls prepended, changed rows replaced.
+
+A call joins the list without an event of its own when its session stalls (its owed
+calls then read as their risk), so the socket lists again on a timer, as the session
+list re-checks running sessions, and soon after any session changes (session_changed).
+Each row is `calls.html#call-row` with the inputs the page gives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from channels.db import database_sync_to_async
+from django.http import QueryDict
+from django.template.loader import render_to_string
+
+from dashboard import outage
+from dashboard.live import sessions as live_sessions
+from dashboard.live.sessions import SessionListConsumer
+from dashboard.outage import DATABASE_UNAVAILABLE
+from dashboard.pages.calls import FleetQuery, fleet_query
+
+# At most one listing per this many seconds while sessions keep changing.
+CHANGE_SETTLE_SECONDS = 0.5
+
+
+def row_key(row) -> tuple[str, str]:
+    return (row.session.id, row.call.call_id)
+
+
+class FleetCallsConsumer(SessionListConsumer):
+    """The session list's socket (login, origin, renewal, access changes, the sessions group), listing calls."""
+
+    query: FleetQuery
+
+    def choose_projects(self, slug: str) -> None:
+        params = QueryDict(self.scope.get("query_string", b"").decode("latin-1"))
+        self.query = fleet_query(self.scope["user"], params)
+        self.readable = [p.pk for p in self.query.projects]
+        self._changed = asyncio.Event()
+
+    def first_page_ids(self) -> dict:
+        """The rows the page showed (rendered as it rendered them), by session and call id."""
+        context = self.query.context()
+        return {row_key(row): self.render(row, context) for row in self.query.listing().items}
+
+    def render(self, row, context: dict, *, oob: str = "") -> str:
+        return render_to_string("calls.html#call-row", {"row": row, "oob": oob, **context}).strip()
+
+    async def session_changed(self, message):
+        if self.shown is not None:
+            self._changed.set()
+
+    async def refresh_statuses(self):
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), live_sessions.STATUS_REFRESH_SECONDS)
+            self._changed.clear()
+            try:
+                frames = await self._frames()
+            except DATABASE_UNAVAILABLE as error:  # skip this round
+                outage.database_outage.failed(error)
+                continue
+            for frame in frames:
+                await self.send(text_data=frame)
+            await asyncio.sleep(CHANGE_SETTLE_SECONDS)  # changes meanwhile wait for the next round
+
+    async def _frames(self) -> list[str]:
+        return await database_sync_to_async(self.changed_rows)()
+
+    def changed_rows(self) -> list[str]:
+        context = self.query.context()
+        added, frames = [], []
+        for row in self.query.listing().items:
+            key, html = row_key(row), self.render(row, context)
+            if key not in self.shown:
+                added.append(html)
+            elif self.shown[key] != html:
+                frames.append(self.render(row, context, oob="true"))
+            self.shown[key] = html
+        if added:
+            rows = "".join(added)
+            frames.insert(0, f'<tbody hx-swap-oob="afterbegin:#call-rows">{rows}</tbody>')  # CSS hides "No call matches" then
+        return frames

@@ -1,0 +1,167 @@
+"""The ledger's reading of events, row by row: the facts each call's row holds, and the state they settle.
+
+Events are read in seq order, as log.recovery's scan reads them, and every fact is
+one the scan also records (a sighting, a dispatch, a result and what wrote it, a
+turn or step closing); `settle` then applies log.ledger's rules to them. The rows
+are model instances the caller loaded (or these functions created) and saves.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Container, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from sessions_app.log import calls as log_calls
+from sessions_app.log import events as log_events
+from sessions_app.log import ledger
+from sessions_app.log.recovery import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
+from sessions_app.models import LedgerCall, Session
+
+TOOL_MAX = LedgerCall._meta.get_field("tool").max_length
+PREVIEW_MAX = LedgerCall._meta.get_field("arguments_preview").max_length
+prep_call_id = LedgerCall._meta.get_field("call_id").get_prep_value
+
+
+def call_key(cid: str) -> str:
+    """A call id as the row stores it (an over-long id as its digest, CallIdField)."""
+    return prep_call_id(cid)
+
+
+def preview(arguments: object) -> str:
+    """The arguments, shortened to one line for a row (the whole value is the event's)."""
+    if arguments is None:
+        return ""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False, sort_keys=True, default=str)
+    text = " ".join(text.split())
+    return text if len(text) <= PREVIEW_MAX else text[: PREVIEW_MAX - 1] + "…"
+
+
+@dataclass
+class Book:
+    """The rows of one session that a run of events can touch, keyed by stored call id.
+
+    `dispatched_turns`, `closed_turns` and `closed_steps` are what the events read so far
+    showed, for rows first sighted after them; `earlier_dispatch(turn_seq)` answers for
+    the events before them (the caller's lookup), `earlier_results(key)` the results
+    stored before them, `sighted_before(key)` whether an earlier event already sighted it
+    (a fork's inherited prefix: those calls are listed under the session that sighted them).
+    """
+
+    session: Session
+    rows: dict[str, LedgerCall]
+    patch_seqs: Container[int]
+    earlier_dispatch: Callable[[int], bool]
+    earlier_results: Callable[[str], Sequence]
+    sighted_before: Callable[[str], bool]
+    created: list[LedgerCall] = field(default_factory=list)
+    changed: set[str] = field(default_factory=set)
+    dispatched_turns: set[int] = field(default_factory=set)
+    results: dict[str, list] = field(default_factory=dict)  # key -> results read so far
+
+    def read(self, event) -> None:
+        """One event (anything with seq, type, time, received_at, data, turn_seq, step_seq)."""
+        kind = event.type
+        if kind == "assistant_message":
+            for call in log_events.tool_calls_of(event.data):
+                if (cid := log_events.call_id(call)) is not None:
+                    self._sight(cid, call, event)
+        elif kind == "tool_call" and (cid := log_events.call_id(event.data)) is not None:
+            if event.turn_seq is not None:
+                self.dispatched_turns.add(event.turn_seq)
+                for key, row in self.rows.items():
+                    if row.turn_seq == event.turn_seq and not row.turn_dispatched:
+                        row.turn_dispatched = True
+                        self.changed.add(key)
+            self._sight(cid, event.data, event)
+            if (row := self.rows.get(call_key(cid))) is not None and not row.dispatched:
+                row.dispatched = True
+                self.changed.add(call_key(cid))
+        elif kind == "tool_result" and (cid := log_events.call_id(event.data)) is not None:
+            key = call_key(cid)
+            self.results.setdefault(key, []).append(event)
+            if (row := self.rows.get(key)) is not None:
+                add_result(row, event, self.patch_seqs)
+                self.changed.add(key)
+        elif kind == "turn_end" and event.turn_seq is not None:
+            for key, row in self.rows.items():
+                if row.turn_seq == event.turn_seq and row.turn_open:
+                    row.turn_open = False
+                    self.changed.add(key)
+        elif kind == "step_end" and event.step_seq is not None:
+            for key, row in self.rows.items():
+                if row.step_seq == event.step_seq and not row.step_closed:
+                    row.step_closed = True
+                    self.changed.add(key)
+
+    def _sight(self, cid: str, call: Mapping, event) -> None:
+        key = call_key(cid)
+        if key in self.rows or self.sighted_before(key):
+            return
+        name = log_calls.call_name(call)
+        tool = log_events.tool_name(name)
+        session = self.session
+        row = LedgerCall(
+            session_id=session.id, project_id=session.project_id, agent_name=session.agent_name, call_id=key,
+            tool=tool[:TOOL_MAX] if tool is not None else None, arguments_preview=preview(log_calls.call_arguments(call)),
+            seq=event.seq, time=event.time, sighted_at=event.received_at or event.time,
+            turn_seq=event.turn_seq, step_seq=event.step_seq, turn_open=event.turn_seq is not None,
+            dispatched=event.type == "tool_call",
+            turn_dispatched=event.turn_seq is not None
+            and (event.turn_seq in self.dispatched_turns or self.earlier_dispatch(event.turn_seq)),
+        )
+        for result in [*self.earlier_results(key), *self.results.get(key, ())]:
+            add_result(row, result, self.patch_seqs)
+        self.rows[key] = row
+        self.created.append(row)
+
+    def settle_all(self) -> tuple[list[LedgerCall], list[LedgerCall]]:
+        """(rows to insert, rows to update), each settled."""
+        created_keys = {row.call_id for row in self.created}
+        for row in self.created:
+            settle(row)
+        updated = []
+        for key in self.changed - created_keys:
+            settle(self.rows[key])
+            updated.append(self.rows[key])
+        return self.created, updated
+
+
+def add_result(row: LedgerCall, result, patch_seqs: Container[int]) -> None:
+    """A tool_result for the row's call, read after every earlier one (results come in seq order)."""
+    kind = ledger.result_kind(result, patch_seqs)
+    if kind == ledger.REAL:
+        if row.real_seq is None:
+            row.real_seq, row.real_error = result.seq, ledger.is_error(result)
+        return
+    if row.standin_seq is None:
+        row.standin_seq = result.seq
+    if kind == ledger.SYNTHETIC and row.synthetic_seq is None:
+        row.synthetic_seq, row.synthetic_risk = result.seq, ledger.carried_risk(result)
+    elif kind == ledger.PATCH and row.patch_seq is None:
+        row.patch_seq = result.seq
+
+
+def settle(row: LedgerCall) -> None:
+    """log.ledger's rules on the row's facts: the state the session's status cannot change, else None,
+    the deciding result, and the risk the plan's table gives the call while an open turn owes it."""
+    state, result_seq = None, None
+    if row.real_seq is not None:  # rules 1 and 2
+        superseded = row.standin_seq is not None and row.standin_seq < row.real_seq
+        state = ledger.SUPERSEDED if superseded else (ledger.ERROR if row.real_error else ledger.COMPLETED)
+        result_seq = row.real_seq
+    elif row.synthetic_seq is not None:  # rule 3
+        state, result_seq = row.synthetic_risk, row.synthetic_seq
+    elif row.patch_seq is not None:  # rule 4
+        state, result_seq = ledger.NO_RESULT, row.patch_seq
+    elif row.turn_seq is not None and not row.turn_open:  # rule 7
+        state = ledger.NO_RESULT
+    row.settled_state, row.result_seq = state, result_seq
+    row.owed_risk = None
+    if state is None and row.turn_seq is not None:  # rule 5: the risk table (log.recovery._classify)
+        if row.dispatched:
+            row.owed_risk = TOOL_OUTCOME_UNKNOWN
+        elif row.turn_dispatched or (row.step_seq is not None and row.step_closed):
+            row.owed_risk = TOOL_NOT_STARTED
+        else:
+            row.owed_risk = TOOL_OUTCOME_UNKNOWN

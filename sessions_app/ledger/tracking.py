@@ -1,0 +1,202 @@
+"""Keeping the call ledger current: after each stored run of events, after a dangling-call patch, and rebuilt from a log.
+
+Each runs in its caller's transaction, under the session's lock, so the rows
+change with the events they read. The queries are indexed and bounded by what
+the run names: the rows of the calls, turns and steps it touches; for calls it
+sights first, their earlier results and whether their turn already dispatched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+from django.db import connection, transaction
+from django.db.models import Q
+
+from sessions_app import statements
+from sessions_app.log import events as log_events
+from sessions_app.models import CallSighting, Event, LedgerCall, Session
+from sessions_app.selectors.calls import patch_seqs as _patch_seqs
+
+from .facts import Book, add_result, call_key, settle
+
+SETTLED_FIELDS = ["settled_state", "result_seq", "owed_risk"]
+FACT_FIELDS = [
+    "turn_open", "dispatched", "turn_dispatched", "step_closed", "real_seq", "real_error",
+    "standin_seq", "synthetic_seq", "synthetic_risk", "patch_seq", *SETTLED_FIELDS,
+]  # fmt: skip
+SIGHTING_TYPES = frozenset({"assistant_message", "tool_call"})
+TOUCHING_TYPES = SIGHTING_TYPES | {"tool_result", "turn_end", "step_end"}
+
+
+def track_events(session: Session, events: Sequence) -> None:
+    """Read a run of events just stored after the session's earlier ones (services.appends._store).
+
+    Every result is read as its data says (real or synthetic): which results a
+    dangling-call patch wrote is recorded after them (`track_patch`).
+    """
+    if not any(e.type in TOUCHING_TYPES for e in events):
+        return
+    first = events[0].seq
+    keys, turns, steps = set(), set(), set()
+    for e in events:
+        if e.type == "assistant_message":
+            keys.update(call_key(cid) for call in log_events.tool_calls_of(e.data) if (cid := log_events.call_id(call)) is not None)
+        elif e.type in ("tool_call", "tool_result") and (cid := log_events.call_id(e.data)) is not None:
+            keys.add(call_key(cid))
+            if e.type == "tool_call" and e.turn_seq is not None:
+                turns.add(e.turn_seq)
+        elif e.type == "turn_end" and e.turn_seq is not None:
+            turns.add(e.turn_seq)
+        elif e.type == "step_end" and e.step_seq is not None:
+            steps.add(e.step_seq)
+    rows = _rows(session.id, keys, turns, steps)
+    book = _book(session, rows, first=first, unknown=keys - rows.keys())
+    for e in events:
+        book.read(e)
+    _save(book)
+
+
+# Up to this many calls, turns and steps a run touches, each is read by its own statement compiled
+# once (statements.rows): a single append's few lookups cost what the ORM spent building one query.
+FEW = 6
+COLUMNS = tuple(f.attname for f in LedgerCall._meta.concrete_fields)
+
+
+def _rows(session_id: str, keys: set[str], turns: set[int], steps: set[int]) -> dict[str, LedgerCall]:
+    """The session's rows of these calls, turns and steps, by stored call id."""
+    if len(keys) + len(turns) + len(steps) > FEW:
+        touched = Q(call_id__in=keys) | Q(turn_seq__in=turns) | Q(step_seq__in=steps)
+        return {row.call_id: row for row in LedgerCall.objects.filter(Q(session_id=session_id) & touched)}
+    found = []
+    for name, values in (("call_id", keys), ("turn_seq", turns), ("step_seq", steps)):
+        for value in values:
+            found += statements.rows(
+                f"ledger-by-{name}", lambda sid, v, name=name: LedgerCall.objects.filter(**{"session_id": sid, name: v}).values_list(*COLUMNS),
+                [session_id, value], bound=[value, session_id] if name == "call_id" else [session_id, value],  # Q sorts them by name
+            )  # fmt: skip
+    return {row.call_id: row for row in (LedgerCall(*values) for values in found)}
+
+
+@dataclass(frozen=True, slots=True)
+class _Result:
+    """A tool_result stored before the run, as log.ledger reads one."""
+
+    seq: int
+    data: dict
+
+
+def _earlier_results(session_id: str, unknown: set[str], first: int) -> dict[str, list[_Result]]:
+    """The results stored before seq `first` for calls the run may sight first (a result may come before its call)."""
+    found: list[tuple] = []
+    if len(unknown) > FEW:
+        prior = Event.objects.filter(session_id=session_id, seq__lt=first, call_id__in=unknown, type="tool_result")
+        found = list(prior.values_list("call_id", "seq", "data"))
+    else:
+        for key in unknown:
+            found += statements.rows(
+                "ledger-earlier-results",
+                lambda sid, key, first: Event.objects.filter(session_id=sid, call_id=key, type="tool_result", seq__lt=first).values_list("call_id", "seq", "data"),
+                [session_id, key, first], bound=[key, first, session_id, "tool_result"],
+            )  # fmt: skip
+    earlier: dict[str, list[_Result]] = {}
+    for key, seq, data in sorted(found, key=lambda row: row[1]):
+        earlier.setdefault(key, []).append(_Result(seq, data))
+    return earlier
+
+
+def _book(session: Session, rows: dict, *, first: int, unknown: set[str]) -> Book:
+    """A Book whose lookups read what was stored before `first`, for the calls the run may sight first."""
+    earlier = _earlier_results(session.id, unknown, first) if unknown and first > 0 else {}
+    sighted: set[str] = set()
+    if unknown and session.seed_length and first > 0:  # a fork: its inherited prefix may have sighted them (listed under its parent)
+        prior = Event.objects.filter(session_id=session.id, seq__lt=first)
+        sighted = set(CallSighting.objects.filter(session_id=session.id, call_id__in=unknown, seq__lt=first).values_list("call_id", flat=True))
+        sighted |= set(prior.filter(call_id__in=unknown, type="tool_call").values_list("call_id", flat=True))
+    patch_seqs = _patch_seqs(session) if earlier else set()  # results stored before their call's first sighting may be a patch's
+    dispatched: dict[int, bool] = {}
+
+    def earlier_dispatch(turn_seq: int) -> bool:
+        if turn_seq >= first:  # the turn opened in this run: what it dispatched, the run shows
+            return False
+        if turn_seq not in dispatched:
+            dispatched[turn_seq] = bool(statements.rows(
+                "ledger-turn-dispatched",
+                lambda sid, turn, first: Event.objects.filter(session_id=sid, turn_seq=turn, type="tool_call", call_id__isnull=False, seq__lt=first).values_list("seq")[:1],
+                [session.id, turn_seq, first], bound=[first, session.id, turn_seq, "tool_call"],
+            ))  # fmt: skip
+        return dispatched[turn_seq]
+
+    return Book(
+        session=session, rows=rows, patch_seqs=patch_seqs, earlier_dispatch=earlier_dispatch,
+        earlier_results=lambda key: earlier.get(key, ()), sighted_before=sighted.__contains__,
+    )
+
+
+INSERTED = COLUMNS[1:]  # all but the id
+
+
+def _save(book: Book) -> None:
+    created, updated = book.settle_all()
+    if created:
+        db = connection
+        fields = [LedgerCall._meta.get_field(name) for name in INSERTED]
+        statements.execute_many(
+            statements.insert_sql(LedgerCall, [f.name for f in fields]),
+            [[f.get_db_prep_save(getattr(row, f.attname), db) for f in fields] for row in created],
+        )
+    for row in updated:
+        statements.save_fields(row, FACT_FIELDS)
+
+
+def track_patch(session: Session, *, seqs: Collection[int]) -> None:
+    """The results at `seqs` were dangling-call patches' (a RecoveryRecord's range, or those an import
+    carried over): stand-ins, not real. `track_events` read them as real (a patch writes `metadata: {}`),
+    so the calls they answer read all their results again, knowing."""
+    seqs = set(seqs)
+    answered = Event.objects.filter(session_id=session.id, seq__in=seqs, type="tool_result", call_id__isnull=False)
+    keys = set(answered.values_list("call_id", flat=True))
+    rows = {row.call_id: row for row in LedgerCall.objects.filter(session_id=session.id, call_id__in=keys)}
+    if not rows:
+        return
+    patches = _patch_seqs(session) | seqs
+    for row in rows.values():
+        row.real_seq, row.real_error, row.standin_seq = None, False, None
+        row.synthetic_seq, row.synthetic_risk, row.patch_seq = None, "", None
+    results = Event.objects.filter(session_id=session.id, call_id__in=rows.keys(), type="tool_result").order_by("seq")
+    for key, seq, data in results.values_list("call_id", "seq", "data"):
+        add_result(rows[key], _Result(seq, data), patches)
+    for row in rows.values():
+        settle(row)
+    LedgerCall.objects.bulk_update(list(rows.values()), FACT_FIELDS)
+
+
+def rebuild(session: Session) -> int:
+    """The session's rows recomputed from its whole log (stored before the ledger, or to repair); the number of rows.
+
+    A fork keeps only the calls its own events sighted first. The caller holds the session's lock.
+    """
+    book = Book(
+        session=session, rows={}, patch_seqs=_patch_seqs(session), earlier_dispatch=lambda turn_seq: False,
+        earlier_results=lambda key: (), sighted_before=lambda key: False,
+    )
+    for event in Event.objects.filter(session=session).order_by("seq").iterator(chunk_size=2000):
+        book.read(event)
+    created, _ = book.settle_all()
+    kept = [row for row in created if row.seq >= session.seed_length]
+    stored = {row.call_id: row.pk for row in LedgerCall.objects.filter(session_id=session.id).only("id", "call_id")}
+    for row in kept:
+        row.pk = stored.get(row.call_id)
+    LedgerCall.objects.bulk_create([row for row in kept if row.pk is None])
+    if existing := [row for row in kept if row.pk is not None]:
+        LedgerCall.objects.bulk_update(existing, ["tool", "arguments_preview", "seq", "time", "sighted_at", "turn_seq", "step_seq", *FACT_FIELDS])
+    return len(kept)
+
+
+
+def rebuild_session(session_id: str) -> int | None:
+    """`rebuild` under the session's lock, in its own transaction; None when there is no such session."""
+    with transaction.atomic():
+        session = statements.get_for_update(Session, session_id)
+        return None if session is None else rebuild(session)
