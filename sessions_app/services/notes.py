@@ -21,6 +21,7 @@ from sessions_app.log import events as log_events
 from sessions_app.models import AuditEntry, Note, Session
 
 from .audit_log import audit
+from .search_index import index_note, unindex_note
 
 # The limits of docs/api.md, Notes.
 TEXT_MAX = 10_000  # characters
@@ -85,6 +86,7 @@ def add_note(*, actor: access.Actor, session_id: str, text: object, tags: object
             session=session, seq=seq, text=text, tags=tags, author=actor.user, author_name=actor.name, created_at=now, updated_at=now
         )
         _audit(note, actor, AuditEntry.NOTE_ADDED)
+        index_note(note)
     return note
 
 
@@ -109,6 +111,7 @@ def edit_note(*, actor: access.Actor, note_id: int, text: object = UNCHANGED, ta
         note.updated_at = timezone.now()
         note.save(update_fields=[*changed, "updated_at"])
         _audit(note, actor, AuditEntry.NOTE_EDITED, changed=changed)
+        index_note(note)
     return note
 
 
@@ -118,6 +121,7 @@ def delete_note(*, actor: access.Actor, note_id: int) -> None:
     with transaction.atomic():
         note = _locked_note(note_id)
         _audit(note, actor, AuditEntry.NOTE_DELETED)
+        unindex_note(note.pk)
         note.delete()
 
 
@@ -158,7 +162,10 @@ def import_notes(session: Session, notes: object, follow_seq, warnings: list[str
     for index, item in enumerate(notes):
         if (row := _imported_note(session, index, item, follow_seq, warnings, now)) is not None:
             rows.append(row)
-    return Note.objects.bulk_create(rows)
+    stored = Note.objects.bulk_create(rows)
+    for note in stored:
+        index_note(note)
+    return stored
 
 
 def _imported_note(session: Session, index: int, item: object, follow_seq, warnings: list[str], now: datetime) -> Note | None:

@@ -1,0 +1,118 @@
+"""The search index: kept current in the append transaction, and filled for events stored before it.
+
+`index_events` runs inside `_store` (appends, OTLP, recovery's synthetic
+events, imports): one INSERT per event that has searchable text, keyed by the
+event's id, which it reads by (session, seq) in the same statement. A fork's
+copied prefix never comes here (services/forks.py copies rows in SQL):
+queries answer it from the parent's rows (sessions_app/search). Notes are
+indexed on add and edit, and leave the index on delete; a note's `position`
+is the newest event id when it was written, so that notes and events
+share one order, newest first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from django.db import connection, transaction
+
+from sessions_app import statements
+from sessions_app.log import search_text
+from sessions_app.models import Event, Note
+
+EVENT_TABLE = Event._meta.db_table
+_EVENT_ID = f"SELECT id, %s FROM {EVENT_TABLE} WHERE session_id = %s AND seq = %s"
+_SQLITE_WORDS = f"INSERT INTO sessions_app_search_words (rowid, words) {_EVENT_ID}"
+_SQLITE_SHORT = f"INSERT INTO sessions_app_search_short (rowid, short) {_EVENT_ID}"
+_POSTGRESQL_EVENT = (
+    "INSERT INTO sessions_app_search_event (event_id, words, short)"
+    f" SELECT id, strip(to_tsvector('simple', %s)), %s FROM {EVENT_TABLE} WHERE session_id = %s AND seq = %s"
+)
+
+
+def index_events(session_id: str, rows: Sequence) -> None:
+    """Index stored rows (anything with seq, type and data) of one session, in the caller's transaction."""
+    texts = []
+    for row in rows:
+        found = search_text.event_searchable(row.type, row.data)
+        if found:
+            texts.append((row.seq, found))
+    if not texts:
+        return
+    if connection.vendor == "sqlite":
+        statements.execute_many(_SQLITE_WORDS, [(found.words, session_id, seq) for seq, found in texts if found.words])
+        shorts = [(found.short, session_id, seq) for seq, found in texts if found.short]
+        if shorts:
+            statements.execute_many(_SQLITE_SHORT, shorts)
+    else:
+        statements.execute_many(
+            _POSTGRESQL_EVENT, [(found.words or None, found.short or None, session_id, seq) for seq, found in texts]
+        )
+
+
+def index_note(note: Note) -> None:
+    """(Re)index a note, as the newest thing written: it ranks with the events stored by now."""
+    found = search_text.note_searchable(note.text, note.tags)
+    with connection.cursor() as cursor:
+        unindex_note(note.pk)
+        cursor.execute(f"SELECT COALESCE(MAX(id), 0) FROM {EVENT_TABLE}")
+        position = cursor.fetchone()[0]
+        if connection.vendor == "sqlite":
+            cursor.execute(
+                "INSERT INTO sessions_app_search_notes (rowid, words, position) VALUES (%s, %s, %s)",
+                [note.pk, found.words, position],
+            )
+        else:
+            cursor.execute(
+                "INSERT INTO sessions_app_search_note (note_id, position, words)"
+                " VALUES (%s, %s, strip(to_tsvector('simple', %s)))",
+                [note.pk, position, found.words],
+            )
+
+
+def unindex_note(note_id: int) -> None:
+    table, key = ("sessions_app_search_notes", "rowid") if connection.vendor == "sqlite" else ("sessions_app_search_note", "note_id")
+    with connection.cursor() as cursor:
+        cursor.execute(f"DELETE FROM {table} WHERE {key} = %s", [note_id])
+
+
+def backfill_step(*, batch: int = 5000) -> tuple[int, int]:
+    """Index the next `batch` events stored before the index existed; (done, until) event ids after it.
+
+    Resumable: progress is kept in sessions_app_search_backfill in the same
+    transaction as the rows. A fork's copied prefix (seq below its seed length)
+    is skipped as it is on append. Notes are indexed by `reindex_notes`.
+    """
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SELECT done, until FROM sessions_app_search_backfill WHERE id = 1")
+        done, until = cursor.fetchone()
+        if done >= until:
+            return done, until
+        events = (
+            Event.objects.filter(id__gt=done, id__lte=until)
+            .order_by("id")
+            .values_list("id", "session_id", "seq", "type", "data", "session__seed_length")[:batch]
+        )
+        last = done
+        for event_id, session_id, seq, type_, data, seed_length in events.iterator(chunk_size=batch):
+            last = event_id
+            if seq >= seed_length:
+                index_events(session_id, [_Row(seq, type_, data)])
+        last = until if last == done else last
+        cursor.execute("UPDATE sessions_app_search_backfill SET done = %s WHERE id = 1", [last])
+    return last, until
+
+
+def reindex_notes() -> int:
+    count = 0
+    for note in Note.objects.order_by("id").iterator():
+        index_note(note)
+        count += 1
+    return count
+
+
+class _Row:
+    __slots__ = ("seq", "type", "data")
+
+    def __init__(self, seq: int, type_: str, data: dict):
+        self.seq, self.type, self.data = seq, type_, data
