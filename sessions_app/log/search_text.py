@@ -27,6 +27,7 @@ SHORT_FIELD_MAX = 512  # a short field longer than this is not a piece anyone ty
 WORDS_MAX = 250_000
 SUBSTRING_MIN = 3  # trigrams: a shorter piece matches nothing
 SNIPPET_WIDTH = 160
+_AROUND_PATHS = "\"'()[]{}<>,;:."  # what JSON and prose put around a path
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ def event_searchable(type: str, data: Mapping) -> Searchable:  # noqa: A002
     for text in words:
         for piece in text.split():
             if "/" in piece:
-                _add_short(short, piece)
+                _add_short(short, piece.strip(_AROUND_PATHS))
     return Searchable(words="\n".join(w for w in words if w)[:WORDS_MAX], short="\n".join(dict.fromkeys(short)))
 
 
@@ -92,12 +93,13 @@ def _add_short(short: list[str], value: str | None) -> None:
 
 
 def _strings(value: object) -> Iterator[str]:
-    """Every string in a content value (a text, or blocks of them), depth first."""
+    """Every string in a content value (a text, or blocks of them), depth first; a block's `type` is no text."""
     if isinstance(value, str):
         yield value
     elif isinstance(value, Mapping):
-        for item in value.values():
-            yield from _strings(item)
+        for key, item in value.items():
+            if key != "type":
+                yield from _strings(item)
     elif isinstance(value, list):
         for item in value:
             yield from _strings(item)
@@ -132,7 +134,7 @@ def words_of(text: str) -> list[str]:
 
 def fold(text: str) -> str:
     """Case and diacritics folded, as both indexes compare (unicode61 remove_diacritics)."""
-    decomposed = unicodedata.normalize("NFKD", text.casefold())
+    decomposed = unicodedata.normalize("NFKD", text.lower())
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch))
 
 
@@ -147,9 +149,12 @@ class Query:
 
 
 def parse_query(q: str) -> Query:
-    """The words and the piece a query searches for. `q` is trusted to be 1..QUERY_MAX characters."""
-    stripped = q.strip()
-    terms = tuple(dict.fromkeys(w.casefold() for w in words_of(stripped)))
+    """The words and the piece a query searches for. `q` is trusted to be 1..QUERY_MAX characters.
+
+    A NUL (which no stored text holds, and which ends an FTS5 string) separates like a space.
+    """
+    stripped = q.replace("\x00", " ").strip()
+    terms = tuple(dict.fromkeys(w.lower() for w in words_of(stripped)))  # FTS folds case itself; casefold would change letters
     substring = stripped if len(stripped) >= SUBSTRING_MIN and len(stripped) <= SHORT_FIELD_MAX else None
     return Query(terms=terms, substring=substring)
 
