@@ -4,6 +4,13 @@ Each function answers at most `limit` keys at or below `bound` (an event id
 or a note's position) in the given projects, driven by the index in its own
 order (FTS5's rowid, PostgreSQL's primary key) so that a common word's first
 page reads a page of rows, not every match.
+
+PostgreSQL's planner cannot tell a rare word from a common one (a word
+missing from its statistics is estimated as fairly common), and walking the
+primary key backwards for a rare word reads the whole table. So it is asked
+first through the GIN index for at most RARE matches: when there are fewer,
+those are all of them and the page is cut from them; otherwise the word is
+common and the backward walk finds a page within a few thousand rows.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from sessions_app.log import search_text
 from sessions_app.models import Event, Note, Session
 
 EVENTS, SESSIONS, NOTES = Event._meta.db_table, Session._meta.db_table, Note._meta.db_table
+RARE = 5000  # matches of a word PostgreSQL reads through its GIN index before walking the key instead
 
 
 def event_ids(query: search_text.Query, projects: Sequence[int], *, bound: int, limit: int) -> list[int]:
@@ -52,41 +60,43 @@ def note_keys(query: search_text.Query, projects: Sequence[int], *, bound: tuple
 
 
 def _events_by_words(terms, projects, bound, limit) -> list[int]:
-    marks = _marks(projects)
     if connection.vendor == "sqlite":
-        sql = (
-            f"SELECT x.rowid FROM sessions_app_search_words x JOIN {EVENTS} e ON e.id = x.rowid"
-            f" JOIN {SESSIONS} s ON s.id = e.session_id WHERE sessions_app_search_words MATCH %s AND x.rowid <= %s"
-            f" AND s.project_id IN ({marks}) ORDER BY x.rowid DESC LIMIT %s"
-        )
-        params = [search_text.fts5_match(terms), bound, *projects, limit]
-    else:
-        sql = (
-            f"SELECT x.event_id FROM sessions_app_search_event x JOIN {EVENTS} e ON e.id = x.event_id"
-            f" JOIN {SESSIONS} s ON s.id = e.session_id WHERE x.words @@ plainto_tsquery('simple', %s) AND x.event_id <= %s"
-            f" AND s.project_id IN ({marks}) ORDER BY x.event_id DESC LIMIT %s"
-        )
-        params = [" ".join(terms), bound, *projects, limit]
-    return [row[0] for row in _rows(sql, params)]
+        return _sqlite_events("sessions_app_search_words", search_text.fts5_match(terms), projects, bound, limit)
+    return _postgresql_events("x.words @@ plainto_tsquery('simple', %s)", " ".join(terms), projects, bound, limit)
 
 
 def _events_by_piece(piece, projects, bound, limit) -> list[int]:
-    marks = _marks(projects)
     if connection.vendor == "sqlite":
-        sql = (
-            f"SELECT x.rowid FROM sessions_app_search_short x JOIN {EVENTS} e ON e.id = x.rowid"
-            f" JOIN {SESSIONS} s ON s.id = e.session_id WHERE sessions_app_search_short MATCH %s AND x.rowid <= %s"
-            f" AND s.project_id IN ({marks}) ORDER BY x.rowid DESC LIMIT %s"
-        )
-        params = [search_text.fts5_substring(piece), bound, *projects, limit]
-    else:
-        sql = (
-            f"SELECT x.event_id FROM sessions_app_search_event x JOIN {EVENTS} e ON e.id = x.event_id"
-            f" JOIN {SESSIONS} s ON s.id = e.session_id WHERE x.short ILIKE %s AND x.event_id <= %s"
-            f" AND s.project_id IN ({marks}) ORDER BY x.event_id DESC LIMIT %s"
-        )
-        params = ["%" + _like_escaped(piece) + "%", bound, *projects, limit]
-    return [row[0] for row in _rows(sql, params)]
+        return _sqlite_events("sessions_app_search_short", search_text.fts5_substring(piece), projects, bound, limit)
+    return _postgresql_events("x.short ILIKE %s", "%" + _like_escaped(piece) + "%", projects, bound, limit)
+
+
+def _sqlite_events(table: str, match: str, projects, bound: int, limit: int) -> list[int]:
+    """FTS5 walks its matches by rowid (the event's id) downwards: a page reads a page of matches."""
+    sql = (
+        f"SELECT x.rowid FROM {table} x JOIN {EVENTS} e ON e.id = x.rowid JOIN {SESSIONS} s ON s.id = e.session_id"
+        f" WHERE {table} MATCH %s AND x.rowid <= %s AND s.project_id IN ({_marks(projects)}) ORDER BY x.rowid DESC LIMIT %s"
+    )
+    return [row[0] for row in _rows(sql, [match, bound, *projects, limit])]
+
+
+def _postgresql_events(condition: str, value: str, projects, bound: int, limit: int) -> list[int]:
+    """A page of events matching `condition`: cut from the rare matches, or walked to when there are many."""
+    marks = _marks(projects)
+    scoped = f"JOIN {EVENTS} e ON e.id = x.event_id JOIN {SESSIONS} s ON s.id = e.session_id WHERE s.project_id IN ({marks})"
+    rare = (
+        f"WITH found AS MATERIALIZED (SELECT x.event_id FROM sessions_app_search_event x WHERE {condition} AND x.event_id <= %s"
+        f" LIMIT {RARE + 1}), page AS (SELECT x.event_id FROM found x {scoped} ORDER BY x.event_id DESC LIMIT %s)"
+        " SELECT (SELECT count(*) FROM found), array(SELECT event_id FROM page ORDER BY event_id DESC)"
+    )
+    [(found, page)] = _rows(rare, [value, bound, *projects, limit])
+    if found <= RARE:
+        return list(page)
+    common = (
+        f"SELECT x.event_id FROM sessions_app_search_event x {scoped} AND {condition} AND x.event_id <= %s"
+        " ORDER BY x.event_id DESC LIMIT %s"
+    )
+    return [row[0] for row in _rows(common, [*projects, value, bound, limit])]
 
 
 def _like_escaped(piece: str) -> str:
