@@ -183,3 +183,7 @@ def test_bad_queries_answer_422_with_the_field(api, params, field):
 @pytest.mark.parametrize("limit", ["0", "201", "x"])
 def test_a_bad_limit_answers_422(api, limit):
     assert_error(api.get("/api/v1/search", {"q": "a", "limit": limit}), 422)
+
+
+def test_a_query_no_stored_text_could_hold_answers_422(api):
+    assert_error(api.get("/api/v1/search", {"q": "a\x00b"}), 422, "invalid_text")
