@@ -152,11 +152,13 @@ def _insert_index(connection, index_rows) -> None:
         raw.executemany("INSERT INTO sessions_app_search_words (rowid, words) VALUES (?, ?)", [(i, w) for i, w, _ in index_rows if w])
         raw.executemany("INSERT INTO sessions_app_search_short (rowid, short) VALUES (?, ?)", [(i, s) for i, _, s in index_rows if s])
         return
+    from sessions_app.log import search_text
+
     with raw.cursor() as cursor:
         cursor.execute(
             "INSERT INTO sessions_app_search_event (event_id, words, short)"
-            " SELECT i, strip(to_tsvector('simple', w)), s FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS u(i, w, s)",
-            [[i for i, _, _ in index_rows], [w or None for _, w, _ in index_rows], [s or None for _, _, s in index_rows]],
+            " SELECT i, array_to_tsvector(string_to_array(w, ' ')), s FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS u(i, w, s)",
+            [[i for i, _, _ in index_rows], [search_text.lexemes(w) or None for _, w, _ in index_rows], [s or None for _, _, s in index_rows]],
         )
 
 

@@ -29,8 +29,10 @@ RARE = 5000  # matches of a word PostgreSQL reads through its GIN index before w
 def event_ids(query: search_text.Query, projects: Sequence[int], *, bound: int, limit: int) -> list[int]:
     """Ids of events matching the query's words, or holding its piece in a short field; newest first."""
     found: set[int] = set()
-    if query.terms:
-        found.update(_events_by_words(query.terms, projects, bound, limit))
+    if connection.vendor == "sqlite" and query.terms:
+        found.update(_sqlite_events("sessions_app_search_words", search_text.fts5_match(query.terms), projects, bound, limit))
+    elif connection.vendor != "sqlite" and query.lexemes:
+        found.update(_postgresql_events("x.words @@ %s::tsquery", query.tsquery, projects, bound, limit))
     if query.substring:
         found.update(_events_by_piece(query.substring, projects, bound, limit))
     return sorted(found, reverse=True)[:limit]
@@ -38,7 +40,7 @@ def event_ids(query: search_text.Query, projects: Sequence[int], *, bound: int, 
 
 def note_keys(query: search_text.Query, projects: Sequence[int], *, bound: tuple[int, int], limit: int) -> list[tuple[int, int]]:
     """(position, note id) of notes matching the query's words, below `bound`; newest first."""
-    if not query.terms:
+    if not (query.terms if connection.vendor == "sqlite" else query.lexemes):
         return []
     position, note_id = bound
     marks = _marks(projects)
@@ -52,17 +54,11 @@ def note_keys(query: search_text.Query, projects: Sequence[int], *, bound: tuple
     else:
         sql = (
             f"SELECT x.position, x.note_id FROM sessions_app_search_note x JOIN {NOTES} n ON n.id = x.note_id"
-            f" JOIN {SESSIONS} s ON s.id = n.session_id WHERE x.words @@ plainto_tsquery('simple', %s) AND s.project_id IN ({marks})"
+            f" JOIN {SESSIONS} s ON s.id = n.session_id WHERE x.words @@ %s::tsquery AND s.project_id IN ({marks})"
             " AND (x.position, x.note_id) < (%s, %s) ORDER BY x.position DESC, x.note_id DESC LIMIT %s"
         )
-        params = [" ".join(query.terms), *projects, position, note_id, limit]
+        params = [query.tsquery, *projects, position, note_id, limit]
     return [(int(p), int(n)) for p, n in _rows(sql, params)]
-
-
-def _events_by_words(terms, projects, bound, limit) -> list[int]:
-    if connection.vendor == "sqlite":
-        return _sqlite_events("sessions_app_search_words", search_text.fts5_match(terms), projects, bound, limit)
-    return _postgresql_events("x.words @@ plainto_tsquery('simple', %s)", " ".join(terms), projects, bound, limit)
 
 
 def _events_by_piece(piece, projects, bound, limit) -> list[int]:

@@ -1,8 +1,10 @@
 """The search index: kept current in the append transaction, and filled for events stored before it.
 
 `index_events` runs inside `_store` (appends, OTLP, recovery's synthetic
-events, imports): one INSERT per event that has searchable text, keyed by the
-event's id, which it reads by (session, seq) in the same statement. A fork's
+events, imports), keyed by the event's id, which it reads by (session, seq)
+in the same statement: on SQLite one INSERT per event that has searchable
+text (FTS5 tokenizes it), on PostgreSQL one INSERT per append of the words
+cut in Python (search_text.lexemes says why). A fork's
 copied prefix never comes here (services/forks.py copies rows in SQL):
 queries answer it from the parent's rows (sessions_app/search). Notes are
 indexed on add and edit, and leave the index on delete; a note's `position`
@@ -24,9 +26,12 @@ EVENT_TABLE = Event._meta.db_table
 _EVENT_ID = f"SELECT id, %s FROM {EVENT_TABLE} WHERE session_id = %s AND seq = %s"
 _SQLITE_WORDS = f"INSERT INTO sessions_app_search_words (rowid, words) {_EVENT_ID}"
 _SQLITE_SHORT = f"INSERT INTO sessions_app_search_short (rowid, short) {_EVENT_ID}"
-_POSTGRESQL_EVENT = (
+# One statement per append, whatever its size: the rows as arrays, each matched to its event by seq.
+_POSTGRESQL_EVENTS = (
     "INSERT INTO sessions_app_search_event (event_id, words, short)"
-    f" SELECT id, strip(to_tsvector('simple', %s)), %s FROM {EVENT_TABLE} WHERE session_id = %s AND seq = %s"
+    " SELECT e.id, array_to_tsvector(string_to_array(u.words, ' ')), u.short"
+    " FROM unnest(%s::integer[], %s::text[], %s::text[]) AS u(seq, words, short)"
+    f" JOIN {EVENT_TABLE} e ON e.session_id = %s AND e.seq = u.seq"
 )
 
 
@@ -45,9 +50,8 @@ def index_events(session_id: str, rows: Sequence) -> None:
         if shorts:
             statements.execute_many(_SQLITE_SHORT, shorts)
     else:
-        statements.execute_many(
-            _POSTGRESQL_EVENT, [(found.words or None, found.short or None, session_id, seq) for seq, found in texts]
-        )
+        words = [search_text.lexemes(found.words) or None for _, found in texts]
+        statements.execute(_POSTGRESQL_EVENTS, [[seq for seq, _ in texts], words, [found.short or None for _, found in texts], session_id])
 
 
 def index_note(note: Note) -> None:
@@ -65,8 +69,8 @@ def index_note(note: Note) -> None:
         else:
             cursor.execute(
                 "INSERT INTO sessions_app_search_note (note_id, position, words)"
-                " VALUES (%s, %s, strip(to_tsvector('simple', %s)))",
-                [note.pk, position, found.words],
+                " VALUES (%s, %s, array_to_tsvector(string_to_array(%s, ' ')))",
+                [note.pk, position, search_text.lexemes(found.words)],
             )
 
 

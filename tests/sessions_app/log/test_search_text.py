@@ -46,10 +46,17 @@ def test_a_long_short_field_is_left_to_the_words():
 
 
 def test_a_query_is_words_and_a_piece():
-    assert s.parse_query("  Charge_Card  call ") == s.Query(terms=("charge", "card", "call"), substring="Charge_Card  call")
-    assert s.parse_query("ab") == s.Query(terms=("ab",), substring=None)
+    query = s.parse_query("  Charge_Card  call ")
+    assert (query.terms, query.substring) == (("charge", "card", "call"), "Charge_Card  call")
+    assert sorted(query.lexemes.split()) == ["call", "card", "charge"]
+    assert (s.parse_query("ab").terms, s.parse_query("ab").substring) == (("ab",), None)
     assert s.parse_query("!!").empty
     assert s.fts5_match(("a", 'b"c')) == '"a" AND "b""c"'
+
+
+def test_lexemes_are_distinct_lowered_words_without_accents_and_the_tsquery_quotes_them():
+    assert sorted(s.lexemes("Café CAFE o'k " + "x" * 300).split()) == ["cafe", "k", "o"]
+    assert s.Query(terms=(), substring=None, lexemes="it's a\\b").tsquery == "'it''s' & 'a\\\\b'"
 
 
 def test_a_snippet_is_cut_around_the_first_match_with_its_highlights():

@@ -2,6 +2,8 @@
 a word is read as rare (through the GIN index) or as common (walking the key)."""
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sessions_app.log import search_text
 from sessions_app.log.events import validate_batch
@@ -44,3 +46,11 @@ def test_a_page_is_the_newest_matches_in_the_projects_whichever_way_it_is_read(w
 
 def test_no_project_reads_nothing(world):
     assert hits.event_ids(search_text.parse_query("common"), [Project.objects.create(slug="empty").pk], bound=2**63 - 1, limit=10) == []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(q=st.text(st.characters(blacklist_categories=["Cs"], blacklist_characters="\x00"), min_size=1, max_size=search_text.QUERY_MAX))
+def test_no_query_is_a_database_error(world, q):
+    query = search_text.parse_query(q)
+    hits.event_ids(query, list(world), bound=2**63 - 1, limit=5)
+    hits.note_keys(query, list(world), bound=(2**63 - 1, 2**63 - 1), limit=5)
