@@ -55,6 +55,7 @@ bench: $(VENV)/.installed-test phoenix-venv
 	-$(BIN)/python bench/recovery.py
 	-$(BIN)/python bench/fork.py
 	-$(BIN)/python bench/live.py
+	-$(BIN)/python bench/search.py
 	-$(BIN)/python bench/otlp.py --phoenix-venv $(PHOENIX_VENV)
 	$(BIN)/python bench/per_request.py
 

@@ -240,6 +240,8 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         Probe("PATCH", "/api/v1/notes/{member_note}", note_change("200 stored"), data={"text": "edited"}, api=True),
         Probe("PATCH", "/api/v1/notes/{admin_note}", {**note_change("200 stored"), "member": "403"}, data={"tags": ["x"]}, api=True),
     ],
+    # Search: over the projects the caller reads (viewers and `read` tokens); another project's hits never show.
+    "api-v1:search_log": [Probe("GET", "/api/v1/search?q=tool_c1", by_role("401", "200 -P", "200 +P"), api=True)],
     "api-v1:delete_note": [
         Probe("DELETE", "/api/v1/notes/{member_note}", note_change("204 stored"), api=True),
         Probe("DELETE", "/api/v1/notes/{admin_note}", {**note_change("204 stored"), "member": "403"}, api=True),

@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from dashboard.pages import ledger_panel, notes, plan_change, raw_log, recovery_page, session_page, transcript
+from dashboard.pages import ledger_panel, notes, plan_change, raw_log, recovery_page, search_hits, session_page, transcript
 from sessions_app import access, errors, selectors, services
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
@@ -46,6 +46,8 @@ def page_note_rights(request, session) -> notes.NoteRights:
 
 
 ROWS_TARGETS = {"session-rows", "more-rows"}
+# The search hits' swaps: the section as the box changes, the next page in place of "More matches".
+HITS_TARGETS = {"search-hits": "search-hits", "more-hits": "hit-items"}
 
 
 @login_required
@@ -60,18 +62,28 @@ def session_list(request):
         ignored.append(f"status {request.GET['status']!r} is not one of {', '.join(selectors.STATUSES)}: every status is shown.")
     if request.GET.get("project") and project is None:
         ignored.append(f"project {request.GET['project']!r} is not a project of yours: every project is shown.")
+    scope = [project.pk] if project else [p.pk for p in projects]
+    try:
+        hits = search_hits.hits_for(q, scope, request.GET.get("hits_cursor") or None)
+    except search_hits.search.InvalidCursor as exc:
+        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+    if request.htmx.target in HITS_TARGETS:
+        return render(request, f"sessions/list.html#{HITS_TARGETS[request.htmx.target]}", {"hits": hits, "q": q, "project": project})
     try:
         page = selectors.list_sessions(
             status=status,
             q=q,
-            projects=[project.pk] if project else [p.pk for p in projects],
+            projects=scope,
             limit=50,
             cursor=request.GET.get("cursor") or None,
             labelled=True,
         )
     except selectors.InvalidCursor as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
-    context = {"page": page, "status": status, "q": q, "statuses": selectors.STATUSES, "projects": projects, "project": project, "ignored": ignored}
+    context = {
+        "page": page, "hits": hits, "status": status, "q": q, "statuses": selectors.STATUSES, "projects": projects, "project": project,
+        "ignored": ignored,
+    }
     # The rows alone for htmx swaps into the table (search, "Older sessions"), told by the
     # swap's target rather than a query parameter, so the URL pushed to the history reloads as the page.
     if request.htmx.target in ROWS_TARGETS:

@@ -20,7 +20,7 @@ from ninja.security import HttpBearer, SessionAuth
 
 import sessions_app.converters  # noqa: F401  (registers the session_id path converter the routes use)
 from sessions_app import access, db_threads, errors, field_paths
-from sessions_app.api import calls, events, forks, notes, recovery, sessions, transfer
+from sessions_app.api import calls, events, forks, notes, recovery, search, sessions, transfer
 from sessions_app.api.checks import ApiError, json_object_body
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
@@ -256,6 +256,7 @@ api.add_router("/", recovery.router)
 api.add_router("/", forks.router)
 api.add_router("/", notes.router)
 api.add_router("/", calls.router)
+api.add_router("/", search.router)
 
 
 def _json_method_not_allowed(view):

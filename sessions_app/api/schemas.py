@@ -256,6 +256,21 @@ class CallPageOut(Schema):
     next_cursor: str | None
 
 
+class SearchHitOut(Schema):
+    kind: Literal["event", "note"]
+    session_id: str
+    seq: int | None
+    type: str | None = Field(description="the event's type; null for a note")
+    note_id: int | None
+    snippet: str = Field(description="plain text: escape it to show it")
+    highlights: list[tuple[int, int]] = Field(description="the matches in the snippet, [start, end) character offsets")
+
+
+class SearchPageOut(Schema):
+    items: list[SearchHitOut]
+    next_cursor: str | None
+
+
 class NoteIn(Schema):
     text: StrictStr = Field(..., description=NOTE_LIMITS)
     tags: list[StrictStr] | None = Field(None, description="free words such as verified, refund-confirmed, needs-follow-up")

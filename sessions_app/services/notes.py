@@ -22,6 +22,7 @@ from sessions_app.models import AuditEntry, Note, Session
 
 from .audit_log import audit
 from .publishing import publish_notes_changed_on_commit
+from .search_index import index_note, unindex_note
 
 # The limits of docs/api.md, Notes.
 TEXT_MAX = 10_000  # characters
@@ -87,6 +88,7 @@ def add_note(*, actor: access.Actor, session_id: str, text: object, tags: object
         )
         _audit(note, actor, AuditEntry.NOTE_ADDED)
         publish_notes_changed_on_commit(session.id, [seq])
+        index_note(note)
     return note
 
 
@@ -112,6 +114,7 @@ def edit_note(*, actor: access.Actor, note_id: int, text: object = UNCHANGED, ta
         note.save(update_fields=[*changed, "updated_at"])
         _audit(note, actor, AuditEntry.NOTE_EDITED, changed=changed)
         publish_notes_changed_on_commit(note.session_id, [note.seq])
+        index_note(note)
     return note
 
 
@@ -122,6 +125,7 @@ def delete_note(*, actor: access.Actor, note_id: int) -> None:
         note = _locked_note(note_id)
         _audit(note, actor, AuditEntry.NOTE_DELETED)
         publish_notes_changed_on_commit(note.session_id, [note.seq])
+        unindex_note(note.pk)
         note.delete()
 
 
@@ -162,7 +166,10 @@ def import_notes(session: Session, notes: object, follow_seq, warnings: list[str
     for index, item in enumerate(notes):
         if (row := _imported_note(session, index, item, follow_seq, warnings, now)) is not None:
             rows.append(row)
-    return Note.objects.bulk_create(rows)
+    stored = Note.objects.bulk_create(rows)
+    for note in stored:
+        index_note(note)
+    return stored
 
 
 def _imported_note(session: Session, index: int, item: object, follow_seq, warnings: list[str], now: datetime) -> Note | None:

@@ -585,7 +585,7 @@ def test_the_openapi_document_keeps_its_path_order_and_operation_ids_across_the_
     before /sessions/{session_id} ("import" is a valid session id)."""
     paths = api.get("/api/v1/openapi.json").json()["paths"]
     assert list(paths) == [
-        "/api/v1/sessions", "/api/v1/sessions/import", "/api/v1/calls", "/api/v1/sessions/{session_id}",
+        "/api/v1/sessions", "/api/v1/sessions/import", "/api/v1/calls", "/api/v1/search", "/api/v1/sessions/{session_id}",
         "/api/v1/sessions/{session_id}/events", "/api/v1/sessions/{session_id}/messages",
         "/api/v1/sessions/{session_id}/export", "/api/v1/sessions/{session_id}/recovery-plan",
         "/api/v1/sessions/{session_id}/dangling-calls", "/api/v1/sessions/{session_id}/recover",
@@ -595,7 +595,7 @@ def test_the_openapi_document_keeps_its_path_order_and_operation_ids_across_the_
     assert [operation["operationId"] for path in paths.values() for operation in path.values()] == [
         f"sessions_app_api_{name}"
         for name in [
-            "create_session", "list_sessions", "import_session", "list_fleet_calls", "get_session", "append_events", "list_events",
+            "create_session", "list_sessions", "import_session", "list_fleet_calls", "search_log", "get_session", "append_events", "list_events",
             "list_messages", "export_session", "get_recovery_plan", "get_dangling_calls", "recover_session",
             "patch_dangling_calls", "fork_session", "add_note", "list_notes", "edit_note", "delete_note",
             "list_calls",
