@@ -45,7 +45,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from _common import database_arguments, db_version, machine_line, make_events, run_children, run_single, setup_django
+from _common import database_arguments, db_version, machine_line, make_events, run_children, run_single, setup_django, timed
 
 PROJECTS = 10
 EVENTS_PER_SESSION = 100
@@ -211,8 +211,8 @@ def measure(target, n_events: int, runs: int) -> dict:
     for word in (SELECTIVE, COMMON):
         for caller, scope in callers.items():
             page = search.search(q=word, projects=scope, limit=LIMIT)
-            index_runs = _timed(lambda w=word, s=scope: search.search(q=w, projects=s, limit=LIMIT), runs)
-            scan_runs = _timed(lambda w=word, s=scope: scan_ids(w, s), 3 if word == SELECTIVE else runs, warmup=1)
+            index_runs = timed(lambda w=word, s=scope: search.search(q=w, projects=s, limit=LIMIT), runs=runs)
+            scan_runs = timed(lambda w=word, s=scope: scan_ids(w, s), runs=3 if word == SELECTIVE else runs, warmup=1)
             scanned = scan_ids(word, scope)
             if word == SELECTIVE:  # the same events, in the same order (the word is in user messages only)
                 assert [(hit.session_id, hit.seq) for hit in page.items] == scanned, (page.items[:3], scanned[:3])
@@ -224,17 +224,6 @@ def measure(target, n_events: int, runs: int) -> dict:
     version = db_version()
     connection.close()
     return {"db": target.db, "version": version, "events": built["events"], "timings": built["timings"], "results": results, "sizes": measured}
-
-
-def _timed(fn, runs: int, warmup: int = 2) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 def passed(r: dict) -> bool:

@@ -78,6 +78,11 @@ def add_note(request, session_id: str):
         raise PermissionDenied(refused.detail) from None
     except errors.InvalidNote as invalid:
         return refused_form(request, "sessions/note_form.html", {**form, "error": invalid})
+    return done(request, note)
+
+
+def done(request, note) -> HttpResponse:
+    """After a change: nothing for htmx (the page's socket shows it), else back to the note's place."""
     if request.htmx:
         return HttpResponse(status=204)
     return redirect(place_of(note.session_id, note.seq))
@@ -96,9 +101,7 @@ def edit_note(request, note_id: int):
         services.edit_note(actor=access.actor_of(request), note_id=note.pk, text=form["text"], tags=tags_from(form["tags"]))
     except errors.InvalidNote as invalid:
         return refused_form(request, "sessions/note_edit.html", {**form, "error": invalid}, partial="edit-form")
-    if request.htmx:
-        return HttpResponse(status=204)
-    return redirect(place_of(note.session_id, note.seq))
+    return done(request, note)
 
 
 @login_required
@@ -109,9 +112,7 @@ def delete_note(request, note_id: int):
     if request.method == "GET":
         return render(request, "sessions/note_edit.html", {"note": note, "deleting": True})
     services.delete_note(actor=access.actor_of(request), note_id=note.pk)
-    if request.htmx:
-        return HttpResponse(status=204)
-    return redirect(place_of(note.session_id, note.seq))
+    return done(request, note)
 
 
 def session_or_refusal(request, session_id: str) -> None:
