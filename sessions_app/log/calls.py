@@ -17,14 +17,14 @@ call's arguments are its `input`).
 from collections.abc import Mapping
 
 from . import values
-from .events import call_id, tool_calls_of
+from .events import call_id, id_text, tool_calls_of
 
 TOOL_USE, FUNCTION_CALL = "tool_use", "function_call"  # the `type` of Anthropic's and OpenAI Responses' call shapes
 
 
 def _usable(value: object) -> bool:
     """A usable name, as a usable id (section 1): a string, an integer or a boolean."""
-    return isinstance(value, str | int)  # bool is an int
+    return id_text(value) is not None
 
 
 def call_name(call: object) -> str | int | bool | None:
@@ -42,11 +42,8 @@ def call_name(call: object) -> str | int | bool | None:
 
 def name_text(name: object) -> str:
     """A name as text, the way ids read (section 1): "7" for 7, "true" for true, "" for no name."""
-    if isinstance(name, bool):
-        return "true" if name else "false"
-    if isinstance(name, str | int):
-        return name if isinstance(name, str) else str(name)
-    return ""
+    text = id_text(name)
+    return "" if text is None else text
 
 
 def raw_arguments(call: object) -> object:

@@ -4,6 +4,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 
 from . import values
 
@@ -180,13 +181,27 @@ def call_id(mapping: object) -> str | None:
     if not isinstance(mapping, Mapping):
         return None
     for key in ("tool_call_id", "id"):
-        value = mapping.get(key)
-        if isinstance(value, bool):
-            return "true" if value else "false"
-        if isinstance(value, str):
-            return value
-        if isinstance(value, int):
-            return str(value)
+        if (text := id_text(mapping.get(key))) is not None:
+            return text
+    return None
+
+
+def id_text(value: object) -> str | None:
+    """A usable id or name as text (section 1): a string as it is, an integer as its decimal string, a
+    boolean as "true"/"false"; None for anything else.
+
+    An integer is a JSON number with an integral value, however it is written: PostgreSQL's jsonb
+    reads 1.0000000748488348e+16 back as 10000000748488348, so the stored log and the append must
+    read both alike. Its digits are those of the number's JSON text (the shortest repr), as jsonb's.
+    """
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and value.is_integer():
+        return str(int(Decimal(repr(value))))
     return None
 
 

@@ -384,6 +384,9 @@ def test_card_states_reads_every_element_marked_with_a_call_id():
     assert card_states(html) == {'c"1': {"completed", "error"}}
 
 
+# The card story renders the page (and its earlier turns) at every check: half the examples, and
+# more than pytest-timeout's default 120 s (PostgreSQL on a loaded CI machine took longer).
+@pytest.mark.timeout(600)
 def test_every_card_reads_the_calls_state(api, operator, django_user_model):
     browser = Client()
     reader = django_user_model.objects.create_user("reader")
@@ -394,10 +397,11 @@ def test_every_card_reads_the_calls_state(api, operator, django_user_model):
     assert api.post(f"/api/v1/sessions/{probe}/events", {"events": CRASH_AND_DANGLING}).status_code == 201
     assert card_states(browser.get(f"/sessions/{probe}/").content.decode()), "no card carries data-call-id and data-state"
 
-    @PROPERTY
+    @settings(PROPERTY, max_examples=max(1, MAX_EXAMPLES // 2))
     @given(batch=random_logs, later=later_batches, boundary=boundaries)
     @example(batch=AGENT_SYNTHETIC_FIRST, later=[], boundary=3)
     @example(batch=CRASH_AND_DANGLING, later=[], boundary=0)
+    @example(batch=[{"type": "tool_call", "data": {"type": "function", "function": {}, "id": 1.0000000748488348e16}}], later=[], boundary=0)
     def cards_agree(batch, later, boundary):
         story(api, operator, batch, later, boundary, cards=browser)
 

@@ -13,7 +13,7 @@ import uuid
 
 import pytest
 from django.test import override_settings
-from hypothesis import HealthCheck, Phase, event, given, note, settings
+from hypothesis import HealthCheck, Phase, event, example, given, note, settings
 from hypothesis import strategies as st
 
 from sessions_app import ledger, selectors, services
@@ -35,25 +35,9 @@ PROPERTY = settings(
 )
 
 
-def reads_back_otherwise(value: object) -> bool:
-    """A float PostgreSQL's jsonb reads back as an integer (an integral value Python writes with an
-    exponent, such as -3.9e16): an id the append read as no id is an id in the stored log. Every
-    column derived at append time (Event.call_id, the call sightings, the ledger) reads the value as
-    sent, so these events are left out; the difference is storage's, not the ledger's."""
-    if isinstance(value, float):
-        return "e" in repr(value) and value == value and abs(value) != float("inf") and value == int(value)
-    if isinstance(value, dict):
-        return any(reads_back_otherwise(v) for v in value.values())
-    if isinstance(value, list):
-        return any(reads_back_otherwise(v) for v in value)
-    return False
-
-
 def valid(batch: list[dict]) -> list[log_events.NewEvent]:
     out = []
     for item in batch:
-        if reads_back_otherwise(item.get("data")):
-            continue
         try:
             out.append(log_events.validate_event(item.get("type"), item.get("data"), item.get("time")))
         except Exception:  # noqa: BLE001 - the API would refuse the batch; the property skips the event
@@ -108,6 +92,13 @@ def try_a_fork(sid: str, batch: list[dict], user) -> None:
     batches=st.lists(batches_of(hostile=False), min_size=1, max_size=3),
     fork_at_end=st.booleans(),
     after_fork=batches_of(hostile=False),
+)
+# An id and a name written with an exponent: PostgreSQL's jsonb reads them back as integers, and the
+# append reads them so too (log.events.id_text).
+@example(
+    batches=[[{"type": "assistant_message", "data": {"tool_calls": [{"id": -3.9e16, "name": 1e17}]}}]],
+    fork_at_end=False,
+    after_fork=[],
 )
 def test_the_ledger_states_every_call_as_the_log_does(batches, fork_at_end, after_fork, django_user_model):
     user, _ = django_user_model.objects.get_or_create(username="ops")

@@ -186,6 +186,13 @@ def test_parse_time_round_trips_format_time_and_refuses_naive():
         ({"tool_call_id": 1.5, "id": 7}, "7"),
         ({"tool_call_id": {"x": 1}, "id": ["y"]}, None),
         ({"tool_call_id": 42}, "42"),
+        # A JSON number with an integral value is an integer however written: PostgreSQL's jsonb reads
+        # 1.0000000748488348e+16 back as 10000000748488348, and the append must have read it so too.
+        ({"id": 1.0000000748488348e16}, "10000000748488348"),
+        ({"id": 10000000748488348}, "10000000748488348"),
+        ({"id": 7.0}, "7"),
+        ({"id": 1e300}, "1" + "0" * 300),  # the digits of its JSON text, as jsonb keeps them
+        ({"tool_call_id": float("inf"), "id": float("nan")}, None),
         ({"id": True}, "true"),
         ({"tool_call_id": False, "id": "b"}, "false"),
         ({"id": ""}, ""),
