@@ -186,23 +186,33 @@ def call_id(mapping: object) -> str | None:
     return None
 
 
-def id_text(value: object) -> str | None:
-    """A usable id or name as text (section 1): a string as it is, an integer as its decimal string, a
-    boolean as "true"/"false"; None for anything else.
+def json_integer(value: object) -> int | None:
+    """An integer as the stored log reads it back on either database; None for anything else.
 
-    An integer is a JSON number with an integral value, however it is written: PostgreSQL's jsonb
-    reads 1.0000000748488348e+16 back as 10000000748488348, so the stored log and the append must
-    read both alike. Its digits are those of the number's JSON text (the shortest repr), as jsonb's.
+    An int is one; a float is not (`1.0` stays a float in SQLite's text and in PostgreSQL's jsonb),
+    but for an integral one that JSON writes with an exponent (`1e16`, from 1e16 on): jsonb keeps it
+    as the integer 10000000000000000 and reads it back so. The append and SQLite read it the same
+    way, so both databases read the log alike. Its digits are those of its JSON text (the shortest
+    repr), as jsonb's.
     """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer() and "e" in (text := repr(value)):
+        return int(Decimal(text))
+    return None
+
+
+def id_text(value: object) -> str | None:
+    """A usable id or name as text (section 1): a string as it is, an integer (json_integer) as its
+    decimal string, a boolean as "true"/"false"; None for anything else."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
         return value
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float) and value.is_integer():
-        return str(int(Decimal(repr(value))))
-    return None
+    number = json_integer(value)
+    return None if number is None else str(number)
 
 
 def tool_name(name: object) -> str | None:

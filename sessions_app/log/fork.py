@@ -2,7 +2,7 @@
 
 from collections.abc import Sequence
 
-from .events import Event, is_integer, show_json
+from .events import Event, is_integer, json_integer, show_json
 from .recovery import open_turns
 from .structure import place, place_all
 
@@ -67,7 +67,7 @@ def inside_turn_reason(boundary_seq: int, turn_seq: int, turn_number: object, cl
     log (None: still open). Only a turn still open can be recovered; a turn
     that closes later is simply not over at the boundary.
     """
-    turn = f"turn {turn_number}" if is_integer(turn_number) else "a turn"
+    turn = "a turn" if (number := json_integer(turn_number)) is None else f"turn {number}"
     if closed_at is None:
         return (
             f"seq {boundary_seq} is inside {turn}, opened at seq {turn_seq} and still open;"

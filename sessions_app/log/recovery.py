@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from .calls import call_arguments, call_name
-from .events import Event, call_id, is_integer, tool_calls_of
+from .events import Event, call_id, json_integer, tool_calls_of
 from .fold import fold
 from .structure import Placement, place, place_all
 
@@ -50,7 +50,8 @@ RULE_REASONS = {
 
 def open_turn_label(number: object, seq: int) -> str:
     """An open turn as people read it: "turn 4 (opened at seq 50)" (number = its turn_start's data.turn)."""
-    return f"turn {number} (opened at seq {seq})" if is_integer(number) else f"unnumbered turn (opened at seq {seq})"
+    turn = json_integer(number)
+    return f"turn {turn} (opened at seq {seq})" if turn is not None else f"unnumbered turn (opened at seq {seq})"
 
 
 @dataclass(frozen=True)
@@ -238,7 +239,7 @@ def _owed_result(scan: _Scan, call: Sighting) -> Repair:
 
 def _turn_end(scan: _Scan, turn_seq: int) -> Repair:
     data = {"reason": "interrupted", "steps": scan.steps_per_turn[turn_seq]}
-    if is_integer(turn := scan.turn_numbers[turn_seq]):
+    if (turn := json_integer(scan.turn_numbers[turn_seq])) is not None:
         data["turn"] = turn
     return Repair("turn_end", data, None)
 

@@ -16,6 +16,7 @@ from sessions_app.log.events import (
     event_from_wire,
     event_to_wire,
     format_time,
+    json_integer,
     parse_time,
     replace_range,
     tool_calls_of,
@@ -186,11 +187,11 @@ def test_parse_time_round_trips_format_time_and_refuses_naive():
         ({"tool_call_id": 1.5, "id": 7}, "7"),
         ({"tool_call_id": {"x": 1}, "id": ["y"]}, None),
         ({"tool_call_id": 42}, "42"),
-        # A JSON number with an integral value is an integer however written: PostgreSQL's jsonb reads
-        # 1.0000000748488348e+16 back as 10000000748488348, and the append must have read it so too.
+        # PostgreSQL's jsonb reads 1.0000000748488348e+16 back as the integer 10000000748488348 (but
+        # keeps 7.0 a float): the append and SQLite read it so too.
         ({"id": 1.0000000748488348e16}, "10000000748488348"),
         ({"id": 10000000748488348}, "10000000748488348"),
-        ({"id": 7.0}, "7"),
+        ({"tool_call_id": 7.0, "id": "b"}, "b"),
         ({"id": 1e300}, "1" + "0" * 300),  # the digits of its JSON text, as jsonb keeps them
         ({"tool_call_id": float("inf"), "id": float("nan")}, None),
         ({"id": True}, "true"),
@@ -271,3 +272,23 @@ def test_data_nests_at_most_to_the_request_depth_limit():
 @pytest.mark.parametrize("name, expected", [("echo", "echo"), (None, None), (7, None), ({"a": 1}, None), (["x"], None)])
 def test_tool_name_is_text_or_none(name, expected):
     assert tool_name(name) == expected
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [(7, 7), (7.0, None), (1e15, None), (1e16, 10**16), (1.0000000748488348e16, 10000000748488348), (-3.9e16, -39000000000000000), (True, None), (1.5, None), ("7", None), (None, None)],
+)
+def test_json_integer_reads_integers_as_postgresql_reads_them_back(value, expected):
+    assert json_integer(value) == expected
+
+
+def test_a_turn_number_written_with_an_exponent_reads_as_postgresql_reads_it_back():
+    """The plan labels the turn and closes it with its number on both databases alike."""
+    from sessions_app.log import recovery
+
+    assert recovery.open_turn_label(1e16, 3) == recovery.open_turn_label(10**16, 3) == "turn 10000000000000000 (opened at seq 3)"
+    for number in (1e16, 10**16):
+        moment = parse_time("2026-01-01T00:00:00Z")
+        events = [Event(0, "turn_start", moment, {"turn": number}), Event(1, "assistant_message", moment, {"tool_calls": []})]
+        ends = [r for r in recovery.plan(events).repairs if r.type == "turn_end"]
+        assert [r.data.get("turn") for r in ends] == [10**16]
