@@ -155,7 +155,8 @@ def session_ledger(session: Session, *, all_classes: bool, latest: int | None = 
         for row in read(level, k, _scope(level).filter(_may_need_checking(level.boundary))):
             if row_state(row, status) in STATES_TO_CHECK:
                 chosen_by_key[row.call_id] = row
-    newest = heapq.merge(*(_newest(level, k, overridden[k], session) for k, level in enumerate(levels)), key=lambda r: -r.seq)
+    first = min(latest + 1, CHUNK)  # the page's worth first: most sessions' latest calls are all of the classes asked
+    newest = heapq.merge(*(_newest(level, overridden[k], session, first) for k, level in enumerate(levels)), key=lambda r: -r.seq)
     complete, taken, passed = True, 0, 0
     for row in newest:
         if row.call_id in chosen_by_key:
@@ -198,18 +199,18 @@ def _overridden(levels: list[_Level]) -> list[set[str]]:
     return out
 
 
-def _newest(level: _Level, k: int, overridden: set[str], session: Session) -> Iterator[LedgerCall]:
-    """The level's rows newest first, CHUNK at a time by the (session, seq) index."""
+def _newest(level: _Level, overridden: set[str], session: Session, size: int) -> Iterator[LedgerCall]:
+    """The level's rows newest first by the (session, seq) index: `size` rows, then CHUNK at a time."""
     rows = _scope(level).order_by("-seq", "-id")
     after = Q()
     while True:
-        chunk = list(rows.filter(after)[:CHUNK])
+        chunk = list(rows.filter(after)[:size])
         for row in chunk:
             if row.call_id not in overridden:
                 yield row if level.boundary is None else as_of(row, level.boundary, session)
-        if len(chunk) < CHUNK:
+        if len(chunk) < size:
             return
-        last = chunk[-1]
+        last, size = chunk[-1], CHUNK
         after = Q(seq__lt=last.seq) | Q(seq=last.seq, id__lt=last.id)
 
 
