@@ -152,10 +152,12 @@ def session_ledger(session: Session, *, all_classes: bool, latest: int | None = 
         return SessionLedger(rows=call_rows(session, chosen, status, all_classes, policies), complete=True)
     chosen_by_key: dict[str, LedgerCall] = {}
     for k, level in enumerate(levels):
-        for row in read(level, k, _scope(level).filter(_may_need_checking(level.boundary))):
-            if row_state(row, status) in STATES_TO_CHECK:
-                chosen_by_key[row.call_id] = row
-    first = min(latest + 1, CHUNK)  # the page's worth first: most sessions' latest calls are all of the classes asked
+        for condition in _may_need_checking(level.boundary):
+            for row in read(level, k, _scope(level).filter(condition)):
+                if row_state(row, status) in STATES_TO_CHECK:
+                    chosen_by_key[row.call_id] = row
+    # The page's worth first (the rows to check among them are passed over): most sessions' latest calls are of the classes asked.
+    first = min(latest + 1 + len(chosen_by_key), CHUNK)
     newest = heapq.merge(*(_newest(level, overridden[k], session, first) for k, level in enumerate(levels)), key=lambda r: -r.seq)
     complete, taken, passed = True, 0, 0
     for row in newest:
@@ -180,11 +182,13 @@ def _scope(level: _Level):
     return rows if level.boundary is None else rows.filter(seq__lt=level.boundary)
 
 
-def _may_need_checking(boundary: int | None) -> Q:
-    """Rows whose state may be one to check: unsettled or settled so, or (an ancestor's) changed past the boundary."""
-    found = Q(settled_state__isnull=True) | Q(settled_state__in=STATES_TO_CHECK)
+def _may_need_checking(boundary: int | None) -> list[Q]:
+    """Rows whose state may be one to check: unsettled, settled so, or (an ancestor's) changed past the boundary.
+    Each its own query: an OR of them would read all the session's rows, not two ranges of its state index."""
+    found = [Q(settled_state__isnull=True), Q(settled_state__in=STATES_TO_CHECK)]
     if boundary is not None:
-        found |= Q(real_seq__gte=boundary) | Q(standin_seq__gte=boundary) | Q(synthetic_seq__gte=boundary) | Q(patch_seq__gte=boundary)
+        changed = Q(real_seq__gte=boundary) | Q(standin_seq__gte=boundary) | Q(synthetic_seq__gte=boundary) | Q(patch_seq__gte=boundary)
+        found.append(changed & Q(settled_state__isnull=False) & ~Q(settled_state__in=STATES_TO_CHECK))
     return found
 
 
