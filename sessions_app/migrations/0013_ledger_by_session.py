@@ -12,7 +12,7 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddIndex(
             model_name='ledgercall',
-            index=models.Index(fields=['session', 'settled_state'], name='ledger_session_state_idx'),
+            index=models.Index(fields=['session', 'settled_state', 'seq'], name='ledger_session_state_idx'),
         ),
         migrations.AddIndex(
             model_name='ledgercall',

@@ -152,7 +152,7 @@ def session_ledger(session: Session, *, all_classes: bool, latest: int | None = 
         return SessionLedger(rows=call_rows(session, chosen, status, all_classes, policies), complete=True)
     chosen_by_key: dict[str, LedgerCall] = {}
     for k, level in enumerate(levels):
-        for condition in _may_need_checking(level.boundary):
+        for condition in _may_need_checking(level):
             for row in read(level, k, _scope(level).filter(condition)):
                 if row_state(row, status) in STATES_TO_CHECK:
                     chosen_by_key[row.call_id] = row
@@ -182,13 +182,16 @@ def _scope(level: _Level):
     return rows if level.boundary is None else rows.filter(seq__lt=level.boundary)
 
 
-def _may_need_checking(boundary: int | None) -> list[Q]:
-    """Rows whose state may be one to check: unsettled, settled so, or (an ancestor's) changed past the boundary.
-    Each its own query: an OR of them would read all the session's rows, not two ranges of its state index."""
+def _may_need_checking(level: _Level) -> list[Q]:
+    """Rows whose state may be one to check: unsettled, settled so, or (an ancestor's) answered past the boundary,
+    found from its results there by the (session, seq) index. Each its own query: an OR of them would read all
+    the session's rows, not ranges of its indexes."""
     found = [Q(settled_state__isnull=True), Q(settled_state__in=STATES_TO_CHECK)]
-    if boundary is not None:
-        changed = Q(real_seq__gte=boundary) | Q(standin_seq__gte=boundary) | Q(synthetic_seq__gte=boundary) | Q(patch_seq__gte=boundary)
-        found.append(changed & Q(settled_state__isnull=False) & ~Q(settled_state__in=STATES_TO_CHECK))
+    if level.boundary is not None:
+        later = Event.objects.filter(session_id=level.session_id, seq__gte=level.boundary, type="tool_result", call_id__isnull=False)
+        keys = sorted(set(later.values_list("call_id", flat=True)))
+        settled = Q(settled_state__isnull=False) & ~Q(settled_state__in=STATES_TO_CHECK)
+        found += [settled & Q(call_id__in=keys[i : i + IN_BATCH]) for i in range(0, len(keys), IN_BATCH)]
     return found
 
 
