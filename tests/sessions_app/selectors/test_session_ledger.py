@@ -6,10 +6,10 @@ from django.contrib.auth import get_user_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessions_app import selectors, services
+from sessions_app import ledger, selectors, services
 from sessions_app.log.events import validate_batch
 from sessions_app.log.fork import ForkRefused
-from sessions_app.models import Session
+from sessions_app.models import LedgerCall, Session
 from tests.sessions_app.log.strategies import logs, message
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE, assistant, result
 from tests.sessions_app.services.test_recovery import store
@@ -104,3 +104,8 @@ def test_a_fork_lists_its_inherited_calls_as_its_own_log_states_them():
     assert {(r.session.id, r.call.call_id, r.call.state) for r in fleet.items} == {
         ("crashed", "c3", "superseded"), (fork, "c2", "superseded"),  # the fork's own row of an inherited call
     }  # fmt: skip
+    LedgerCall.objects.filter(session_id=fork).delete()
+    assert ledger.rebuild(Session.objects.get(pk=fork)) == 1  # from the fork's log: the call its own result changed
+    fleet = selectors.fleet_calls(projects=[Session.objects.get(pk=fork).project_id], limit=200)
+    assert [(r.call.call_id, r.call.state) for r in fleet.items if r.session.id == fork] == [("c2", "superseded")]
+    same_rows(fork)
