@@ -2,9 +2,11 @@
 
 One row per call whose tool is classed external_effect or has no policy (the
 switch, ?calls=all, shows every call), as GET /api/v1/sessions/{id}/calls states
-them (selectors.recent_calls: the same rows, read by index, for the calls to
-check and the latest), so the panel, the cards and the API say the same word. Unknown outcomes of external-effect calls come first,
-then the rest in order of first sighting. The page load and every live frame
+them (selectors.session_ledger: the same rows, read from the call ledger), so the
+panel, the cards and the API say the same word. Every call to check (an unknown
+outcome, pending, superseded) is listed, however long the session, and comes
+first; then the latest ROWS others, in order of first sighting, with a link to
+all of them (the API). The page load and every live frame
 render `sessions/_ledger.html` from `panel_context`, the same inputs.
 """
 
@@ -23,13 +25,12 @@ from sessions_app.log import ledger
 from sessions_app.log.recovery import TOOL_OUTCOME_UNKNOWN
 from sessions_app.models import Session
 
+
 ALL = "all"  # the switch's value: ?calls=all
 ARGUMENTS_CHARS = 80  # key arguments, shortened: the card has them in full
-# A page's cost follows what it shows (docs/benchmarks.md, the session page of 100,000 events): the panel lists
-# every call an open turn owes or recovery answered, and the latest others, up to ROWS rows, sighted within the
-# last SCAN_EVENTS events; GET /api/v1/sessions/{id}/calls lists them all.
+# A page's cost follows what it shows (docs/benchmarks.md, the session page of 100,000 events): besides every
+# call to check, the latest ROWS others; GET /api/v1/sessions/{id}/calls lists them all.
 ROWS = 50
-SCAN_EVENTS = 1000
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,10 @@ class LedgerRow:
     def check_first(self) -> bool:
         return self.row.side_effect == "external_effect" and self.call.state == TOOL_OUTCOME_UNKNOWN
 
+    @property
+    def to_check(self) -> bool:
+        return self.call.state in selectors.STATES_TO_CHECK
+
 
 @dataclass(frozen=True)
 class Ledger:
@@ -67,12 +72,13 @@ def wants_all(value: str | None) -> bool:
 
 
 def ledger_of(session: Session, *, all_calls: bool) -> Ledger:
-    found = selectors.recent_calls(session, all_classes=all_calls, limit=ROWS, scan=SCAN_EVENTS)
+    found = selectors.session_ledger(session, all_classes=all_calls, latest=ROWS)
     shown = found.rows
     turns = {r.call.turn_seq for r in shown} - {None}
     numbers = {seq: data.get("turn") if isinstance(data, dict) else None for seq, data in selectors.turn_start_data(session, turns)} if turns else {}
     rows = [LedgerRow(r, short_arguments(r.call.arguments), numbers.get(r.call.turn_seq)) for r in shown]
-    rows.sort(key=lambda r: not r.check_first)  # stable: the rest keep their order of first sighting
+    # stable: unknown outcomes of external effects, then the other calls to check, then the rest, each in order of first sighting
+    rows.sort(key=lambda r: (not r.check_first, not r.to_check))
     return Ledger(rows=rows, all_calls=all_calls, complete=found.complete)
 
 

@@ -38,9 +38,9 @@ def call_to_wire(row: selectors.CallRow) -> dict:
 
 @router.get("/sessions/{session_id:session_id}/calls", response={200: CallsOut, 403: ErrorOut, 404: ErrorOut, 422: ErrorOut}, by_alias=True)
 def list_calls(request, session_id: str, all: bool = Query(False, description="every class; default: external_effect and unknown only")):  # noqa: A002
-    """The session's tool calls in order of first sighting, each as the ledger states it."""
+    """The session's tool calls in order of first sighting, each as the ledger states it (read from its table)."""
     session = readable(request, session_id)
-    return {"calls": [call_to_wire(row) for row in selectors.session_calls(session, all_classes=all)]}
+    return {"calls": [call_to_wire(row) for row in selectors.session_ledger(session, all_classes=all).rows]}
 
 
 @router.get("/calls", response={200: CallPageOut, 422: ErrorOut}, by_alias=True)

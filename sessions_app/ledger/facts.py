@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger
-from sessions_app.log.recovery import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
 from sessions_app.models import LedgerCall, Session
+from sessions_app.selectors.session_ledger import settle
 
 TOOL_MAX = LedgerCall._meta.get_field("tool").max_length
 PREVIEW_MAX = LedgerCall._meta.get_field("arguments_preview").max_length
@@ -46,6 +46,8 @@ class Book:
     the events before them (the caller's lookup), `earlier_results(key)` the results
     stored before them, `sighted_before(key)` whether an earlier event already sighted it
     (a fork's inherited prefix: those calls are listed under the session that sighted them).
+    `inherited` holds a fork's copies of its ancestors' rows (selectors.session_ledger.as_of its prefix) for the calls
+    the run names: the first event that changes one makes it the fork's own row (copy on write).
     """
 
     session: Session
@@ -54,6 +56,7 @@ class Book:
     earlier_dispatch: Callable[[int], bool]
     earlier_results: Callable[[str], Sequence]
     sighted_before: Callable[[str], bool]
+    inherited: dict[str, LedgerCall] = field(default_factory=dict)
     created: list[LedgerCall] = field(default_factory=list)
     changed: set[str] = field(default_factory=set)
     dispatched_turns: set[int] = field(default_factory=set)
@@ -67,6 +70,7 @@ class Book:
                 if (cid := log_events.call_id(call)) is not None:
                     self._sight(cid, call, event)
         elif kind == "tool_call" and (cid := log_events.call_id(event.data)) is not None:
+            self._adopt(call_key(cid))
             if event.turn_seq is not None:
                 self.dispatched_turns.add(event.turn_seq)
                 for key, row in self.rows.items():
@@ -79,6 +83,7 @@ class Book:
                 self.changed.add(call_key(cid))
         elif kind == "tool_result" and (cid := log_events.call_id(event.data)) is not None:
             key = call_key(cid)
+            self._adopt(key)
             self.results.setdefault(key, []).append(event)
             if (row := self.rows.get(key)) is not None:
                 add_result(row, event, self.patch_seqs)
@@ -93,6 +98,12 @@ class Book:
                 if row.step_seq == event.step_seq and not row.step_closed:
                     row.step_closed = True
                     self.changed.add(key)
+
+    def _adopt(self, key: str) -> None:
+        """An inherited call an event of the fork's own changes: from now on the fork's own row."""
+        if key not in self.rows and (row := self.inherited.pop(key, None)) is not None:
+            self.rows[key] = row
+            self.created.append(row)
 
     def _sight(self, cid: str, call: Mapping, event) -> None:
         key = call_key(cid)
@@ -140,28 +151,3 @@ def add_result(row: LedgerCall, result, patch_seqs: Container[int]) -> None:
         row.synthetic_seq, row.synthetic_risk = result.seq, ledger.carried_risk(result)
     elif kind == ledger.PATCH and row.patch_seq is None:
         row.patch_seq = result.seq
-
-
-def settle(row: LedgerCall) -> None:
-    """log.ledger's rules on the row's facts: the state the session's status cannot change, else None,
-    the deciding result, and the risk the plan's table gives the call while an open turn owes it."""
-    state, result_seq = None, None
-    if row.real_seq is not None:  # rules 1 and 2
-        superseded = row.standin_seq is not None and row.standin_seq < row.real_seq
-        state = ledger.SUPERSEDED if superseded else (ledger.ERROR if row.real_error else ledger.COMPLETED)
-        result_seq = row.real_seq
-    elif row.synthetic_seq is not None:  # rule 3
-        state, result_seq = row.synthetic_risk, row.synthetic_seq
-    elif row.patch_seq is not None:  # rule 4
-        state, result_seq = ledger.NO_RESULT, row.patch_seq
-    elif row.turn_seq is not None and not row.turn_open:  # rule 7
-        state = ledger.NO_RESULT
-    row.settled_state, row.result_seq = state, result_seq
-    row.owed_risk = None
-    if state is None and row.turn_seq is not None:  # rule 5: the risk table (log.recovery._classify)
-        if row.dispatched:
-            row.owed_risk = TOOL_OUTCOME_UNKNOWN
-        elif row.turn_dispatched or (row.step_seq is not None and row.step_closed):
-            row.owed_risk = TOOL_NOT_STARTED
-        else:
-            row.owed_risk = TOOL_OUTCOME_UNKNOWN

@@ -18,6 +18,7 @@ from sessions_app import statements
 from sessions_app.log import events as log_events
 from sessions_app.models import CallSighting, Event, LedgerCall, Session
 from sessions_app.selectors.calls import patch_seqs as _patch_seqs
+from sessions_app.selectors.session_ledger import inherited_rows
 
 from .facts import Book, add_result, call_key, settle
 
@@ -110,10 +111,12 @@ def _book(session: Session, rows: dict, *, first: int, unknown: set[str]) -> Boo
     """A Book whose lookups read what was stored before `first`, for the calls the run may sight first."""
     earlier = _earlier_results(session.id, unknown, first) if unknown and first > 0 else {}
     sighted: set[str] = set()
+    inherited: dict = {}
     if unknown and session.seed_length and first > 0:  # a fork: its inherited prefix may have sighted them (listed under its parent)
         prior = Event.objects.filter(session_id=session.id, seq__lt=first)
         sighted = set(CallSighting.objects.filter(session_id=session.id, call_id__in=unknown, seq__lt=first).values_list("call_id", flat=True))
         sighted |= set(prior.filter(call_id__in=unknown, type="tool_call").values_list("call_id", flat=True))
+        inherited = inherited_rows(session, sighted)  # the fork's own row once one of its events changes them
     patch_seqs = _patch_seqs(session) if earlier else set()  # results stored before their call's first sighting may be a patch's
     dispatched: dict[int, bool] = {}
 
@@ -130,7 +133,7 @@ def _book(session: Session, rows: dict, *, first: int, unknown: set[str]) -> Boo
 
     return Book(
         session=session, rows=rows, patch_seqs=patch_seqs, earlier_dispatch=earlier_dispatch,
-        earlier_results=lambda key: earlier.get(key, ()), sighted_before=sighted.__contains__,
+        earlier_results=lambda key: earlier.get(key, ()), sighted_before=sighted.__contains__, inherited=inherited,
     )
 
 
@@ -158,6 +161,8 @@ def track_patch(session: Session, *, seqs: Collection[int]) -> None:
     answered = Event.objects.filter(session_id=session.id, seq__in=seqs, type="tool_result", call_id__isnull=False)
     keys = set(answered.values_list("call_id", flat=True))
     rows = {row.call_id: row for row in LedgerCall.objects.filter(session_id=session.id, call_id__in=keys)}
+    copied = inherited_rows(session, keys - rows.keys()) if session.seed_length else {}  # a fork's patch of inherited calls
+    rows.update(copied)
     if not rows:
         return
     patches = _patch_seqs(session) | seqs
@@ -169,22 +174,28 @@ def track_patch(session: Session, *, seqs: Collection[int]) -> None:
         add_result(rows[key], _Result(seq, data), patches)
     for row in rows.values():
         settle(row)
-    LedgerCall.objects.bulk_update(list(rows.values()), FACT_FIELDS)
+    LedgerCall.objects.bulk_create([row for row in rows.values() if row.pk is None])
+    if stored := [row for row in rows.values() if row.pk is not None]:
+        LedgerCall.objects.bulk_update(stored, FACT_FIELDS)
 
 
 def rebuild(session: Session) -> int:
     """The session's rows recomputed from its whole log (stored before the ledger, or to repair); the number of rows.
 
-    A fork keeps only the calls its own events sighted first. The caller holds the session's lock.
+    A fork keeps the calls its own events sighted first or changed (a dispatch or a result of an
+    inherited call). The caller holds the session's lock.
     """
     book = Book(
         session=session, rows={}, patch_seqs=_patch_seqs(session), earlier_dispatch=lambda turn_seq: False,
         earlier_results=lambda key: (), sighted_before=lambda key: False,
     )
+    changed_by_own: set[str] = set()
     for event in Event.objects.filter(session=session).order_by("seq").iterator(chunk_size=2000):
         book.read(event)
+        if event.seq >= session.seed_length and event.type in ("tool_call", "tool_result") and (cid := log_events.call_id(event.data)) is not None:
+            changed_by_own.add(call_key(cid))
     created, _ = book.settle_all()
-    kept = [row for row in created if row.seq >= session.seed_length]
+    kept = [row for row in created if row.seq >= session.seed_length or row.call_id in changed_by_own]
     stored = {row.call_id: row.pk for row in LedgerCall.objects.filter(session_id=session.id).only("id", "call_id")}
     for row in kept:
         row.pk = stored.get(row.call_id)

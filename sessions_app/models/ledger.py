@@ -61,6 +61,9 @@ class LedgerCall(models.Model):
             models.Index(fields=["project", "tool"], name="ledger_project_tool_idx"),  # the class filter's tool names
             models.Index(fields=["session", "turn_seq"], name="ledger_turn_idx"),
             models.Index(fields=["session", "step_seq"], name="ledger_step_idx"),
+            # A session's ledger panel: its calls to check, and the latest (selectors.session_ledger).
+            models.Index(fields=["session", "settled_state", "seq"], name="ledger_session_state_idx"),
+            models.Index(fields=["session", "-seq", "-id"], name="ledger_session_seq_idx"),
         ]
 
     def __str__(self) -> str:

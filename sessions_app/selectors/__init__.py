@@ -38,7 +38,7 @@ from sessions_app.selectors.projects import (
     user_token,
     user_tokens,
 )
-from sessions_app.selectors.recent_calls import RecentCalls, recent_calls
+from sessions_app.selectors.session_ledger import STATES_TO_CHECK, SessionLedger, session_ledger
 from sessions_app.selectors.recovery import (
     complete_tail,
     dangling_patch,

@@ -1,5 +1,6 @@
 """The ledger panel and notes in a real browser (issue 27): a crashed session's unknown external call first, read
-superseded after recovery and a late real result on the card and in the ledger alike; a note added in one browser
+superseded after recovery and a late real result on the card, in the ledger and on the fleet page alike, and in
+a fork of the recovered session only once the fork's own late result comes; a note added in one browser
 appears in another without reload, and survives export and import."""
 
 import json
@@ -55,15 +56,36 @@ def test_a_crashed_sessions_unknown_external_call_comes_first_then_reads_superse
     page.wait_for_url(re.compile(r".*/sessions/crashed/\?highlight=.*"))
     expect(page.locator("#live-state")).to_have_attribute("data-state", "open", timeout=LIVE)
     expect(card).to_have_attribute("data-state", "tool_outcome_unknown")
-    status, body = api_post(server, staff_user, "/api/v1/sessions/crashed/events", {"events": [
-        {"type": "tool_result", "data": {"tool_call_id": "p1", "content": "charged after all"}},
-    ]})  # fmt: skip
+    expect(page.locator('#ledger-panel [data-call="p1"]')).to_have_attribute("data-state", "tool_outcome_unknown")
+    status, body = api_post(server, staff_user, "/api/v1/sessions/crashed/fork", {"id": "retry"})  # a retry of the recovered run
     assert status == 201, body
+    late_result(server, staff_user, "crashed")
     # Without reload: the card and the ledger read the late real result as superseding recovery's.
     expect(card).to_have_attribute("data-state", "superseded", timeout=LIVE)
     expect(page.locator('#ledger-panel [data-call="p1"]')).to_have_attribute("data-state", "superseded", timeout=LIVE)
     calls = api_get(server, staff_user, "/api/v1/sessions/crashed/calls")["calls"]
     assert {c["call_id"]: c["state"] for c in calls} == {"e1": "completed", "p1": "superseded"}
+    page.goto(f"{server.url}/calls/")  # the fleet says the same word
+    expect(page.locator("#call-crashed--p1")).to_contain_text("superseded")
+
+    # The fork inherited p1 before that result: its ledger still reads the unknown outcome, until its own late result.
+    page.goto(f"{server.url}/sessions/retry/")
+    fork_row = page.locator('#ledger-panel [data-call="p1"]')
+    expect(fork_row).to_have_attribute("data-state", "tool_outcome_unknown")
+    expect(page.locator("#live-state")).to_have_attribute("data-state", "open", timeout=LIVE)
+    late_result(server, staff_user, "retry")
+    expect(fork_row).to_have_attribute("data-state", "superseded", timeout=LIVE)
+    expect(page.locator('.card[data-call-id="p1"]')).to_have_attribute("data-state", "superseded", timeout=LIVE)
+    page.goto(f"{server.url}/calls/")  # the fork's own row of the call it inherited
+    expect(page.locator("#call-retry--p1")).to_contain_text("superseded")
+    expect(page.locator("#call-crashed--p1")).to_contain_text("superseded")
+
+
+def late_result(server, user, session_id: str) -> None:
+    status, body = api_post(server, user, f"/api/v1/sessions/{session_id}/events", {"events": [
+        {"type": "tool_result", "data": {"tool_call_id": "p1", "content": "charged after all"}},
+    ]})  # fmt: skip
+    assert status == 201, body
 
 
 def test_a_note_added_in_one_browser_appears_in_another_and_survives_export_and_import(browser, server, plain_user, django_user_model, policies):

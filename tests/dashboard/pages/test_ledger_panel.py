@@ -85,7 +85,21 @@ def test_the_rows_are_those_of_the_calls_endpoint_after_recovery_and_a_late_resu
     services.recover(session_id="crashed", user=get_user_model().objects.get(username="viewer"))
     services.append_events(session_id="crashed", events=validate_batch([{"type": "tool_result", "data": answer("p1", "charge_card")[1]}]))
     expected = [(r.call.call_id, r.call.state) for r in selectors.session_calls(Session.objects.get(), all_classes=False)]
-    assert rows(panel(viewer, "crashed")) == [("e1", "completed"), ("p1", "superseded")] == expected  # checked: back in order
+    assert expected == [("e1", "completed"), ("p1", "superseded")]
+    assert rows(panel(viewer, "crashed")) == [("p1", "superseded"), ("e1", "completed")]  # a call to check comes first
+
+
+def test_a_long_session_lists_every_call_to_check_and_the_latest_others(viewer, policies, monkeypatch):
+    monkeypatch.setattr(ledger_panel, "ROWS", 1)
+    store(CRASH, session_id="crashed")
+    services.recover(session_id="crashed", user=get_user_model().objects.get(username="viewer"))
+    services.append_events(session_id="crashed", events=validate_batch([{"type": "tool_result", "data": answer("p1", "charge_card")[1]}]))
+    for n in range(3):  # newer calls: the superseded one stays, however old
+        answered = [assistant(call(f"n{n}", "charge_card")), answer(f"n{n}", "charge_card")]
+        services.append_events(session_id="crashed", events=validate_batch([{"type": t, "data": d} for t, d in answered]))
+    html = panel(viewer, "crashed")
+    assert rows(html) == [("p1", "superseded"), ("n2", "completed")]
+    assert 'href="/api/v1/sessions/crashed/calls">all of them</a>' in html
 
 
 def test_the_switch_is_a_plain_link_and_the_live_socket_is_told(viewer, policies):

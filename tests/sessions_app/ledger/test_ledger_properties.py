@@ -1,6 +1,7 @@
 """The ledger's states equal log.ledger's (selectors.session_calls reads the whole log) for random logs.
 
-Before and after a fork (the fork lists the calls its own events sighted first), a
+Before and after a fork (the fork's rows: the calls its own events sighted first or decided; its panel,
+selectors.session_ledger, lists its inherited calls too, as its log states them), a
 recovery, a late real result, a dangling-call patch and a result after it; with the
 stall window long (running sessions: pending) and zero (the same sessions stalled);
 and a rebuild from the log (manage.py ledger_rebuild) gives the same rows.
@@ -49,29 +50,31 @@ def _shape(call_id, name, arguments, seq, turn_seq, state, result_seq):
     return (call_id, json.dumps(name, sort_keys=True, default=str), json.dumps(arguments, sort_keys=True, default=str), seq, turn_seq, state, result_seq)
 
 
-def from_the_log(session: Session) -> list[tuple]:
-    return sorted(
-        _shape(r.call.call_id, r.call.name, r.call.arguments, r.call.seq, r.call.turn_seq, r.call.state, r.call.result_seq)
-        for r in selectors.session_calls(session, all_classes=True)
-        if r.call.seq >= session.seed_length
-    )
+def shapes(rows) -> list[tuple]:
+    return sorted(_shape(r.call.call_id, r.call.name, r.call.arguments, r.call.seq, r.call.turn_seq, r.call.state, r.call.result_seq) for r in rows)
 
 
 def from_the_ledger(session: Session) -> list[tuple]:
     page = selectors.fleet_calls(projects=[session.project_id], states=frozenset(STATES), limit=100_000)
-    rows = [r for r in page.items if r.session.id == session.id]
-    return sorted(_shape(r.call.call_id, r.call.name, r.call.arguments, r.call.seq, r.call.turn_seq, r.call.state, r.call.result_seq) for r in rows)
+    return shapes(r for r in page.items if r.session.id == session.id)
 
 
 def assert_agrees(session_id: str, where: str) -> None:
+    """The session's own rows in the fleet are session_calls' rows: every call its own events sighted first,
+    and every inherited call its own events decided (a fork's copy of it); its panel's rows are all of them."""
     for window in (3600, 0):  # running sessions, then the same sessions stalled
         with override_settings(TURNLOG_STALL_SECONDS=window):
             session = Session.objects.select_related("project").get(pk=session_id)
-            expected = from_the_log(session)
+            every = selectors.session_calls(session, all_classes=True)
+            expected = shapes(every)
             note(f"{where} (stall window {window}s): {expected}")
-            assert from_the_ledger(session) == expected, where
+            assert shapes(selectors.session_ledger(session, all_classes=True).rows) == expected, where
+            in_fleet = from_the_ledger(session)
+            assert set(in_fleet) <= set(expected), where
+            own = [r for r in every if r.call.seq >= session.seed_length or (r.call.result_seq or -1) >= session.seed_length]
+            assert set(shapes(own)) <= set(in_fleet), where
             for shape in expected:
-                event(f"state {shape[5]}")
+                event(f"state {shape[5]}" + (" (inherited)" if shape[3] < session.seed_length else ""))
 
 
 def try_a_fork(sid: str, batch: list[dict], user) -> None:
@@ -85,6 +88,23 @@ def try_a_fork(sid: str, batch: list[dict], user) -> None:
     assert_agrees(child, "a fork's own appends")
     services.recover(session_id=child, user=user)
     assert_agrees(child, "a recovered fork")
+    late_result_for_an_inherited_call(child, "a fork")
+    try:
+        grandchild = services.fork(session_id=child).id
+    except ForkRefused:
+        return
+    assert_agrees(grandchild, "a fork of a fork")
+    late_result_for_an_inherited_call(grandchild, "a fork of a fork")
+
+
+def late_result_for_an_inherited_call(sid: str, where: str) -> None:
+    """A result the fork writes about a call of its prefix (the latest one): the fork's own row of it from now on."""
+    session = Session.objects.get(pk=sid)
+    inherited = [c for c in selectors.session_calls(session, all_classes=True) if c.call.seq < session.seed_length]
+    if inherited:
+        late = log_events.NewEvent("tool_result", {"tool_call_id": inherited[-1].call.call_id, "content": "late in the fork"}, None)
+        services.append_events(session_id=sid, events=[late])
+        assert_agrees(sid, f"a late result in {where} for an inherited call")
 
 
 @PROPERTY
