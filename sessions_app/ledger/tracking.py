@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from django.db import transaction
 from django.db.models import F, Q
@@ -138,8 +139,9 @@ def _book(session: Session, rows: dict, *, first: int, unknown: set[str]) -> Boo
 
 
 INSERTED = COLUMNS[1:]  # all but the id
+_inserted_values, _fact_values = attrgetter(*INSERTED), attrgetter(*FACT_FIELDS)
 # Of the inserted columns, those whose values need adapting (every other value is what the field would send).
-_DATETIMES = frozenset(f.attname for f in LedgerCall._meta.concrete_fields if f.get_internal_type() == "DateTimeField")
+_DATETIME_AT = [at for at, name in enumerate(INSERTED) if LedgerCall._meta.get_field(name).get_internal_type() == "DateTimeField"]
 
 
 def _save(book: Book) -> None:
@@ -148,18 +150,15 @@ def _save(book: Book) -> None:
     created, updated = book.settle_all()
     if created:
         adapt_time = statements.datetime_adapter()
-        adapts = [adapt_time if name in _DATETIMES else None for name in INSERTED]
-        statements.execute_many(
-            statements.insert_sql(LedgerCall, [LedgerCall._meta.get_field(name).name for name in INSERTED]),
-            [
-                [value if adapt is None else adapt(value) for adapt, value in zip(adapts, (getattr(row, name) for name in INSERTED))]
-                for row in created
-            ],
-        )
+        values = []
+        for row in created:
+            row_values = list(_inserted_values(row))
+            for at in _DATETIME_AT:
+                row_values[at] = adapt_time(row_values[at])
+            values.append(row_values)
+        statements.execute_many(statements.insert_sql(LedgerCall, [LedgerCall._meta.get_field(name).name for name in INSERTED]), values)
     if updated:
-        statements.execute_many(
-            statements.update_sql(LedgerCall, FACT_FIELDS), [[*(getattr(row, name) for name in FACT_FIELDS), row.pk] for row in updated]
-        )
+        statements.execute_many(statements.update_sql(LedgerCall, FACT_FIELDS), [(*_fact_values(row), row.pk) for row in updated])
 
 
 def track_patch(session: Session, *, seqs: Collection[int]) -> None:
