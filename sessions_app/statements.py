@@ -24,8 +24,10 @@ import contextlib
 import functools
 import weakref
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 
 import psycopg
+from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.sqlite3.base import FORMAT_QMARK_REGEX
 from django.db.models import Model, QuerySet
@@ -94,6 +96,25 @@ def _insert_sql(model, fields: tuple[str, ...], vendor: str) -> str:
     quote = connection.ops.quote_name
     columns = ", ".join(quote(model._meta.get_field(name).column) for name in fields)
     return f"INSERT INTO {quote(model._meta.db_table)} ({columns}) VALUES ({', '.join(['%s'] * len(fields))})"
+
+
+def update_sql(model, fields: Sequence[str]) -> str:
+    """UPDATE the model's table SET the fields' columns = %s, ... WHERE its key = %s (the values in that order)."""
+    return _update_statement(model, tuple(fields), connection.vendor)[0]
+
+
+def datetime_adapter() -> Callable[[datetime], object]:
+    """What a DateTimeField sends this database for an aware datetime (its get_db_prep_save), without its per-call checks."""
+    if connection.vendor == "sqlite" and settings.USE_TZ and connection.timezone_name == "UTC":
+        return _sqlite_utc_text
+    return connection.ops.adapt_datetimefield_value
+
+
+def _sqlite_utc_text(moment: datetime) -> str:
+    """What SQLite's adapt_datetimefield_value makes of an aware datetime: naive UTC text."""
+    if moment.tzinfo is not UTC:
+        moment = moment.astimezone(UTC)
+    return moment.replace(tzinfo=None).isoformat(" ")
 
 
 def get_for_update(model: type[Model], pk):

@@ -11,9 +11,8 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
-from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 from django.utils import timezone
 
@@ -287,7 +286,7 @@ def _store(
         )
     if not rows:
         return rows
-    adapt_time = _sqlite_utc_text if _stores_utc_text() else connection.ops.adapt_datetimefield_value
+    adapt_time = statements.datetime_adapter()
     adapt_json = connection.ops.adapt_json_value
     received = None if received_at is None else adapt_time(received_at)
     statements.execute_many(
@@ -326,18 +325,6 @@ def _store(
     index_events(session.id, rows)
     publish_events_on_commit(session.id, rows)
     return rows
-
-
-def _stores_utc_text() -> bool:
-    """SQLite storing aware datetimes as naive UTC text (Django's adaptation, with USE_TZ and a UTC connection)."""
-    return connection.vendor == "sqlite" and settings.USE_TZ and connection.timezone_name == "UTC"
-
-
-def _sqlite_utc_text(moment: datetime) -> str:
-    """What SQLite's adapt_datetimefield_value makes of an aware datetime, without its per-call checks."""
-    if moment.tzinfo is not UTC:
-        moment = moment.astimezone(UTC)
-    return moment.replace(tzinfo=None).isoformat(" ")
 
 
 def _sightings(session: Session, rows: Sequence[StoredEvent]):
