@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from django.urls import reverse
 from django.utils.html import escape, format_html, format_html_join
 
-from sessions_app import search
+from sessions_app import search, services
 from sessions_app.log import search_text
 
 HITS_PER_PAGE = 20
@@ -34,6 +34,7 @@ def hits_for(q: str, projects: list[int], cursor: str | None = None) -> Hits | N
     """The first page of hits (after `cursor`) of a query the box holds; None when it is nothing to search."""
     if not q.strip() or len(q) > search_text.QUERY_MAX:
         return None
+    services.index_pending(projects=projects, wait=True)  # what was appended a moment ago is found
     page = search.search(q=q, projects=projects, limit=HITS_PER_PAGE, cursor=cursor)
     return Hits(items=[HitRow(hit, hit_url(hit), marked(hit.snippet, hit.highlights)) for hit in page.items], next_cursor=page.next_cursor)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ninja import Query, Router
 
-from sessions_app import access, search
+from sessions_app import access, search, services
 from sessions_app.api.checks import ApiError
 from sessions_app.api.schemas import ErrorOut, SearchPageOut
 from sessions_app.log import search_text
@@ -29,6 +29,7 @@ def search_log(
     projects = actor.project_ids(access.READ)
     if project is not None:
         projects = list(access.projects(actor).filter(slug=project, pk__in=projects).values_list("pk", flat=True))
+    services.index_pending(projects=projects, wait=True)  # what was appended a moment ago is found
     try:
         page = search.search(q=q, projects=projects, limit=limit, cursor=cursor)
     except search.InvalidCursor as exc:

@@ -14,7 +14,7 @@ import hashlib
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.functional import cached_property
 
@@ -92,10 +92,17 @@ class Session(models.Model):
     # The event_count at which the worker last found this crash unsafe to restart: it looks
     # again only once the log grows, so stuck sessions do not crowd out new crashes.
     auto_checked_count = models.PositiveIntegerField(null=True, blank=True)
+    # The search index holds this session's events below this seq (services/search_index.py):
+    # it is filled after the append commits, so appends pay nothing for it, and every search
+    # first indexes what is still below event_count. A fork starts at its seed length (its
+    # prefix is answered from its parent's rows).
+    search_indexed_seq = models.PositiveIntegerField(default=0)
 
     class Meta:
         ordering = ["-last_activity_at", "-id"]
         indexes = [
+            # Only the sessions with events still to index: the indexer's and every search's first read.
+            models.Index(fields=["project"], name="session_search_pending_idx", condition=Q(search_indexed_seq__lt=F("event_count"))),
             models.Index(fields=["-last_activity_at", "-id"], name="session_activity_idx"),
             models.Index(fields=["project", "agent_name", "-created_at"], name="session_agent_idx"),
             models.Index(fields=["interrupted", "-last_activity_at", "-id"], name="session_interrupted_idx"),

@@ -13,6 +13,7 @@ from .notes import UNCHANGED, add_note, delete_note, edit_note
 from .otlp import IngestResult, SpanRefusal, close_settled_turns, ingest_spans, sessions_to_settle
 from .publishing import SESSIONS_GROUP, session_group
 from .recovery import RepairResult, patch_dangling_calls, recover, recover_automatically
+from .search_index import index_pending
 from .transfer import import_blob
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "edit_note",
     "fork",
     "import_blob",
+    "index_pending",
     "ingest_spans",
     "issue_token",
     "patch_dangling_calls",

@@ -25,7 +25,6 @@ from sessions_app.log import values as log_values
 from sessions_app.models import REPLACE_BOUND_MAX, AgentHour, CallSighting, Event, IdempotentRequest, Project, Session
 
 from .publishing import publish_events_on_commit, publish_session_changed_on_commit
-from .search_index import index_events
 
 CALL_ID_TYPES = frozenset({"tool_call", "tool_result"})
 AGENT_NAME_MAX = Session._meta.get_field("agent_name").max_length
@@ -322,7 +321,6 @@ def _store(
             _count_for_agent(session, at=hour, turns=turns)
         else:
             agent_counts[(session.project_id, session.agent_name, hour, "turns")] += turns
-    index_events(session.id, rows)
     publish_events_on_commit(session.id, rows)
     return rows
 

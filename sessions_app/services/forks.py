@@ -33,6 +33,7 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
         inherited_last = Event.objects.filter(session=parent, seq=point.seed_length - 1).order_by("seq")
         last, last_received = inherited_last.values_list("time", "received_at").first() or (None, None)
         child.event_count = point.seed_length
+        child.search_indexed_seq = point.seed_length  # the prefix is the parent's to answer
         child.step_stack = point.step_stack
         child.stray_turn_ends = [seq for seq in parent.stray_turn_ends if seq < point.seed_length]
         # The copied patch results stay the patch's (a patch writes metadata {}: storage alone knows).
@@ -43,7 +44,7 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
         child.last_activity_at = child.created_at
         child.save(
             update_fields=[
-                "event_count", "step_stack", "stray_turn_ends", "carried_patch_seqs",
+                "event_count", "search_indexed_seq", "step_stack", "stray_turn_ends", "carried_patch_seqs",
                 "last_event_at", "last_received_at", "last_activity_at",
             ]
         )  # fmt: skip

@@ -1,63 +1,105 @@
-"""The search index: kept current in the append transaction, and filled for events stored before it.
+"""The search index: filled after the append commits, up to each session's `search_indexed_seq`.
 
-`index_events` runs inside `_store` (appends, OTLP, recovery's synthetic
-events, imports), keyed by the event's id, read by (session, seq): on
-SQLite in one SELECT, then one INSERT per event that has searchable text
-(FTS5 tokenizes it); on PostgreSQL in one INSERT per append, of the words
-cut in Python (search_text.lexemes says why). A fork's
-copied prefix never comes here (services/forks.py copies rows in SQL):
-queries answer it from the parent's rows (sessions_app/search). Notes are
-indexed on add and edit, and leave the index on delete; a note's `position`
-is the newest event id when it was written, so that notes and events
-share one order, newest first.
+Appends pay nothing for it: an append (OTLP, recovery's synthetic events, an
+import) only moves the session's event_count, which leaves its new events
+pending (session_search_pending_idx holds just those sessions). `index_pending`
+indexes them: the worker calls it every second without waiting for sessions
+being appended to, and every search calls it first, waiting, so a search finds
+everything committed before it began. Indexing events as they were appended
+cost a quarter to a third of the append's throughput on PostgreSQL
+(docs/benchmarks.md, *Append throughput with the ledger and search on*).
+
+SQLite: one INSERT per event with searchable text into contentless FTS5 tables
+keyed by the event's id (FTS5 tokenizes). PostgreSQL: one INSERT per batch, of
+the words cut in Python (search_text.lexemes says why). A fork starts indexed
+to its seed length: queries answer its copied prefix from the parent's rows
+(sessions_app/search). Notes are indexed on add and edit and leave the index on
+delete; a note's `position` is the newest event id when it was written, so that
+notes and events share one order, newest first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from django.db import connection, transaction
+from django.db.models import F
 
 from sessions_app import statements
 from sessions_app.log import search_text
-from sessions_app.models import Event, Note
+from sessions_app.models import Event, Note, Session
 
 EVENT_TABLE = Event._meta.db_table
 _SQLITE_WORDS = "INSERT INTO sessions_app_search_words (rowid, words) VALUES (%s, %s)"
 _SQLITE_SHORT = "INSERT INTO sessions_app_search_short (rowid, short) VALUES (%s, %s)"
-# One statement per append, whatever its size: the rows as arrays, each matched to its event by seq.
+# One statement per batch, whatever its size: the rows as arrays.
 _POSTGRESQL_EVENTS = (
     "INSERT INTO sessions_app_search_event (event_id, words, short)"
-    " SELECT e.id, array_to_tsvector(string_to_array(u.words, ' ')), u.short"
-    " FROM unnest(%s::integer[], %s::text[], %s::text[]) AS u(seq, words, short)"
-    f" JOIN {EVENT_TABLE} e ON e.session_id = %s AND e.seq = u.seq"
+    " SELECT u.id, array_to_tsvector(string_to_array(u.words, ' ')), u.short"
+    " FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS u(id, words, short)"
 )
+BATCH_EVENTS = 5000  # events per transaction: the sessions indexed in it stay locked meanwhile
+_SESSIONS_PER_CLAIM = 100
 
 
-def index_events(session_id: str, rows: Sequence) -> None:
-    """Index stored rows (anything with seq, type and data) of one session, in the caller's transaction."""
-    texts = []
-    for row in rows:
-        found = search_text.event_searchable(row.type, row.data)
-        if found:
-            texts.append((row.seq, found))
+def index_pending(*, projects: Collection[int] | None = None, wait: bool, batch: int = BATCH_EVENTS) -> int:
+    """Index every event still pending (of `projects`' sessions, or all), in transactions of about `batch`
+    events; the number of events read.
+
+    Each transaction locks the sessions it indexes and moves their `search_indexed_seq` with the rows, so
+    that several processes never index an event twice. `wait=False` (the worker) leaves a session locked
+    by an append to a later call; `wait=True` (a search) waits for that append to commit and indexes it too.
+    """
+    total = 0
+    while (done := _index_some(projects, wait=wait, batch=batch)) is not None:
+        total += done
+    return total
+
+
+def _index_some(projects: Collection[int] | None, *, wait: bool, batch: int) -> int | None:
+    pending = Session.objects.filter(search_indexed_seq__lt=F("event_count"))
+    if projects is not None:
+        pending = pending.filter(project_id__in=projects)
+    if not pending.exists():  # the common case, read without SQLite's write lock
+        return None
+    with transaction.atomic():
+        claimed = pending.order_by("id").values_list("id", "search_indexed_seq", "event_count")
+        if connection.vendor == "postgresql":
+            claimed = claimed.select_for_update(skip_locked=not wait, of=("self",))
+        budget = batch
+        for session_id, start, end in claimed[:_SESSIONS_PER_CLAIM]:
+            stop = min(end, start + budget)
+            events = Event.objects.filter(session_id=session_id, seq__gte=start, seq__lt=stop).order_by("seq")
+            index_events(list(events.values_list("id", "type", "data")))
+            Session.objects.filter(pk=session_id).update(search_indexed_seq=stop)
+            budget -= stop - start
+            if budget <= 0:
+                break
+        else:
+            if budget == batch:
+                return None  # every pending session is being appended to (wait=False): a later call
+    return batch - budget
+
+
+def index_events(rows: Sequence[tuple[int, str, dict]]) -> None:
+    """Index stored events given as (id, type, data), in the caller's transaction."""
+    texts = [(event_id, found) for event_id, type_, data in rows if (found := search_text.event_searchable(type_, data))]
     if not texts:
         return
     if connection.vendor == "sqlite":
-        # The ids read first: FTS5 took four times as long for an INSERT ... SELECT per row.
-        first, last = texts[0][0], texts[-1][0]
-        ids = dict(statements.rows("search_event_ids", _event_ids, [session_id, first, last], bound=[first, last, session_id]))
-        statements.execute_many(_SQLITE_WORDS, [(ids[seq], found.words) for seq, found in texts if found.words])
-        shorts = [(ids[seq], found.short) for seq, found in texts if found.short]
+        statements.execute_many(_SQLITE_WORDS, [(event_id, found.words) for event_id, found in texts if found.words])
+        shorts = [(event_id, found.short) for event_id, found in texts if found.short]
         if shorts:
             statements.execute_many(_SQLITE_SHORT, shorts)
     else:
-        words = [search_text.lexemes(found.words) or None for _, found in texts]
-        statements.execute(_POSTGRESQL_EVENTS, [[seq for seq, _ in texts], words, [found.short or None for _, found in texts], session_id])
-
-
-def _event_ids(session_id: str, first: int, last: int):
-    return Event.objects.filter(session_id=session_id, seq__gte=first, seq__lte=last).order_by().values_list("seq", "id")
+        statements.execute(
+            _POSTGRESQL_EVENTS,
+            [
+                [event_id for event_id, _ in texts],
+                [search_text.lexemes(found.words) or None for _, found in texts],
+                [found.short or None for _, found in texts],
+            ],
+        )
 
 
 def index_note(note: Note) -> None:
@@ -86,43 +128,9 @@ def unindex_note(note_id: int) -> None:
         cursor.execute(f"DELETE FROM {table} WHERE {key} = %s", [note_id])
 
 
-def backfill_step(*, batch: int = 5000) -> tuple[int, int]:
-    """Index the next `batch` events stored before the index existed; (done, until) event ids after it.
-
-    Resumable: progress is kept in sessions_app_search_backfill in the same
-    transaction as the rows. A fork's copied prefix (seq below its seed length)
-    is skipped as it is on append. Notes are indexed by `reindex_notes`.
-    """
-    with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute("SELECT done, until FROM sessions_app_search_backfill WHERE id = 1")
-        done, until = cursor.fetchone()
-        if done >= until:
-            return done, until
-        events = (
-            Event.objects.filter(id__gt=done, id__lte=until)
-            .order_by("id")
-            .values_list("id", "session_id", "seq", "type", "data", "session__seed_length")[:batch]
-        )
-        last = done
-        for event_id, session_id, seq, type_, data, seed_length in events.iterator(chunk_size=batch):
-            last = event_id
-            if seq >= seed_length:
-                index_events(session_id, [_Row(seq, type_, data)])
-        last = until if last == done else last
-        cursor.execute("UPDATE sessions_app_search_backfill SET done = %s WHERE id = 1", [last])
-    return last, until
-
-
 def reindex_notes() -> int:
     count = 0
     for note in Note.objects.order_by("id").iterator():
         index_note(note)
         count += 1
     return count
-
-
-class _Row:
-    __slots__ = ("seq", "type", "data")
-
-    def __init__(self, seq: int, type_: str, data: dict):
-        self.seq, self.type, self.data = seq, type_, data

@@ -96,3 +96,46 @@ def test_forks_made_before_0010_learn_which_inherited_results_a_dangling_call_pa
     assert {whole.id, inside.id, of_fork.id, imported.id, untouched.id} <= carried.keys()
 
     MigrationExecutor(connection).migrate(executor.loader.graph.leaf_nodes("sessions_app"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0014_marks_sessions_indexed_except_from_the_first_event_the_backfill_had_not_reached():
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+    from django.utils import timezone
+
+    before, after = [("sessions_app", "0013_ledger_by_session")], [("sessions_app", "0014_search_after_commit")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    Project, Session, Event = (old.get_model("sessions_app", name) for name in ("Project", "Session", "Event"))
+    now = timezone.now()
+    project = Project.objects.create(slug="p", name="P")
+
+    def session(sid, count, parent=None, seed_length=0):
+        made = Session.objects.create(
+            id=sid, project=project, parent=parent, seed_length=seed_length, event_count=count, created_at=now, last_activity_at=now
+        )
+        Event.objects.bulk_create(Event(session=made, seq=seq, type="user_message", time=now, data={"content": "x"}) for seq in range(count))
+        return made
+
+    indexed = session("indexed", 3)
+    with connection.cursor() as cursor:  # the backfill reached everything so far, then appends indexed their own
+        cursor.execute("UPDATE sessions_app_search_backfill SET done = (SELECT MAX(id) FROM sessions_app_event), until = 0")
+        last_done = Event.objects.order_by("id").last().pk
+    half = session("half", 4)
+    fork = session("fork", 3, parent=indexed, seed_length=2)
+    with connection.cursor() as cursor:  # the backfill stopped after half's first two events
+        cursor.execute("UPDATE sessions_app_search_backfill SET done = %s, until = %s", [last_done + 2, Event.objects.order_by("id").last().pk])
+    empty = session("empty", 0)
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    new = executor.loader.project_state(after).apps
+    marks = dict(new.get_model("sessions_app", "Session").objects.values_list("id", "search_indexed_seq"))
+    assert marks == {"indexed": 3, "half": 2, "fork": 2, "empty": 0}
+    assert {half.id, fork.id, empty.id} <= marks.keys()
+    with connection.cursor() as cursor:
+        assert "sessions_app_search_backfill" not in connection.introspection.table_names(cursor)
+
+    MigrationExecutor(connection).migrate(executor.loader.graph.leaf_nodes("sessions_app"))

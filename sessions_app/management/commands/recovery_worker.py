@@ -1,4 +1,5 @@
-"""`manage.py recovery_worker [--once] [--interval SECONDS]`: the clock-driven automatic recovery (sessions_app.worker)."""
+"""`manage.py recovery_worker [--once] [--interval SECONDS]`: the clock-driven automatic recovery (sessions_app.worker),
+and between its rounds, every second, the search index's pending events (services.index_pending)."""
 
 import signal
 import threading
@@ -9,7 +10,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import Error as DatabaseError
 from django.db import connections
 
-from sessions_app import worker
+from sessions_app import services, worker
+
+INDEX_EVERY_SECONDS = 1.0  # how far the search index may trail the log when nobody searches (a search catches it up)
 
 
 class Command(BaseCommand):
@@ -34,7 +37,7 @@ class Command(BaseCommand):
             raise CommandError("--interval must be above 0")
         verbose = options["verbosity"] >= 2
         if once:
-            if not self.round(verbose):
+            if not (self.round(verbose) and self.index()):
                 raise CommandError("the round failed: database unavailable")
             return
         stop = threading.Event()
@@ -42,13 +45,31 @@ class Command(BaseCommand):
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
         self.stdout.write(f"recovery worker: a round every {interval:g} s")
         try:
+            next_round = time.monotonic()
             while not stop.is_set():
-                started = time.monotonic()
-                self.round(verbose)
-                stop.wait(max(0.0, interval - (time.monotonic() - started)))
+                if time.monotonic() >= next_round:
+                    self.round(verbose)
+                    next_round = time.monotonic() + interval
+                self.index()
+                stop.wait(max(0.0, min(next_round - time.monotonic(), INDEX_EVERY_SECONDS)))
         except KeyboardInterrupt:
             pass
         self.stdout.write("recovery worker: stopped")
+
+    index_failing = False
+
+    def index(self) -> bool:
+        """The search index's pending events; False when the database failed (retried every second, said once)."""
+        try:
+            services.index_pending(wait=False)
+        except DatabaseError as exc:
+            if not self.index_failing:
+                self.stderr.write(f"search index: database unavailable, retrying every second: {type(exc).__name__}: {exc}".strip())
+            self.index_failing = True
+            connections.close_all()
+            return False
+        self.index_failing = False
+        return True
 
     def round(self, verbose: bool) -> bool:
         """One round, its actions logged; False when the database failed (the next round retries)."""

@@ -1,4 +1,5 @@
-"""`manage.py recovery_worker`: one round with --once, the loop, a database outage, SIGTERM, two workers at once."""
+"""`manage.py recovery_worker`: one round with --once, the loop, a database outage, SIGTERM, two workers at once,
+the search index between rounds."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import OperationalError, connection
 
-from sessions_app import worker
+from sessions_app import services, worker
+from sessions_app.log.events import validate_batch
 from sessions_app.models import AutoRecoveryPolicy, RecoveryRecord, Session, ToolPolicy
 from tests.servers import PROJECT_DIR, database_url
 from tests.sessions_app.test_worker import crash
@@ -127,3 +129,29 @@ def test_two_worker_processes_recover_once_and_stop_on_sigterm(policies, tmp_pat
     recovered = sorted(line.split()[1] for text in output for line in text.splitlines() if line.startswith("recovered "))
     assert recovered == ids, output
     assert Session.objects.get(pk="emailed").interrupted
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_loop_indexes_for_search_between_rounds_and_says_an_outage_once(policies):
+    services.create_session(session_id="s")
+    services.append_events(session_id="s", events=validate_batch([{"type": "user_message", "data": {"content": "findme"}}]))
+    real_index, real_round = services.index_pending, worker.run_round
+    indexing = iter([OperationalError("server closed the connection")] * 2 + [None] * 10)
+    rounds = iter([None, None, None, KeyboardInterrupt()])
+
+    def flaky(outcomes, real):
+        def call(**kwargs):
+            outcome = next(outcomes)
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return real(**kwargs)
+        return call
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        with mock.patch.object(services, "index_pending", flaky(indexing, real_index)), mock.patch.object(worker, "run_round", flaky(rounds, real_round)):
+            out, err = run("--interval", "0.01")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert err.count("search index: database unavailable, retrying every second") == 1, err
+    assert Session.objects.get(pk="s").search_indexed_seq == 1  # indexed once the database answered

@@ -10,6 +10,7 @@ from sessions_app.log.events import validate_batch
 from sessions_app.models import Event, Project
 from sessions_app.search import hits
 from sessions_app.services import appends
+from sessions_app.services.search_index import index_pending
 from tests.sessions_app import factories as f
 
 pytestmark = pytest.mark.django_db
@@ -23,6 +24,7 @@ def world():
         appends.append_events(session_id=session_id, events=validate_batch(
             [f.user("common word"), f.assistant(calls=["call_x1"]), f.user("common again"), f.tool_result("call_x1")]
         ))
+    index_pending(wait=True)
     return default.pk, other.pk
 
 
