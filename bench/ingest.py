@@ -35,7 +35,7 @@ size and machine state. Targets: API(1000) >= 0.20 of executemany on SQLite,
 with 8. Each figure is printed next to its target; the exit status is 1 when
 one is missed. Results and method: docs/benchmarks.md.
 
-    .venv/bin/python bench/ingest.py [--db sqlite|postgres|both] [--events N] [--redis]
+    .venv/bin/python bench/ingest.py [--db sqlite|postgres|both] [--events N] [--redis] [--worker]
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ import os
 import random
 import signal
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -525,7 +526,16 @@ def measure(target: Target, n_events: int) -> DbResult:
 def run_one(db: str, args) -> DbResult:
     with torn_down(Target(db, args.redis_url if args.redis else None), db) as target:
         target.setup()
-        return measure(target, args.events)
+        if not args.worker:
+            return measure(target, args.events)
+        # As `make run` deploys it: the worker beside the server (it fills the search index every second).
+        log = open(target.tmpdir / "worker.log", "w")
+        worker = subprocess.Popen([sys.executable, "manage.py", "recovery_worker"], cwd=target.root, env=target.env, stdout=log, stderr=log)
+        try:
+            return measure(target, args.events)
+        finally:
+            worker.terminate()
+            worker.wait(timeout=30)
 
 
 def main(argv=None) -> int:
@@ -537,6 +547,7 @@ def main(argv=None) -> int:
     )
     parser.add_argument("--redis", action="store_true", help="run the server with the Redis channel layer (REDIS_URL)")
     parser.add_argument("--redis-url", default=os.environ.get("REDIS_URL") or DEFAULT_REDIS_URL, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", action="store_true", help="run `manage.py recovery_worker` beside the server, as `make run` does")
     parser.add_argument("--json-out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     # Let SIGTERM unwind through the finally blocks (stop daphne, drop the database).
@@ -562,7 +573,7 @@ def main(argv=None) -> int:
         return 0 if result.passed else 1
 
     # Each database in its own process: Django's settings read DATABASE_URL once.
-    forwarded = ["--events", str(args.events), *(["--redis", "--redis-url", args.redis_url] if args.redis else [])]
+    forwarded = ["--events", str(args.events), *(["--redis", "--redis-url", args.redis_url] if args.redis else []), *(["--worker"] if args.worker else [])]
     results = run_children(str(Path(__file__).resolve()), ["sqlite", "postgres"], forwarded)
     failed = any(rc != 0 for _, _, rc in results)
     print("\n== summary: figure, target, verdict ==")

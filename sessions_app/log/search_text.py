@@ -77,7 +77,7 @@ def event_searchable(type: str, data: Mapping) -> Searchable:  # noqa: A002
 
 
 NOTHING = Searchable(words="", short="")
-_TEXT_TYPES = log_events.SURFACE_TYPES | {"tool_call"}
+SEARCHABLE_TYPES = _TEXT_TYPES = log_events.SURFACE_TYPES | {"tool_call"}  # the types whose events may hold searchable text
 
 
 def note_searchable(text: str, tags: list) -> Searchable:

@@ -38,17 +38,20 @@ _POSTGRESQL_EVENTS = (
     " SELECT u.id, array_to_tsvector(string_to_array(u.words, ' ')), u.short"
     " FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS u(id, words, short)"
 )
-BATCH_EVENTS = 5000  # events per transaction: the sessions indexed in it stay locked meanwhile
+BATCH_EVENTS = 2000  # events per transaction (on SQLite the writer's lock is held while it writes them)
 _SESSIONS_PER_CLAIM = 100
 
 
 def index_pending(*, projects: Collection[int] | None = None, wait: bool, batch: int = BATCH_EVENTS) -> int:
-    """Index every event still pending (of `projects`' sessions, or all), in transactions of about `batch`
-    events; the number of events read.
+    """Index every event still pending (of `projects`' sessions, or all), about `batch` events per
+    transaction; the number of events passed (searchable or not).
 
-    Each transaction locks the sessions it indexes and moves their `search_indexed_seq` with the rows, so
-    that several processes never index an event twice. `wait=False` (the worker) leaves a session locked
-    by an append to a later call; `wait=True` (a search) waits for that append to commit and indexes it too.
+    The events are read and their words cut before the writing transaction, which holds no session
+    row until its last statement moves the sessions' marks: appends to those sessions never wait
+    for the indexing. Two indexers never index an event twice: each claims a session (PostgreSQL:
+    an advisory lock; SQLite: its single writer) and writes only if the session's mark is still
+    where it read it. `wait=False` (the worker) leaves a session another indexer holds to a later
+    call; `wait=True` (a search) waits for it.
     """
     total = 0
     while (done := _index_some(projects, wait=wait, batch=batch)) is not None:
@@ -56,49 +59,78 @@ def index_pending(*, projects: Collection[int] | None = None, wait: bool, batch:
     return total
 
 
+_MARK = "UPDATE sessions_app_session SET search_indexed_seq = %s WHERE id = %s"
+_CLAIM_SPACE = 27001  # the advisory locks' first key: the search index's (the second is the session id's hash)
+# Waiting, the locks are taken in the order of their keys: two searches' claims never wait on each other in a circle.
+_CLAIM_WAIT = (
+    "SELECT pg_advisory_xact_lock(%s, k.h) FROM (SELECT DISTINCT hashtext(u.id) AS h FROM unnest(%s::text[]) AS u(id) ORDER BY 1) AS k"
+)
+_CLAIM_TRY = "SELECT u.id FROM unnest(%s::text[]) AS u(id) WHERE pg_try_advisory_xact_lock(%s, hashtext(u.id))"
+
+
 def _index_some(projects: Collection[int] | None, *, wait: bool, batch: int) -> int | None:
+    """One transaction's worth; None when nothing was left to index (or, wait=False, nothing free)."""
     pending = Session.objects.filter(search_indexed_seq__lt=F("event_count"))
     if projects is not None:
         pending = pending.filter(project_id__in=projects)
-    if not pending.exists():  # the common case, read without SQLite's write lock
+    plan, budget = [], batch
+    for session_id, start, end in pending.order_by("id").values_list("id", "search_indexed_seq", "event_count")[:_SESSIONS_PER_CLAIM]:
+        stop = min(end, start + budget)
+        plan.append((session_id, start, stop))
+        budget -= stop - start
+        if budget <= 0:
+            break
+    if not plan:  # the common case: one read of session_search_pending_idx, no write
         return None
+    prepared = {session_id: _index_rows(session_id, start, stop) for session_id, start, stop in plan}
     with transaction.atomic():
-        claimed = pending.order_by("id").values_list("id", "search_indexed_seq", "event_count")
-        if connection.vendor == "postgresql":
-            claimed = claimed.select_for_update(skip_locked=not wait, of=("self",))
-        budget = batch
-        for session_id, start, end in claimed[:_SESSIONS_PER_CLAIM]:
-            stop = min(end, start + budget)
-            events = Event.objects.filter(session_id=session_id, seq__gte=start, seq__lt=stop).order_by("seq")
-            index_events(list(events.values_list("id", "type", "data")))
-            Session.objects.filter(pk=session_id).update(search_indexed_seq=stop)
-            budget -= stop - start
-            if budget <= 0:
-                break
-        else:
-            if budget == batch:
-                return None  # every pending session is being appended to (wait=False): a later call
-    return batch - budget
+        claimed = _claim([session_id for session_id, _, _ in plan], wait=wait)
+        marks = dict(Session.objects.filter(pk__in=claimed).values_list("id", "search_indexed_seq"))
+        written = [(session_id, start, stop) for session_id, start, stop in plan if marks.get(session_id) == start]
+        if written:
+            index_events([row for session_id, _, _ in written for row in prepared[session_id]])
+            statements.execute_many(_MARK, [(stop, session_id) for session_id, _, stop in written])
+    if not written and not wait:
+        return None  # every pending session is another indexer's right now: a later call
+    return sum(stop - start for _, start, stop in written)
 
 
-def index_events(rows: Sequence[tuple[int, str, dict]]) -> None:
-    """Index stored events given as (id, type, data), in the caller's transaction."""
-    texts = [(event_id, found) for event_id, type_, data in rows if (found := search_text.event_searchable(type_, data))]
-    if not texts:
+def _claim(session_ids: list[str], *, wait: bool) -> list[str]:
+    if connection.vendor != "postgresql":
+        return session_ids  # SQLite's write lock, taken by the transaction, is the claim
+    with connection.cursor() as cursor:
+        if wait:
+            cursor.execute(_CLAIM_WAIT, [_CLAIM_SPACE, session_ids])
+            return session_ids
+        cursor.execute(_CLAIM_TRY, [session_ids, _CLAIM_SPACE])
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _index_rows(session_id: str, start: int, stop: int) -> list[tuple[int, str, str]]:
+    """(event id, words, short) of the session's searchable events in [start, stop); on PostgreSQL the words
+    as `lexemes` gives them."""
+    events = Event.objects.filter(session_id=session_id, seq__gte=start, seq__lt=stop, type__in=search_text.SEARCHABLE_TYPES)
+    rows = []
+    for event_id, type_, data in events.order_by("seq").values_list("id", "type", "data"):
+        if found := search_text.event_searchable(type_, data):
+            words = found.words if connection.vendor == "sqlite" else search_text.lexemes(found.words)
+            rows.append((event_id, words, found.short))
+    return rows
+
+
+def index_events(rows: Sequence[tuple[int, str, str]]) -> None:
+    """Write index rows (event id, words, short) in the caller's transaction."""
+    if not rows:
         return
     if connection.vendor == "sqlite":
-        statements.execute_many(_SQLITE_WORDS, [(event_id, found.words) for event_id, found in texts if found.words])
-        shorts = [(event_id, found.short) for event_id, found in texts if found.short]
+        statements.execute_many(_SQLITE_WORDS, [(event_id, words) for event_id, words, _ in rows if words])
+        shorts = [(event_id, short) for event_id, _, short in rows if short]
         if shorts:
             statements.execute_many(_SQLITE_SHORT, shorts)
     else:
         statements.execute(
             _POSTGRESQL_EVENTS,
-            [
-                [event_id for event_id, _ in texts],
-                [search_text.lexemes(found.words) or None for _, found in texts],
-                [found.short or None for _, found in texts],
-            ],
+            [[event_id for event_id, _, _ in rows], [words or None for _, words, _ in rows], [short or None for _, _, short in rows]],
         )
 
 
