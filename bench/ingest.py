@@ -532,10 +532,28 @@ def run_one(db: str, args) -> DbResult:
         log = open(target.tmpdir / "worker.log", "w")
         worker = subprocess.Popen([sys.executable, "manage.py", "recovery_worker"], cwd=target.root, env=target.env, stdout=log, stderr=log)
         try:
-            return measure(target, args.events)
+            result = measure(target, args.events)
+            print(f"search index caught up {index_lag():.1f} s after the last append (the worker's)")
+            return result
         finally:
             worker.terminate()
             worker.wait(timeout=30)
+
+
+def index_lag() -> float:
+    """Seconds until no session has events the search index does not hold (0 for a tree without the field)."""
+    from django.db.models import F
+
+    from sessions_app.models import Session
+
+    if not any(field.name == "search_indexed_seq" for field in Session._meta.fields):
+        return 0.0
+    started = time.perf_counter()
+    while Session.objects.filter(search_indexed_seq__lt=F("event_count")).exists():
+        if time.perf_counter() - started > 120:
+            raise RuntimeError("the worker did not catch the search index up within 120 s")
+        time.sleep(0.05)
+    return time.perf_counter() - started
 
 
 def main(argv=None) -> int:
