@@ -16,7 +16,7 @@ import sys
 SETTINGS_MODULE = "dashboard.settings"
 MANAGE = "turnlog manage"  # what the commands' help and messages call manage.py here
 # Any of these stops `turnlog serve` and, gracefully, both its processes.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))  # no SIGHUP on Windows
 
 
 def main(argv: list[str] | None = None) -> int:

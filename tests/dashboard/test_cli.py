@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import sysconfig
@@ -142,6 +143,7 @@ def test_the_installed_command_migrates_serves_and_stops(installed: Path, run_en
         processes = children_of(serve.pid)
         assert sorted("daphne" in line for line in processes.values()) == [False, True], processes
         assert any("recovery_worker" in line for line in processes.values()), processes
+        assert sorted(running_with(f"TURNLOG_DATA_DIR={data}")) == sorted([serve.pid, *processes])
 
         serve.send_signal(signal.SIGTERM)
         assert serve.wait(timeout=30) == 0, log_path.read_text()
@@ -150,6 +152,7 @@ def test_the_installed_command_migrates_serves_and_stops(installed: Path, run_en
             serve.kill()
     for pid in processes:
         wait_until(lambda: not Path(f"/proc/{pid}").exists(), 10, f"process {pid} outlived turnlog serve")
+    assert running_with(f"TURNLOG_DATA_DIR={data}") == []
     assert "recovery worker: stopped" in log_path.read_text()  # stopped, not killed
 
     assert {"turnlog.sqlite3", "secret_key"} <= {path.name for path in data.iterdir()}
@@ -157,3 +160,26 @@ def test_the_installed_command_migrates_serves_and_stops(installed: Path, run_en
     assert not list(installed.glob("lib/python*/site-packages/var"))  # nothing written into the installation
     shown = turnlog(installed, "manage", "sessions", "list", env=run_env, cwd=cwd)
     assert shown.returncode == 0 and "installed-1" in shown.stdout, shown.stderr
+
+
+def test_the_worker_stops_when_the_server_cannot_start(installed: Path, run_env: dict[str, str], tmp_path: Path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        served = turnlog(installed, "serve", "--port", str(taken.getsockname()[1]), env=run_env, cwd=tmp_path)
+    assert served.returncode != 0
+    assert "Address already in use" in served.stdout + served.stderr
+    # Daphne's failure ended `turnlog serve`, and the worker with it.
+    assert running_with(f"TURNLOG_DATA_DIR={run_env['TURNLOG_DATA_DIR']}") == []
+
+
+def running_with(variable: str) -> list[int]:
+    """The processes whose environment holds this exact variable (a test's own TURNLOG_DATA_DIR)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and variable.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                found.append(int(entry.name))
+        except OSError:  # gone, or not ours to read
+            pass
+    return found
