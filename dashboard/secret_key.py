@@ -1,4 +1,4 @@
-"""The development secret key: generated once, kept in a file under var/, never written in the code."""
+"""The development secret key: generated once, kept in a file under TURNLOG_DATA_DIR (var/ in the source tree), never written in the code."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def development_secret_key(path: Path) -> str:
         return path.read_text().strip()
     except FileNotFoundError:
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # private: the key, and the database beside it
     descriptor, temporary = tempfile.mkstemp(dir=path.parent, prefix=".secret_key.")  # mode 0600
     try:
         with os.fdopen(descriptor, "w") as file:

@@ -1,6 +1,6 @@
 """Settings come from the environment; the defaults are the embedded setup.
 
-Embedded: a SQLite file under the project (WAL, IMMEDIATE transactions) and
+Embedded: a SQLite file under TURNLOG_DATA_DIR (WAL, IMMEDIATE transactions) and
 the in-memory channel layer. Scale-out: DATABASE_URL=postgres://... and
 REDIS_URL=redis://... with several Daphne processes.
 """
@@ -13,9 +13,15 @@ import dj_database_url
 from csp.constants import NONE, SELF
 from django.core.exceptions import ImproperlyConfigured
 
+from dashboard import locations
 from dashboard.secret_key import development_secret_key
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# What Turnlog writes at runtime (the SQLite file, the development key): var/ in the source tree,
+# the user's data directory when installed from a wheel (dashboard/locations.py).
+TURNLOG_DATA_DIR = locations.data_dir(os.environ.get("TURNLOG_DATA_DIR", ""), installed=locations.installed())
+# templates/ and static/: the repository's, or the wheel's copies of them.
+SITE_FILES_DIR = locations.site_files_dir()
 
 
 def env_flag(name: str, default: bool = False) -> bool:
@@ -40,7 +46,7 @@ if PRODUCTION:
             "(e.g. python -c 'import secrets; print(secrets.token_urlsafe(50))')"
         )
 else:
-    SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or development_secret_key(BASE_DIR / "var" / "secret_key")
+    SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or development_secret_key(TURNLOG_DATA_DIR / "secret_key")
 ALLOWED_HOSTS = [h.strip() for h in os.environ.get("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,[::1],testserver").split(",") if h.strip()]
 CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
@@ -119,7 +125,7 @@ WSGI_APPLICATION = None
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [SITE_FILES_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -141,7 +147,7 @@ SQLITE_OPTIONS = {
 
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL") or f"sqlite:///{BASE_DIR / 'var' / 'turnlog.sqlite3'}",
+        os.environ.get("DATABASE_URL") or f"sqlite:///{TURNLOG_DATA_DIR / 'turnlog.sqlite3'}",
         conn_max_age=int(os.environ.get("DJANGO_CONN_MAX_AGE", "0")),
         # A connection the server dropped (a restart, pg_terminate_backend) is
         # replaced before use instead of failing a request: with the pool
@@ -150,11 +156,12 @@ DATABASES = {
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    (BASE_DIR / "var").mkdir(exist_ok=True)
+    # Private: it holds the database, and the secret key beside it.
+    TURNLOG_DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
     DATABASES["default"]["OPTIONS"] = SQLITE_OPTIONS
     # Tests that exercise concurrency need a real file, never :memory:; one per
     # test process so that parallel runs never share it.
-    DATABASES["default"]["TEST"] = {"NAME": str(BASE_DIR / "var" / f"test_turnlog_{os.getpid()}.sqlite3")}
+    DATABASES["default"]["TEST"] = {"NAME": str(TURNLOG_DATA_DIR / f"test_turnlog_{os.getpid()}.sqlite3")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # The statements every append runs (sessions_app/statements.py, on cursors
     # that bind on the server) are prepared once per connection after psycopg's
@@ -261,8 +268,9 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "var" / "static"
+# Served by Daphne itself from here (dashboard/asgi.py's StaticFiles), with no collectstatic needed.
+STATICFILES_DIRS = [SITE_FILES_DIR / "static"]
+STATIC_ROOT = TURNLOG_DATA_DIR / "static"
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 LOGIN_URL = "login"

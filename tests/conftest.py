@@ -12,6 +12,7 @@ from tests.access import token_for
 SLOW_SUITE_BUDGETS = {
     "tests/e2e/": 180,  # a Chromium flow against a real Daphne (the slowest ~30 s on a busy machine)
     "tests/dashboard/live/test_scaleout.py": 90,  # real Daphne, Redis outages, idle sockets (~20 s)
+    "tests/dashboard/test_cli.py": 240,  # builds a wheel, installs it, runs `turnlog serve` (~25 s)
     "tests/sessions_app/api/test_schemas.py": 180,  # schemathesis, 25 examples per operation
     "tests/sessions_app/test_readback_properties.py": 240,  # hypothesis over every read path
 }

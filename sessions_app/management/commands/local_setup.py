@@ -26,8 +26,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1", help="the address the server listens on (default 127.0.0.1)")
         parser.add_argument("--port", type=int, default=8000, help="the port it listens on (default 8000)")
+        parser.add_argument(
+            "--manage-command",
+            default=".venv/bin/python manage.py",
+            help="how the messages spell manage.py (`turnlog serve` says `turnlog manage`)",
+        )
 
-    def handle(self, *args, host: str, port: int, **options):
+    def handle(self, *args, host: str, port: int, manage_command: str, **options):
         url = served_url(host, port)
         created = self.create_admin()
         if created is not None:
@@ -43,9 +48,9 @@ class Command(BaseCommand):
             # Nothing is reset: a changed password stays, and no new full-scope token piles up per start.
             project = Project.default()
             lines = [
-                f"  log in as:  {ADMIN_USERNAME}, with your password (unchanged; forgot it? .venv/bin/python manage.py changepassword {ADMIN_USERNAME})",
+                f"  log in as:  {ADMIN_USERNAME}, with your password (unchanged; forgot it? {manage_command} changepassword {ADMIN_USERNAME})",
                 f"  API tokens: yours are listed on {url}/account/; a new one: {url}/projects/{project.slug}/tokens",
-                f"              or .venv/bin/python manage.py tokens create --user {ADMIN_USERNAME} --project {project.slug}",
+                f"              or {manage_command} tokens create --user {ADMIN_USERNAME} --project {project.slug}",
             ]
         self.stdout.write("\n".join(["", f"Turnlog is starting on {url}", *lines, ""]))
 

@@ -24,7 +24,7 @@ from turnlog_client import ApiError, Client, TransportError, Unauthenticated
 
 SIMULATOR_USERNAME = "simulator"
 # Reused across runs, so that simulating does not leave a token per run behind.
-TOKEN_FILE = Path(settings.BASE_DIR) / "var" / "simulator-token"
+TOKEN_FILE = Path(settings.TURNLOG_DATA_DIR) / "simulator-token"
 RETRY_DELAYS = (0.5, 1.0, 2.0)  # seconds between attempts when the connection fails
 MAX_FAILURES_IN_A_ROW = 5  # then the cause is systematic (wrong URL, a server bug): stop instead of spinning
 
@@ -178,7 +178,7 @@ class Command(BaseCommand):
         parser.add_argument("--url", default="http://127.0.0.1:8000", help="the server (default http://127.0.0.1:8000; `make simulate HOST=... PORT=...` sets it as `make run` takes them)")
         parser.add_argument(
             "--token",
-            help=f"API token; by default the user {SIMULATOR_USERNAME!r}'s token in this project's database (issued once, kept in var/)",
+            help=f"API token; by default the user {SIMULATOR_USERNAME!r}'s token in this project's database (issued once, kept in TURNLOG_DATA_DIR)",
         )
         parser.add_argument("--seed", type=int, help="seed for reproducible sessions (default: random, printed)")
         parser.add_argument("--duration", type=float, help="seconds to run (default: until Ctrl-C)")

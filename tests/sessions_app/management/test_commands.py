@@ -95,6 +95,13 @@ def test_local_setup_later_starts_keep_a_changed_password_and_mint_no_token(clie
     assert get_user_model().objects.count() == 1 and Membership.objects.count() == 1
 
 
+def test_local_setup_names_the_command_it_was_started_by():
+    run("local_setup")
+    later = run("local_setup", "--manage-command", "turnlog manage")  # as `turnlog serve` runs it
+    assert "turnlog manage changepassword admin" in later and "turnlog manage tokens create --user admin" in later
+    assert "manage.py" not in later
+
+
 def test_local_setup_prints_the_address_actually_served():
     output = run("local_setup", "--host", "127.0.0.1", "--port", "8123")
     assert "Turnlog is starting on http://127.0.0.1:8123\n" in output

@@ -1,0 +1,101 @@
+"""`turnlog`, the command of an installed Turnlog (pyproject's [project.scripts]), as `make run` is the source tree's.
+
+    turnlog serve [--host H] [--port P]   migrate if needed, then the server (Daphne) and the worker, as `make run`
+    turnlog worker [OPTIONS]              the worker alone (`manage.py recovery_worker [OPTIONS]`)
+    turnlog manage COMMAND [ARGS]         any management command (`manage.py COMMAND [ARGS]`)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+
+SETTINGS_MODULE = "dashboard.settings"
+MANAGE = "turnlog manage"  # what the commands' help and messages call manage.py here
+# Any of these stops `turnlog serve` and, gracefully, both its processes.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))  # no SIGHUP on Windows
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", SETTINGS_MODULE)
+    # Every argument after `manage` or `worker` is Django's to parse (argparse would take their options as ours).
+    if argv[:1] in (["manage"], ["worker"]):
+        from django.core.management import execute_from_command_line
+
+        command = [] if argv[0] == "manage" else ["recovery_worker"]
+        execute_from_command_line([MANAGE, *command, *argv[1:]])
+        return 0
+    parser = argparse.ArgumentParser(prog="turnlog", description="Turnlog: a live dashboard and API for AI-agent session logs.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    serve_parser = commands.add_parser("serve", help="migrate if needed, then run the server and the worker")
+    serve_parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
+    serve_parser.add_argument("--port", type=int, default=8000, help="the port to listen on (default 8000)")
+    commands.add_parser("worker", help="run the worker alone: manage.py recovery_worker [--once] [--interval SECONDS]")
+    commands.add_parser("manage", help="run a management command: manage.py COMMAND [ARGS]")
+    arguments = parser.parse_args(argv)
+    return serve(arguments.host, arguments.port)
+
+
+def serve(host: str, port: int) -> int:
+    """`make run`'s processes: the server in front, the worker beside it, stopped when the server exits."""
+    import django
+    from django.conf import settings
+    from django.core.management import call_command
+    from django.db import connections
+
+    django.setup()
+    migrate_if_needed()
+    call_command("local_setup", host=host, port=port, manage_command=MANAGE)
+    if settings.DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+        print(f"  data:       {settings.TURNLOG_DATA_DIR} (TURNLOG_DATA_DIR)\n", flush=True)
+    connections.close_all()  # the children open their own
+
+    processes: list[subprocess.Popen] = []
+    stopping = False
+
+    def stop(_signum, _frame):
+        nonlocal stopping
+        stopping = True
+        for process in processes:
+            if process.poll() is None:
+                process.terminate()  # SIGTERM: both stop gracefully on it
+
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, stop)
+    # Each in a session of its own, so that a terminal's Ctrl-C reaches them once, through here. Unbuffered:
+    # their lines reach a log file or journal as they are written, not when a buffer fills.
+    options = {"start_new_session": True, "env": {**os.environ, "PYTHONUNBUFFERED": "1"}}
+    processes.append(subprocess.Popen([sys.executable, "-m", "django", "recovery_worker"], **options))
+    worker = processes[0]
+    try:
+        if stopping:
+            return 128 + int(signal.SIGTERM)
+        server = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "dashboard.asgi:application"],
+            **options,
+        )
+        processes.append(server)
+        if stopping:
+            server.terminate()
+        code = server.wait()
+    finally:
+        if worker.poll() is None:
+            worker.terminate()
+        worker.wait()
+    # Killed by a signal: the shell's convention (128 + its number), as `make run` exits 130 on Ctrl-C.
+    return code if code >= 0 else 128 - code
+
+
+def migrate_if_needed() -> None:
+    """Apply the migrations this version has and the database has not (a first start, an upgrade)."""
+    from django.core.management import call_command
+    from django.db import connections
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connections["default"])
+    if executor.migration_plan(executor.loader.graph.leaf_nodes()):
+        call_command("migrate", interactive=False)
