@@ -10,10 +10,10 @@ from django.db import transaction
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from sessions_app import services
+from sessions_app import services, worker
 from sessions_app.log.events import validate_batch
 from sessions_app.metrics import multiprocess
-from sessions_app.models import Project
+from sessions_app.models import AutoRecoveryPolicy, Project, ToolPolicy
 from tests.access import token_for
 from tests.sessions_app import factories as f
 
@@ -137,3 +137,26 @@ def test_promtool_accepts_the_output(client, site_token, promtool, tmp_path):
     body = scrape(client, site_token).content
     checked = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=30)
     assert checked.returncode == 0, (checked.stdout + checked.stderr).decode()
+
+
+def test_the_workers_recoveries_count_automatic_and_held(client, site_token, django_capture_on_commit_callbacks):
+    """An agent past its policy's hourly limit: its first crash recovered by the worker, its second held for a person."""
+    ToolPolicy.objects.create(pattern="lookup_*", side_effect=ToolPolicy.READ_ONLY)
+    AutoRecoveryPolicy.objects.create(agent_pattern="indexer", max_per_hour=1)
+    for session_id in ("crash-0", "crash-1"):
+        services.create_session(session_id=session_id, agent_name="indexer")
+        crashed = [
+            f.user(),
+            f.event("turn_start", turn=1),
+            f.event("assistant_message", content="", name=None, metadata={}, tool_calls=[{"id": "c1", "name": "lookup_x", "arguments": {}}]),
+            f.event("tool_call", id="c1", name="lookup_x"),
+        ]
+        services.append_events(session_id=session_id, events=validate_batch(crashed), received_at=timezone.now() - timedelta(hours=1))
+    before = samples(client, site_token)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sorted(action.outcome for action in worker.run_round()) == [worker.HELD, worker.RECOVERED]
+        assert worker.run_round() == []  # held once: not counted again
+    after = samples(client, site_token)
+    for kind, moved in {"automatic": 1, "held": 1, "manual": 0}.items():
+        key = ("turnlog_recoveries_total", (("kind", kind),))
+        assert after[key] - before[key] == moved, kind
