@@ -29,9 +29,14 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 migrate: $(VENV)/.installed-run
 	$(BIN)/python manage.py migrate --noinput
 
+# Every process of a run (the server, the worker) writes its metrics under one directory, wiped at each
+# start: /metrics adds them up (docs/metrics.md). Exported before Python starts: prometheus-client reads it at import.
+METRICS_DIR := var/prometheus
 run: migrate
 	$(BIN)/python manage.py seed_demo
 	$(BIN)/python manage.py local_setup --host $(HOST) --port $(PORT)
+	rm -rf $(METRICS_DIR) && mkdir -p $(METRICS_DIR)
+	export PROMETHEUS_MULTIPROC_DIR=$(abspath $(METRICS_DIR)); \
 	$(BIN)/python manage.py recovery_worker & worker=$$!; \
 	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT; trap 'exit 130' INT TERM; \
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)

@@ -68,7 +68,7 @@ def serve(host: str, port: int) -> int:
         signal.signal(signum, stop)
     # Each in a session of its own, so that a terminal's Ctrl-C reaches them once, through here. Unbuffered:
     # their lines reach a log file or journal as they are written, not when a buffer fills.
-    options = {"start_new_session": True, "env": {**os.environ, "PYTHONUNBUFFERED": "1"}}
+    options = {"start_new_session": True, "env": {**os.environ, "PYTHONUNBUFFERED": "1", "PROMETHEUS_MULTIPROC_DIR": str(metrics_dir(settings))}}
     processes.append(subprocess.Popen([sys.executable, "-m", "django", "recovery_worker"], **options))
     worker = processes[0]
     try:
@@ -88,6 +88,17 @@ def serve(host: str, port: int) -> int:
         worker.wait()
     # Killed by a signal: the shell's convention (128 + its number), as `make run` exits 130 on Ctrl-C.
     return code if code >= 0 else 128 - code
+
+
+def metrics_dir(settings) -> str:
+    """Where both processes write their metrics (docs/metrics.md): emptied at each start, as `make run` does."""
+    import shutil
+    from pathlib import Path
+
+    path = Path(os.environ.get("PROMETHEUS_MULTIPROC_DIR") or settings.TURNLOG_DATA_DIR / "prometheus")
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+    return str(path)
 
 
 def migrate_if_needed() -> None:

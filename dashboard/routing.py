@@ -3,6 +3,7 @@ from django.urls import path, re_path
 
 from dashboard.live.calls import FleetCallsConsumer
 from dashboard.live.consumers import CLOSE_NOT_FOUND, SessionEventsConsumer
+from dashboard.live.metered import metered
 from dashboard.live.recovery import RecoveryPageConsumer
 from dashboard.live.sessions import SessionListConsumer, SessionPageConsumer
 import sessions_app.converters  # noqa: F401  (registers the session_id converter)
@@ -17,11 +18,12 @@ class NoSuchSession(WebsocketConsumer):
 
 
 websocket_urlpatterns: list = [
-    path("ws/v1/sessions/<session_id:session_id>/events", SessionEventsConsumer.as_asgi()),
+    # Each counted by kind in the metrics (turnlog_websockets_open, turnlog_websocket_frames_sent_total).
+    path("ws/v1/sessions/<session_id:session_id>/events", metered("api_events", SessionEventsConsumer.as_asgi())),
     # The browser pages' HTML streams (internal shape).
-    path("ws/sessions/live", SessionListConsumer.as_asgi()),
-    path("ws/calls/live", FleetCallsConsumer.as_asgi()),
-    path("ws/sessions/<session_id:session_id>/live", SessionPageConsumer.as_asgi()),
-    path("ws/sessions/<session_id:session_id>/recovery/live", RecoveryPageConsumer.as_asgi()),
+    path("ws/sessions/live", metered("session_list", SessionListConsumer.as_asgi())),
+    path("ws/calls/live", metered("fleet_calls", FleetCallsConsumer.as_asgi())),
+    path("ws/sessions/<session_id:session_id>/live", metered("session_page", SessionPageConsumer.as_asgi())),
+    path("ws/sessions/<session_id:session_id>/recovery/live", metered("recovery_page", RecoveryPageConsumer.as_asgi())),
     re_path(r"^ws/", NoSuchSession.as_asgi()),
 ]

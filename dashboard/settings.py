@@ -334,6 +334,10 @@ if not TURNLOG_OTLP_SETTLE_SECONDS >= 0:
 # The server process closes the runs it saw finish (sessions_app/otel/closer.py); the in-process tests turn it off.
 TURNLOG_OTLP_CLOSER = env_flag("TURNLOG_OTLP_CLOSER", True)
 
+# Prometheus metrics (docs/metrics.md): HOST:PORT where the recovery worker also serves the scrape, without a
+# token, for a scraper inside the network (sessions_app/metrics/listener.py); empty: GET /metrics only.
+TURNLOG_METRICS_BIND = os.environ.get("TURNLOG_METRICS_BIND", "")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -7,6 +7,7 @@ from django.views.generic import RedirectView
 import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
 from dashboard.pages import account, agents, calls, notes, projects, sessions
 from sessions_app.api import app as api
+from sessions_app.metrics import exposition as metrics
 from sessions_app.otel import endpoint as otlp
 
 urlpatterns = [
@@ -46,6 +47,8 @@ urlpatterns = [
     # other methods 405 itself; other paths under /otlp/ (metrics, logs) a 404 in OTLP's form.
     path("otlp/v1/traces", otlp.traces, name="otlp_traces"),
     re_path(r"^otlp/", otlp.not_found),
+    # Prometheus scrapes (docs/metrics.md): a site-level token with the metrics scope only.
+    path("metrics", metrics.metrics, name="metrics"),
 ]
 
 # A refused page is the site's styled page (JSON under /api/), not Django's bare 403.

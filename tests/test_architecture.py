@@ -26,7 +26,9 @@ ROOMS = {
         ("core", ["sessions_app.log", "sessions_app.otel.mapping"]),
         ("support", ["sessions_app=", "sessions_app.apps", "sessions_app.errors", "sessions_app.params",
                      "sessions_app.wording", "sessions_app.field_paths", "sessions_app.cursors",
-                     "sessions_app.db_threads", "sessions_app.statements", "sessions_app.demo"]),
+                     "sessions_app.db_threads", "sessions_app.statements", "sessions_app.demo",
+                     # The metrics' instruments: the writes and the live side count with them (the room is a door).
+                     "sessions_app.metrics.instruments", "sessions_app.metrics="]),
         ("models", ["sessions_app.models"]),
         ("reads", ["sessions_app.selectors", "sessions_app.access", "sessions_app.converters",
                    "sessions_app.search"]),
@@ -53,6 +55,8 @@ PURE = {
     # google.protobuf is opentelemetry-proto's runtime: the decoder catches its parse errors.
     "sessions_app.otel.mapping": {"orjson", "opentelemetry", "google.protobuf", "sessions_app.log"},
     "turnlog_client": {"httpx", "websockets", "orjson"},
+    # Counted from every layer, so it may lean on none of them.
+    "sessions_app.metrics.instruments": {"prometheus_client"},
 }
 # A pure room's module that serves an optional extra may import that extra's package too (and nothing else may).
 EXTRAS = {"turnlog_client.agents": {"agents"}}

@@ -256,6 +256,12 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         Probe("GET", "/otlp/v1/traces", everyone("405"), api=True),
     ],
     "^otlp/": [Probe("POST", "/otlp/v1/metrics", everyone("404"), data=OTLP_CHAT, api=True)],
+    # Prometheus scrapes: a superuser's site-level token only (tests/sessions_app/metrics); a login is no credential,
+    # and a project's token, whatever its role, is refused.
+    "metrics": [
+        Probe("GET", "/metrics", everyone("401"), api=True, credentials=("login",)),
+        Probe("GET", "/metrics", by_role("401", "403", "403"), api=True, credentials=("token",)),
+    ],
 }
 
 

@@ -83,7 +83,7 @@ class Follower(stream.SessionStream):
         self._wake.set()
 
     async def run(self) -> None:
-        await self._retrying(self._send_from_db, through=None)
+        await self._retrying(self._send_from_db, through=None, reason="backlog")
         while True:
             await self._wake.wait()
             self._wake.clear()
@@ -96,10 +96,10 @@ class Follower(stream.SessionStream):
                 if wires[-1]["seq"] <= self.last_sent:
                     continue
                 if wires[0]["seq"] > self.last_sent + 1:  # a hole: joined mid-run, or runs were dropped
-                    await self._retrying(self._send_from_db, through=wires[0]["seq"] - 1)
+                    await self._retrying(self._send_from_db, through=wires[0]["seq"] - 1, reason="gap")
                 await self._retrying(self._emit, [w for w in wires if w["seq"] > self.last_sent])
             if self._stored_through > self.last_sent:  # the last runs were dropped
-                await self._retrying(self._send_from_db, through=self._stored_through)
+                await self._retrying(self._send_from_db, through=self._stored_through, reason="gap")
 
 
 class _Entry:

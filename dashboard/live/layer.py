@@ -58,6 +58,8 @@ from channels_redis.core import RedisChannelLayer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from sessions_app.metrics import instruments
+
 logger = logging.getLogger(__name__)
 
 UNREACHABLE = (RedisConnectionError, RedisTimeoutError, OSError)
@@ -198,6 +200,7 @@ class ResilientRedisChannelLayer(RedisChannelLayer):
             await super().group_send(group, message)
         except UNREACHABLE as error:
             self._went_down(error)
+            instruments.PUBLISH_FAILURES.labels(instruments.UNREACHABLE).inc()
         finally:
             _delivered.reset(reset)
 

@@ -44,6 +44,7 @@ from dashboard.outage import DATABASE_UNAVAILABLE
 from sessions_app import access, selectors
 from sessions_app.errors import SessionNotFound
 from sessions_app.log import events as log_events
+from sessions_app.metrics import instruments
 from sessions_app.models import ApiToken, Session
 from sessions_app.params import decimal_int
 
@@ -225,7 +226,7 @@ class SessionStream:
         (concurrent writers' commits often publish out of order); then the
         database, which has every committed event, fills the gap.
         """
-        await self._retrying(self._send_from_db, through=None)
+        await self._retrying(self._send_from_db, through=None, reason="backlog")
         loop = asyncio.get_running_loop()
         early: dict[int, dict] = {}  # layer events past a gap, by seq
         deadline = None
@@ -239,9 +240,9 @@ class SessionStream:
                 early[value["seq"]] = value
             elif kind == "poll":
                 self._poll_queued = False
-                await self._retrying(self._send_from_db, through=self._wanted)
+                await self._retrying(self._send_from_db, through=self._wanted, reason="poll")
             else:
-                await self._retrying(self._send_from_db, through=max(early))
+                await self._retrying(self._send_from_db, through=max(early), reason="gap")
             await self._retrying(self._emit, [early[seq] for seq in sorted(early) if seq > self.last_sent])
             early = {seq: wire for seq, wire in early.items() if seq > self.last_sent}
             deadline = (deadline or loop.time() + GAP_GRACE) if early else None
@@ -265,14 +266,21 @@ class SessionStream:
                 outage.database_outage.reached()
                 return result
 
-    async def _send_from_db(self, *, through: int | None) -> None:
-        """Send the stored events after last_sent, up to seq `through` (None: all), page by page."""
-        while through is None or self.last_sent < through:
-            limit = PAGE_SIZE if through is None else min(PAGE_SIZE, through - self.last_sent)
-            page = await database_sync_to_async(read_page)(self.session, self.last_sent + 1, limit)
-            sent = await self._emit(page)
-            if len(page) < limit or sent < len(page):
-                return
+    async def _send_from_db(self, *, through: int | None, reason: str) -> None:
+        """Send the stored events after last_sent, up to seq `through` (None: all), page by page.
+
+        `reason` (backlog, gap, poll) labels the catch-up in the metrics when it found events."""
+        start = self.last_sent
+        try:
+            while through is None or self.last_sent < through:
+                limit = PAGE_SIZE if through is None else min(PAGE_SIZE, through - self.last_sent)
+                page = await database_sync_to_async(read_page)(self.session, self.last_sent + 1, limit)
+                sent = await self._emit(page)
+                if len(page) < limit or sent < len(page):
+                    return
+        finally:
+            if self.last_sent > start:
+                instruments.STREAM_CATCH_UPS.labels(reason).inc()
 
     async def _emit(self, wires: list[dict]) -> int:
         """Send the run of wires that continues last_sent without a hole; returns how many."""

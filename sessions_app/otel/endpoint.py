@@ -28,6 +28,7 @@ from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
 
 from sessions_app import access, db_threads, services
+from sessions_app.metrics import instruments
 from sessions_app.models import ApiToken
 from sessions_app.otel import closer
 from sessions_app.otel.mapping import decode
@@ -63,6 +64,8 @@ async def traces(request: HttpRequest) -> HttpResponse:
         for session_id, after_seconds in ingested.settle.items():
             closer.schedule(session_id, after_seconds)
     total = len(decoded.spans) + len(decoded.refused)
+    # Counted here, not in the service: the decoder's refusals never reach it.
+    instruments.count_spans(accepted=total - len(refused), rejected=len(refused))
     body = decode.response_body(encoding, rejected=len(refused), message=decode.refusals_message(refused, total))
     return HttpResponse(body, content_type=decode.CONTENT_TYPES[encoding])
 

@@ -60,6 +60,7 @@ from sessions_app.selectors.sessions import (
     list_sessions,
     session_for_page,
     session_with_forks_made,
+    sessions_by_status,
     status_filter,
 )
 from sessions_app.selectors.transcript import (

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, F, Q
+from django.db.models import Case, CharField, Count, F, Q, Value, When
 from django.utils import timezone
 
 from sessions_app import cursors, statements
@@ -69,6 +69,15 @@ def status_filter(status: str, now: datetime | None = None) -> Q:
         RECOVERED: Q(interrupted=False, recovered_at__isnull=False) & ~recent,
         CLEAN: Q(interrupted=False, recovered_at__isnull=True) & ~recent,
     }[status]
+
+
+def sessions_by_status(now: datetime | None = None) -> list[tuple[str, str, int]]:
+    """(project slug, status, sessions) of every project with sessions: one grouped query over the sessions'
+    summary columns (status_filter's rule), never their events; for the metrics scrape."""
+    now = now or timezone.now()
+    status = Case(*(When(status_filter(s, now), then=Value(s)) for s in STATUSES), output_field=CharField())
+    rows = Session.objects.order_by().annotate(status=status).values_list("project__slug", "status").annotate(n=Count("pk"))
+    return sorted(rows)
 
 
 def list_sessions(

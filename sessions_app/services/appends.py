@@ -7,6 +7,7 @@ session's row lock every write starts with.
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import structure
 from sessions_app.log import values as log_values
+from sessions_app.metrics import instruments
 from sessions_app.models import REPLACE_BOUND_MAX, AgentHour, CallSighting, Event, IdempotentRequest, Project, Session
 
 from .publishing import publish_events_on_commit, publish_session_changed_on_commit
@@ -177,6 +179,7 @@ def append_events(
     secret) the append is that token's: checked in the same read as the lock
     (NotGranted unless it may append there) and its use recorded.
     """
+    started = time.perf_counter()
     with transaction.atomic():
         if bearer is None:
             session = _locked_session(session_id)
@@ -200,6 +203,8 @@ def append_events(
             IdempotentRequest.objects.create(
                 session=session, key=idempotency_key, body_sha256=request_sha256, response=result.as_response()
             )
+        # Committed when this block ends, or with the caller's transaction when it has one.
+        transaction.on_commit(lambda: instruments.count_append(seconds=time.perf_counter() - started, events=len(rows)))
     return result
 
 
@@ -322,6 +327,8 @@ def _store(
         else:
             agent_counts[(session.project_id, session.agent_name, hour, "turns")] += turns
     publish_events_on_commit(session.id, rows)
+    types = Counter(row.type for row in rows)
+    transaction.on_commit(lambda: instruments.count_events(types))
     return rows
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db import connection, transaction
 
+from sessions_app.metrics import instruments
 from sessions_app.models import AuditEntry, CallSighting, Event, Session
 from sessions_app.selectors import fork_point, patch_seqs
 
@@ -55,6 +56,7 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
             target=parent.id,
             detail={"fork": child.id, "seed_length": child.seed_length},
         )
+        transaction.on_commit(instruments.FORKS.inc)
     return child
 
 

@@ -20,6 +20,7 @@ from django.db import transaction
 
 from sessions_app import db_threads
 from sessions_app.log import events as log_events
+from sessions_app.metrics import instruments
 
 if TYPE_CHECKING:
     from sessions_app.models import Event
@@ -94,11 +95,13 @@ def _send(messages: list[tuple[str, dict]]) -> None:
             loop.call_soon_threadsafe(_post, layer, messages)
         except RuntimeError:  # the loop closed meanwhile (the server is stopping): the log has the events
             logger.warning("publishing %d messages skipped: the event loop is closed", len(messages))
+            instruments.PUBLISH_FAILURES.labels(instruments.STOPPING).inc(len(messages))
         return
     try:
         async_to_sync(_send_all)(layer, messages)
     except Exception:
         logger.exception("publishing %d messages failed", len(messages))
+        instruments.PUBLISH_FAILURES.labels(instruments.ERROR).inc(len(messages))
 
 
 # Per event loop and group: the posted messages not yet sent. One task per group sends them in
@@ -129,6 +132,7 @@ async def _publish_posted(outboxes: dict, group: str, outbox: collections.deque)
                 await _send_all(layer, messages)
             except Exception:
                 logger.exception("publishing %d messages failed", len(messages))
+                instruments.PUBLISH_FAILURES.labels(instruments.ERROR).inc(len(messages))
             outbox.popleft()
     finally:
         if outboxes.get(group) is outbox:

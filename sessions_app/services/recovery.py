@@ -14,6 +14,7 @@ from sessions_app.log import events as log_events
 from sessions_app.log import recovery as log_recovery
 from sessions_app.log import strategy as log_strategy
 from sessions_app.log import values as log_values
+from sessions_app.metrics import instruments
 from sessions_app.models import AuditEntry, AutoRecoveryPolicy, RecoveryRecord, Session
 from sessions_app.selectors import dangling_patch, recovery_plan, recovery_strategies
 
@@ -93,6 +94,7 @@ def recover_automatically(*, session_id: str, policy: AutoRecoveryPolicy, now: d
                     actor_name=WORKER,
                 )
                 publish_session_changed_on_commit(session.id)
+                transaction.on_commit(instruments.RECOVERIES.labels(instruments.HELD).inc)
             return None
         return _apply_recovery(session, plan, user=None, digest=None, note="", policy=policy, now=now, turns=turns)
 
@@ -125,6 +127,7 @@ def _apply_recovery(
     result = _apply_repairs(session, plan.repairs, plan, RecoveryRecord.RECOVERY, user, digest, note, extra=extra, recorded=recorded)
     if result.record is not None:
         _count_for_agent(session, at=result.record.created_at, crashed_turns=len(plan.open_turns))
+        transaction.on_commit(instruments.RECOVERIES.labels(instruments.MANUAL if policy is None else instruments.AUTOMATIC).inc)
     return result
 
 

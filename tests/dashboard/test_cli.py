@@ -135,6 +135,7 @@ def test_the_installed_command_migrates_serves_and_stops(installed: Path, run_en
         status, appended = request(f"{api}/sessions/installed-1/events", token=token,
                                    body={"events": [{"type": "user_message", "data": {"content": "hi"}}]})  # fmt: skip
         assert (status, json.loads(appended)) == (201, {"first_seq": 0, "next_seq": 1})
+        assert list((data / "prometheus").glob("counter_*.db"))  # both processes' metrics in the data directory
 
         wait_until(lambda: "recovery worker: a round every 1 s" in log_path.read_text(), 30, "the worker did not start")
         output = log_path.read_text()

@@ -11,6 +11,7 @@ from django.db import Error as DatabaseError
 from django.db import connections
 
 from sessions_app import services, worker
+from sessions_app.metrics import listener
 
 INDEX_EVERY_SECONDS = 1.0  # how far the search index may trail the log when nobody searches (a search catches it up)
 
@@ -40,6 +41,8 @@ class Command(BaseCommand):
             if not (self.round(verbose) and self.index()):
                 raise CommandError("the round failed: database unavailable")
             return
+        if settings.TURNLOG_METRICS_BIND:
+            self.serve_metrics(settings.TURNLOG_METRICS_BIND)
         stop = threading.Event()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -55,6 +58,17 @@ class Command(BaseCommand):
         except KeyboardInterrupt:
             pass
         self.stdout.write("recovery worker: stopped")
+
+    def serve_metrics(self, address: str) -> None:
+        """The scrape at TURNLOG_METRICS_BIND; a wrong address stops the worker, a taken one only the metrics (said)."""
+        try:
+            listener.serve(address)
+        except ValueError as error:
+            raise CommandError(str(error)) from None
+        except OSError as error:
+            self.stderr.write(f"metrics: cannot serve at {address} ({error}); recovering without it")
+            return
+        self.stdout.write(f"recovery worker: metrics at http://{address}/metrics (no token: for the scraper's network only)")
 
     index_failing = False
 

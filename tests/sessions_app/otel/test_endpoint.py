@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
+from prometheus_client import REGISTRY
 
 from sessions_app import services
 from sessions_app.models import ApiToken, AuditEntry, Event, Project, Role, Session
@@ -481,3 +482,15 @@ def test_docs_otlp_md_states_the_endpoints_limits_and_answers():
     for status, code in endpoint.GRPC_CODES.items():
         assert re.search(rf"^\| {status} \|.*\| {code} \|$", section, re.M), status
 
+
+
+def test_spans_are_counted_for_the_metrics_accepted_and_rejected(secret, scheduled):
+    """turnlog_otlp_spans_total (docs/metrics.md): the decoder's refusals count as rejected, as the answer says."""
+
+    def counted(outcome: str) -> float:
+        return REGISTRY.get_sample_value("turnlog_otlp_spans_total", {"outcome": outcome}) or 0
+
+    before = counted("accepted"), counted("rejected")
+    content_type, body = PARTIAL["json, no span id"]
+    assert partial_success(post(body, content_type, secret))[0] == 1
+    assert (counted("accepted") - before[0], counted("rejected") - before[1]) == (2, 1)
