@@ -1,0 +1,52 @@
+"""The retention sweep: sessions past their project's retention deleted in batches, each in its own short
+transaction (deletion.delete_session, which checks again under the session's lock)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.utils import timezone
+
+from sessions_app.errors import SessionHasForks, SessionNotExpired, SessionNotFound
+from sessions_app.models import Project
+from sessions_app.selectors import retention as expiry
+
+from .deletion import delete_session
+
+BATCH = 100  # sessions read per query
+SWEEP_LIMIT = 500  # deletions per sweep: the worker's other work waits meanwhile; the rest goes next round
+
+
+@dataclass(frozen=True)
+class Swept:
+    deleted: list[tuple[str, int]]  # (session id, events)
+    kept: list[tuple[str, str]]  # (session id, why): past retention, but found held under its lock
+
+
+def sweep(*, now: datetime | None = None, limit: int = SWEEP_LIMIT, batch: int = BATCH) -> Swept:
+    """Delete the sessions past their project's retention, at most `limit`, oldest activity first."""
+    now = now or timezone.now()
+    projects = {p.pk: p for p in expiry.projects_with_retention()}
+    deleted: list[tuple[str, int]] = []
+    kept: dict[str, str] = {}
+    while len(deleted) < limit and projects:
+        found = [e for e in expiry.expired_sessions(now=now, held=False, limit=batch + len(kept), projects=list(projects)) if e.session_id not in kept]
+        if not found:
+            break
+        for expired in found[: limit - len(deleted)]:
+            try:
+                gone = delete_session(session_id=expired.session_id, policy=projects[expired.project_id], now=now)
+            except SessionNotFound:
+                continue  # deleted meanwhile
+            except (SessionHasForks, SessionNotExpired) as held:
+                kept[expired.session_id] = str(held)
+                continue
+            deleted.append((gone.session_id, gone.events))
+    return Swept(deleted, sorted(kept.items()))
+
+
+def held_sessions(*, now: datetime | None = None, limit: int = 200, projects: list[int] | None = None) -> list[expiry.Expired]:
+    """Sessions past retention that the sweep keeps, with why (blocked by an unrecovered open turn, or forked)."""
+    return expiry.expired_sessions(now=now or timezone.now(), held=True, limit=limit, projects=projects)
+
