@@ -21,11 +21,11 @@ SWEEP_LIMIT = 500  # deletions per sweep: the worker's other work waits meanwhil
 @dataclass(frozen=True)
 class Swept:
     deleted: list[tuple[str, int]]  # (session id, events)
-    kept: list[tuple[str, str]]  # (session id, why): past retention, but found held under its lock
+    kept: list[tuple[str, str]]  # (session id, why): past retention and kept (blocked, forked, or held under its lock)
 
 
 def sweep(*, now: datetime | None = None, limit: int = SWEEP_LIMIT, batch: int = BATCH) -> Swept:
-    """Delete the sessions past their project's retention, at most `limit`, oldest activity first."""
+    """Delete the sessions past their project's retention, at most `limit`, oldest activity first; list those kept."""
     now = now or timezone.now()
     projects = {p.pk: p for p in expiry.projects_with_retention()}
     deleted: list[tuple[str, int]] = []
@@ -43,6 +43,8 @@ def sweep(*, now: datetime | None = None, limit: int = SWEEP_LIMIT, batch: int =
                 kept[expired.session_id] = str(held)
                 continue
             deleted.append((gone.session_id, gone.events))
+    if projects:
+        kept.update((e.session_id, e.why) for e in held_sessions(now=now, projects=list(projects)))
     return Swept(deleted, sorted(kept.items()))
 
 
