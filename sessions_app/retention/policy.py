@@ -5,9 +5,8 @@ from __future__ import annotations
 from django.db import transaction
 
 from sessions_app.models import AuditEntry, Project
+from sessions_app.models.projects import RETENTION_DAYS_MAX
 from sessions_app.services import audit
-
-RETENTION_DAYS_MAX = 36500  # a hundred years: beyond it, keep them forever (leave it empty)
 
 
 def set_retention(*, project: Project, days: int | None, actor) -> Project:
