@@ -119,3 +119,18 @@ def test_the_project_admin_changes_retention_through_the_audited_function(django
     assert (entry.actor_name, entry.detail) == ("root", {"before": None, "after": 90})
     assert client.post(f"/admin/sessions_app/project/{project.pk}/change/", {**form, "retention_days": "0"}).status_code == 200
     assert Project.default().retention_days == 90
+
+
+def test_the_audit_log_says_what_went_and_who_or_which_retention_deleted_it(admin):
+    from sessions_app import retention
+
+    stored("by-hand", [f.user("hi"), f.assistant(calls=["c1"])])
+    retention.delete_session(session_id="by-hand", actor=admin)
+    project = Project.default()
+    retention.set_retention(project=project, days=30, actor=admin)
+    stored("by-policy", [f.user("hi")], days_quiet=40)
+    retention.sweep()
+    text = client_of(admin).get("/projects/default/audit?action=session_deleted").content.decode()
+    assert "2 events and 2 other rows" in text and "agent bot" in text  # 1 call sighting, 1 ledger row
+    assert "1 event" in text and "by retention: 30 days" in text and "<td>retention</td>" in text and "<td>alice</td>" in text
+    assert "kept forever → 30 days" in client_of(admin).get("/projects/default/audit?action=retention_changed").content.decode()
