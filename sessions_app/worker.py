@@ -99,8 +99,8 @@ def sweep_retention(*, now: datetime) -> list[Action]:
     """Sessions past their project's retention deleted, and those kept past it listed with why (every round: the
     command says each once)."""
     swept = retention.sweep(now=now)
-    actions = [Action(DELETED, session_id, "", "retention", f"{events} events") for session_id, events in swept.deleted]
-    return actions + [Action(KEPT, session_id, "", "retention", f"past retention, kept: {why}") for session_id, why in swept.kept]
+    actions = [Action(DELETED, gone.session_id, gone.agent_name, "retention", f"{gone.events} events") for gone in swept.deleted]
+    return actions + [Action(KEPT, held.session_id, held.agent_name, "retention", f"past retention, kept: {held.why}") for held in swept.kept]
 
 
 def close_finished_runs(*, now: datetime) -> list[Action]:

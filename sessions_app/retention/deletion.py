@@ -30,6 +30,7 @@ APPEND_ONLY = (Event, CallSighting)
 class DeletedSession:
     session_id: str
     project_id: int
+    agent_name: str
     events: int
     # Rows removed per table (the model's label, or the search index's table name).
     rows: dict[str, int] = field(default_factory=dict)
@@ -66,7 +67,7 @@ def delete_session(*, session_id: str, actor=None, policy: Project | None = None
             actor_name=RETENTION if policy is not None else "cli",
         )  # fmt: skip
         publish_session_changed_on_commit(session_id)  # the list drops its row
-    return DeletedSession(session_id, session.project_id, events, rows)
+    return DeletedSession(session_id, session.project_id, session.agent_name, events, rows)
 
 
 def _check_expired(session: Session, policy: Project, now: datetime | None) -> None:

@@ -12,7 +12,7 @@ from sessions_app.errors import SessionHasForks, SessionNotExpired, SessionNotFo
 from sessions_app.models import Project
 from sessions_app.selectors import retention as expiry
 
-from .deletion import delete_session
+from .deletion import DeletedSession, delete_session
 
 BATCH = 100  # sessions read per query
 SWEEP_LIMIT = 500  # deletions per sweep: the worker's other work waits meanwhile; the rest goes next round
@@ -20,18 +20,21 @@ SWEEP_LIMIT = 500  # deletions per sweep: the worker's other work waits meanwhil
 
 @dataclass(frozen=True)
 class Swept:
-    deleted: list[tuple[str, int]]  # (session id, events)
-    kept: list[tuple[str, str]]  # (session id, why): past retention and kept (blocked, forked, or held under its lock)
+    deleted: list[DeletedSession]
+    kept: list[expiry.Expired]  # past retention and kept (blocked, or forked), with why
 
 
 def sweep(*, now: datetime | None = None, limit: int = SWEEP_LIMIT, batch: int = BATCH) -> Swept:
     """Delete the sessions past their project's retention, at most `limit`, oldest activity first; list those kept."""
     now = now or timezone.now()
     projects = {p.pk: p for p in expiry.projects_with_retention()}
-    deleted: list[tuple[str, int]] = []
-    kept: dict[str, str] = {}
+    deleted: list[DeletedSession] = []
+    # Found held under their lock (a turn opened, a fork made, activity since the read): not tried again this sweep;
+    # the list of kept sessions below reads them as they now are.
+    skipped: set[str] = set()
     while len(deleted) < limit and projects:
-        found = [e for e in expiry.expired_sessions(now=now, held=False, limit=batch + len(kept), projects=list(projects)) if e.session_id not in kept]
+        rows = expiry.expired_sessions(now=now, held=False, limit=batch + len(skipped), projects=list(projects))
+        found = [e for e in rows if e.session_id not in skipped]
         if not found:
             break
         for expired in found[: limit - len(deleted)]:
@@ -39,13 +42,11 @@ def sweep(*, now: datetime | None = None, limit: int = SWEEP_LIMIT, batch: int =
                 gone = delete_session(session_id=expired.session_id, policy=projects[expired.project_id], now=now)
             except SessionNotFound:
                 continue  # deleted meanwhile
-            except (SessionHasForks, SessionNotExpired) as held:
-                kept[expired.session_id] = str(held)
+            except (SessionHasForks, SessionNotExpired):
+                skipped.add(expired.session_id)
                 continue
-            deleted.append((gone.session_id, gone.events))
-    if projects:
-        kept.update((e.session_id, e.why) for e in held_sessions(now=now, projects=list(projects)))
-    return Swept(deleted, sorted(kept.items()))
+            deleted.append(gone)
+    return Swept(deleted, held_sessions(now=now, projects=list(projects)) if projects else [])
 
 
 def held_sessions(*, now: datetime | None = None, limit: int = 200, projects: list[int] | None = None) -> list[expiry.Expired]:

@@ -248,8 +248,8 @@ class Command(BaseCommand):
             return
         if sweep:
             swept = retention.sweep()
-            for session_id, events in swept.deleted:
-                self.stdout.write(f"deleted {session_id} ({events} events)")
+            for gone in swept.deleted:
+                self.stdout.write(f"deleted {gone.session_id} ({gone.events} events)")
         for held in retention.held_sessions(projects=projects):
             self.stdout.write(f"kept {held.session_id} (last activity {format_time(held.last_activity_at)}): {held.why}")
 

@@ -10,6 +10,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from sessions_app import retention, services, worker
+from sessions_app.management.commands import recovery_worker
 from sessions_app.log.events import validate_batch
 from sessions_app.models import AuditEntry, Event, LedgerCall, Project, Session
 from tests.concurrency import run_at_once
@@ -52,7 +53,7 @@ def test_old_sessions_go_an_unrecovered_one_stays_and_is_listed_and_other_projec
 
     swept = retention.sweep()
 
-    assert swept.deleted == [("old", events_of_old)] and remaining() == {"old-crashed", "fresh", "old-elsewhere"}
+    assert [(d.session_id, d.events) for d in swept.deleted] == [("old", events_of_old)] and remaining() == {"old-crashed", "fresh", "old-elsewhere"}
     assert not Event.objects.filter(session_id="old").exists() and not LedgerCall.objects.filter(session_id="old").exists()
     held = retention.held_sessions()
     assert [(h.session_id, h.held) for h in held] == [("old-crashed", "blocked")] and "unrecovered" in held[0].why
@@ -62,7 +63,7 @@ def test_old_sessions_go_an_unrecovered_one_stays_and_is_listed_and_other_projec
     # Recovered, its turn closed: the next sweep deletes it (recovery is new activity, so it waits its retention).
     services.recover(session_id="old-crashed", user=django_user_model.objects.create_superuser("root"))
     Session.objects.filter(pk="old-crashed").update(last_activity_at=timezone.now() - timedelta(days=31))
-    assert [s for s, _ in retention.sweep().deleted] == ["old-crashed"] and retention.held_sessions() == []
+    assert [d.session_id for d in retention.sweep().deleted] == ["old-crashed"] and retention.held_sessions() == []
 
 
 @pytest.mark.django_db
@@ -76,7 +77,7 @@ def test_a_parent_past_retention_stays_while_a_fork_is_kept_and_goes_in_the_same
 
     swept = retention.sweep()
 
-    assert [s for s, _ in swept.deleted] == ["old-fork", "lonely-parent"]  # the fork first, then its parent
+    assert [d.session_id for d in swept.deleted] == ["old-fork", "lonely-parent"]  # the fork first, then its parent
     assert remaining() == {"parent", "young-fork"}
     assert [(h.session_id, h.held) for h in retention.held_sessions()] == [("parent", "has_forks")]
     assert Event.objects.filter(session_id="young-fork").count() == 8  # its own copy of the prefix, and its events
@@ -123,6 +124,24 @@ def test_the_worker_command_says_what_it_deleted_and_each_blocked_session_once(k
     listed = io.StringIO()
     call_command("sessions", "retention", stdout=listed)
     assert "kept old-crashed" in listed.getvalue() and "unrecovered" in listed.getvalue()
+    aged("old-too", 50)
+    swept = io.StringIO()
+    call_command("sessions", "retention", "--sweep", "--project", "default", stdout=swept)
+    assert swept.getvalue().startswith("deleted old-too (4 events)\nkept old-crashed") and remaining() == {"old-crashed"}
+
+
+@pytest.mark.django_db
+def test_the_running_worker_says_a_kept_session_once_and_again_if_it_is_kept_for_another_reason(kept_30_days):
+    aged("crashed", 40, crashed=True)
+    out = io.StringIO()
+    command = recovery_worker.Command(stdout=out)
+    assert command.round(verbose=False) and command.round(verbose=False)
+    assert [line.split(" (")[0] for line in out.getvalue().splitlines()] == ["kept crashed agent=bot policy=retention"]
+    services.fork(session_id="crashed", boundary=0, new_session_id="child")
+    Session.objects.filter(pk="child").update(last_activity_at=timezone.now())
+    Session.objects.filter(pk="crashed").update(interrupted=False, turn_stack=[])
+    assert command.round(verbose=False)
+    assert out.getvalue().splitlines()[-1].startswith("kept crashed") and "it has forks" in out.getvalue().splitlines()[-1]
 
 
 @pytest.mark.django_db
