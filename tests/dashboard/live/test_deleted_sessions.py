@@ -62,3 +62,17 @@ async def test_the_session_list_drops_the_row_of_a_deleted_session(sid, session_
     await append(f"{sid}-kept", 1)  # the list goes on
     frame = await listing.receive_from(timeout=WAIT)
     assert frame.startswith(f'<tr id="session-{sid}-kept"') and 'hx-swap-oob="true"' in frame
+
+
+async def test_the_fleet_page_drops_the_calls_of_a_deleted_session(sid, session_cookie, monkeypatch, settings):
+    from tests.dashboard.live.test_calls import CRASH, store
+
+    monkeypatch.setattr(live, "STATUS_REFRESH_SECONDS", 0.2)
+    settings.TURNLOG_STALL_SECONDS = 0
+    await store(sid, CRASH)
+    await store(f"{sid}-kept", CRASH)
+    listing = await browser_socket("/ws/calls/live", session_cookie)
+    assert await listing.receive_nothing(QUIET * 2)  # both listed by the page already
+    await delete(sid)
+    assert await listing.receive_from(timeout=WAIT) == f'<tr id="call-{sid}--p1" hx-swap-oob="delete"></tr>'
+    assert await listing.receive_nothing(QUIET * 2)  # once, and the other call stays
