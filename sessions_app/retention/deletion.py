@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from sessions_app import statements
 from sessions_app.errors import SessionHasForks, SessionNotExpired, SessionNotFound
@@ -36,13 +37,13 @@ class DeletedSession:
     rows: dict[str, int] = field(default_factory=dict)
 
 
-def delete_session(*, session_id: str, actor=None, policy: Project | None = None, now: datetime | None = None) -> DeletedSession:
+def delete_session(*, session_id: str, actor=None, by_retention: bool = False, now: datetime | None = None) -> DeletedSession:
     """Delete the session and every row that names it, under its lock, in one transaction.
 
-    `actor` is who asked (None: a command); `policy`, when the retention sweep asks, is the project
-    whose retention the session passed: it is then checked again under the lock (SessionNotExpired when
-    an open turn is unrecovered or the session was active since). Refuses a session with forks
-    (SessionHasForks) and a missing one (SessionNotFound).
+    `actor` is who asked (None: a command). `by_retention`: the sweep asks, so its project's retention
+    (as set now) is checked again under the lock, by the clock `now`: SessionNotExpired when an open turn
+    is unrecovered or the session is within it (active since, or the setting changed). Refuses a session
+    with forks (SessionHasForks) and a missing one (SessionNotFound).
     """
     with transaction.atomic():
         _claim_from_indexer(session_id)
@@ -52,30 +53,32 @@ def delete_session(*, session_id: str, actor=None, policy: Project | None = None
         fork_ids = list(Session.objects.filter(parent_id=session_id).order_by("id").values_list("id", flat=True))
         if fork_ids:
             raise SessionHasForks(session_id, fork_ids)
-        if policy is not None:
-            _check_expired(session, policy, now)
+        days = _retention_days(session, now or timezone.now()) if by_retention else None
         rows = {**_unindex(session), **_delete_dependents(session)}
         Session.objects.filter(pk=session_id).delete()
         rows[Session._meta.label] = 1
         events = rows.get(Event._meta.label, 0)
         detail = {"session": session_id, "agent": session.agent_name, "events": events, "rows": rows,
                   "last_activity_at": session.last_activity_at.isoformat()}  # fmt: skip
-        if policy is not None:
-            detail["policy"] = f"retention: {policy.retention_days} days"
+        if by_retention:
+            detail["policy"] = f"retention: {days} days"
         audit(
             project=session.project_id, actor=actor, action=AuditEntry.SESSION_DELETED, target=session_id, detail=detail,
-            actor_name=RETENTION if policy is not None else "cli",
+            actor_name=RETENTION if by_retention else "cli",
         )  # fmt: skip
         publish_session_changed_on_commit(session_id)  # the list drops its row
     return DeletedSession(session_id, session.project_id, session.agent_name, events, rows)
 
 
-def _check_expired(session: Session, policy: Project, now: datetime | None) -> None:
+def _retention_days(session: Session, now: datetime) -> int:
+    """The retention the session passed, read under its lock; SessionNotExpired when it is kept."""
     if session.interrupted:
         raise SessionNotExpired(session.pk, expiry.HELD_WORDS[expiry.BLOCKED])
-    limit = expiry.cutoff(policy, now or session.last_activity_at)
+    project = Project.objects.only("retention_days").get(pk=session.project_id)
+    limit = expiry.cutoff(project, now)
     if limit is None or session.last_activity_at >= limit:
-        raise SessionNotExpired(session.pk, "it was active within its project's retention")
+        raise SessionNotExpired(session.pk, "it is within its project's retention")
+    return project.retention_days
 
 
 def _claim_from_indexer(session_id: str) -> None:

@@ -9,7 +9,6 @@ from datetime import datetime
 from django.utils import timezone
 
 from sessions_app.errors import SessionHasForks, SessionNotExpired, SessionNotFound
-from sessions_app.models import Project
 from sessions_app.selectors import retention as expiry
 
 from .deletion import DeletedSession, delete_session
@@ -27,26 +26,26 @@ class Swept:
 def sweep(*, now: datetime | None = None, limit: int = SWEEP_LIMIT, batch: int = BATCH) -> Swept:
     """Delete the sessions past their project's retention, at most `limit`, oldest activity first; list those kept."""
     now = now or timezone.now()
-    projects = {p.pk: p for p in expiry.projects_with_retention()}
+    projects = [p.pk for p in expiry.projects_with_retention()]
     deleted: list[DeletedSession] = []
     # Found held under their lock (a turn opened, a fork made, activity since the read): not tried again this sweep;
     # the list of kept sessions below reads them as they now are.
     skipped: set[str] = set()
     while len(deleted) < limit and projects:
-        rows = expiry.expired_sessions(now=now, held=False, limit=batch + len(skipped), projects=list(projects))
+        rows = expiry.expired_sessions(now=now, held=False, limit=batch + len(skipped), projects=projects)
         found = [e for e in rows if e.session_id not in skipped]
         if not found:
             break
         for expired in found[: limit - len(deleted)]:
             try:
-                gone = delete_session(session_id=expired.session_id, policy=projects[expired.project_id], now=now)
+                gone = delete_session(session_id=expired.session_id, by_retention=True, now=now)
             except SessionNotFound:
                 continue  # deleted meanwhile
             except (SessionHasForks, SessionNotExpired):
                 skipped.add(expired.session_id)
                 continue
             deleted.append(gone)
-    return Swept(deleted, held_sessions(now=now, projects=list(projects)) if projects else [])
+    return Swept(deleted, held_sessions(now=now, projects=projects) if projects else [])
 
 
 def held_sessions(*, now: datetime | None = None, limit: int = 200, projects: list[int] | None = None) -> list[expiry.Expired]:

@@ -12,6 +12,7 @@ from django.utils import timezone
 from sessions_app import retention, services, worker
 from sessions_app.management.commands import recovery_worker
 from sessions_app.log.events import validate_batch
+from sessions_app.errors import SessionNotExpired
 from sessions_app.models import AuditEntry, Event, LedgerCall, Project, Session
 from tests.concurrency import run_at_once
 from tests.sessions_app import factories as f
@@ -92,12 +93,16 @@ def test_the_sweep_goes_in_batches_and_stops_at_its_limit(kept_30_days):
 
 
 @pytest.mark.django_db
-def test_a_session_active_again_under_the_lock_is_kept(kept_30_days):
+def test_a_session_within_retention_under_the_lock_is_kept_and_the_setting_is_read_there(kept_30_days):
     aged("old", 40)
-    project = Project.default()
-    with pytest.raises(Exception, match="active within"):
-        retention.delete_session(session_id="old", policy=project, now=timezone.now() - timedelta(days=20))
-    assert "old" in remaining()
+    with pytest.raises(SessionNotExpired, match="within its project's retention"):  # active since the sweep's read
+        retention.delete_session(session_id="old", by_retention=True, now=timezone.now() - timedelta(days=20))
+    Project.objects.filter(pk=kept_30_days.pk).update(retention_days=None)  # kept forever since the sweep's read
+    with pytest.raises(SessionNotExpired):
+        retention.delete_session(session_id="old", by_retention=True)
+    Project.objects.filter(pk=kept_30_days.pk).update(retention_days=39)
+    assert retention.delete_session(session_id="old", by_retention=True).events == 4
+    assert AuditEntry.objects.get(action=AuditEntry.SESSION_DELETED).detail["policy"] == "retention: 39 days"
 
 
 @pytest.mark.django_db(transaction=True)
