@@ -59,5 +59,6 @@ def delete_session(request, session_id: str):
         return render(request, "sessions/delete.html", {**context, "forks": selectors.forks_of(session)}, status=409)
     except errors.SessionNotFound:  # deleted meanwhile: what the person wanted
         gone = None
-    messages.success(request, f"Deleted session {session.id}" + (f" and its {gone.events} events." if gone else "."))
+    events = f" and its {gone.events} event{'s' if gone.events != 1 else ''}" if gone else ""
+    messages.success(request, f"Deleted session {session.id}{events}.")
     return redirect(reverse("session_list") + f"?project={session.project.slug}")
