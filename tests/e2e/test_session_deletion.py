@@ -42,3 +42,36 @@ def test_deleting_a_watched_session_tells_its_viewers_and_the_list(browser, serv
     assert watcher.reload().status == 404
     assert not Session.objects.filter(pk="doomed").exists()
     assert AuditEntry.objects.get(action=AuditEntry.SESSION_DELETED).actor_name == "ada"
+
+
+def test_retentions_pages_have_no_axe_violations_and_reflow_at_320_px(browser, server, project_admin):
+    from axe_playwright_python.sync_playwright import Axe
+
+    from sessions_app import services
+    from sessions_app.models import Project
+    from tests.e2e.test_accessibility import axe_report
+
+    project = Project.default()
+    project.retention_days = 7
+    project.save()
+    store([("user_message", {"content": "hi"})], session_id="parent")
+    services.fork(session_id="parent", new_session_id="child")
+    store([("turn_start", {"turn": 1})], session_id="crashed")
+    Session.objects.filter(pk__in=["parent", "crashed"]).update(last_activity_at="2020-01-01T00:00:00Z")
+    pages = [
+        ("retention tab", "/projects/default/retention", "table.held tbody tr.held-blocked"),
+        ("delete confirmation", "/sessions/child/delete", "form button.danger"),
+        ("delete refused: forks", "/sessions/parent/delete", ".alert.warn"),
+    ]
+    axe, reports = Axe(), []
+    page = open_page(browser, server, project_admin, "/")
+    for width in (1280, 320):
+        page.set_viewport_size({"width": width, "height": 800})
+        for label, path, settled in pages:
+            page.goto(f"{server.url}{path}")
+            expect(page.locator(settled).first).to_be_attached(timeout=LIVE)
+            reports.append(axe_report(axe, page, f"{label} at {width} px"))
+            scrolled = page.evaluate("document.documentElement.scrollWidth")
+            reports.append(f"{label}: the page is {scrolled} px wide" if scrolled > width else "")
+    failures = "\n".join(report for report in reports if report)
+    assert not failures, failures
