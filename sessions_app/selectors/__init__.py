@@ -38,7 +38,6 @@ from sessions_app.selectors.projects import (
     user_token,
     user_tokens,
 )
-from sessions_app.selectors.retention import Expired, expired_sessions
 from sessions_app.selectors.session_ledger import STATES_TO_CHECK, SessionLedger, session_ledger
 from sessions_app.selectors.recovery import (
     complete_tail,
