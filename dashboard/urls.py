@@ -5,7 +5,7 @@ from django.urls import path, re_path
 from django.views.generic import RedirectView
 
 import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
-from dashboard.pages import account, agents, calls, notes, projects, sessions
+from dashboard.pages import account, agents, calls, notes, projects, retention, sessions
 from sessions_app.api import app as api
 from sessions_app.metrics import exposition as metrics
 from sessions_app.otel import endpoint as otlp
@@ -17,6 +17,7 @@ urlpatterns = [
     path("sessions/<session_id:session_id>/events/<seq:seq>.json", sessions.event_json, name="event_json"),
     path("sessions/<session_id:session_id>/fork", sessions.fork_session, name="fork_session"),
     path("sessions/<session_id:session_id>/recovery", sessions.recovery_preview, name="recovery_preview"),
+    path("sessions/<session_id:session_id>/delete", retention.delete_session, name="delete_session"),
     path("sessions/<session_id:session_id>/lineage", sessions.session_lineage, name="session_lineage"),
     path("sessions/<session_id:session_id>/notes", notes.add_note, name="add_note"),
     path("notes/<int:note_id>/edit", notes.edit_note, name="edit_note"),
@@ -30,6 +31,7 @@ urlpatterns = [
     path("projects/<slug:slug>/members/<int:user_id>", projects.project_member, name="project_member"),
     path("projects/<slug:slug>/tokens", projects.project_tokens, name="project_tokens"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", projects.revoke_token, name="revoke_token"),
+    path("projects/<slug:slug>/retention", retention.project_retention, name="project_retention"),
     path("projects/<slug:slug>/audit", projects.project_audit, name="project_audit"),
     # Browsers ask for /favicon.ico whatever the page links; base.html links the SVG itself.
     path("favicon.ico", RedirectView.as_view(url=static("turnlog/favicon.svg"))),

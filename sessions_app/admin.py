@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from sessions_app import access, selectors, services
+from sessions_app import access, retention, selectors, services
 from sessions_app.models import (
     ApiToken,
     AutoRecoveryPolicy,
@@ -237,9 +237,17 @@ class MembershipInline(admin.TabularInline):
 
 @admin.register(Project)
 class ProjectAdmin(SuperusersOnly, admin.ModelAdmin):
-    list_display = ["slug", "name", "member_count", "session_count", "created_at"]
+    list_display = ["slug", "name", "member_count", "session_count", "retention_days", "created_at"]
     search_fields = ["slug", "name"]
     inlines = [MembershipInline]
+
+    def save_model(self, request, obj, form, change):
+        days = obj.retention_days
+        if change and "retention_days" in form.changed_data:  # through retention, which audits it
+            obj.retention_days = form.initial.get("retention_days")
+        super().save_model(request, obj, form, change)
+        if days != obj.retention_days:
+            retention.set_retention(project=obj, days=days, actor=request.user)
 
     def get_queryset(self, request):
         return super().get_queryset(request).annotate(

@@ -62,3 +62,21 @@ class InvalidNote(Exception):
     def __init__(self, field: str, reason: str, detail: str):
         super().__init__(detail)
         self.field, self.reason, self.detail = field, reason, detail
+
+
+class SessionHasForks(Exception):
+    """A session with forks is kept (docs/session-log.md, Retention): its forks' inherited search hits and calls
+    are answered from its rows."""
+
+    def __init__(self, session_id: str, fork_ids: list[str]):
+        shown = ", ".join(fork_ids[:5]) + (f" and {len(fork_ids) - 5} more" if len(fork_ids) > 5 else "")
+        super().__init__(f"session {session_id!r} has forks ({shown}): it is kept until they are deleted")
+        self.session_id, self.fork_ids = session_id, fork_ids
+
+
+class SessionNotExpired(Exception):
+    """The retention sweep found the session blocked (an unrecovered open turn) or active again under its lock."""
+
+    def __init__(self, session_id: str, why: str):
+        super().__init__(f"session {session_id!r} is kept: {why}")
+        self.session_id, self.why = session_id, why

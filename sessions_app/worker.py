@@ -1,6 +1,6 @@
 """The automatic recovery worker's rounds (session-log.md section 8.1): thin orchestration over services.
 
-One round: the candidates in one indexed query (stalled, quiet for at least
+One round: sessions past their project's retention deleted (sessions_app/retention), then the candidates in one indexed query (stalled, quiet for at least
 the smallest enabled policy's time, not left for a person), the policy of each
 one's agent, then services.recover_automatically, which decides everything
 again under the locks. `manage.py recovery_worker` runs rounds on a clock.
@@ -16,11 +16,12 @@ from datetime import datetime, timedelta
 from django.db.models import F
 from django.utils import timezone
 
-from sessions_app import services
+from sessions_app import retention, services
 from sessions_app.errors import SessionNotFound
 from sessions_app.models import AutoRecoveryPolicy, Session
 
 RECOVERED, HELD, SKIPPED, CLOSED = "recovered", "held", "skipped", "closed"
+DELETED, KEPT = "deleted", "kept"  # retention: a session deleted, or past retention and kept (blocked, or forked)
 # Candidates per round, oldest first; the rest wait for the next round.
 ROUND_LIMIT = 200
 
@@ -29,7 +30,8 @@ ROUND_LIMIT = 200
 class Action:
     """What one round did with one candidate session."""
 
-    outcome: str  # recovered | held (the agent passed its hourly limit) | skipped | closed (a finished OTLP run)
+    # recovered | held (the agent passed its hourly limit) | skipped | closed (a finished OTLP run) | deleted | kept
+    outcome: str
     session_id: str
     agent_name: str
     policy: str | None
@@ -62,9 +64,10 @@ def policy_for(agent_name: str, policies: Iterable[AutoRecoveryPolicy]) -> AutoR
 
 
 def run_round(*, now: datetime | None = None, limit: int = ROUND_LIMIT) -> list[Action]:
-    """One round: finished OTLP runs closed, then automatic recovery; what it did with each session."""
+    """One round: retention's sweep, finished OTLP runs closed, then automatic recovery; what it did with each session."""
     now = now or timezone.now()
-    actions = close_finished_runs(now=now)
+    actions = sweep_retention(now=now)
+    actions += close_finished_runs(now=now)
     policies = list(AutoRecoveryPolicy.objects.all())
     enabled = [p for p in policies if p.enabled]
     if not enabled:
@@ -90,6 +93,14 @@ def run_round(*, now: datetime | None = None, limit: int = ROUND_LIMIT) -> list[
             continue  # not quiet for its own policy's time yet: a later round
         actions.append(_recover(session_id, agent_name, policy, now))
     return actions
+
+
+def sweep_retention(*, now: datetime) -> list[Action]:
+    """Sessions past their project's retention deleted, and those kept past it listed with why (every round: the
+    command says each once)."""
+    swept = retention.sweep(now=now)
+    actions = [Action(DELETED, gone.session_id, gone.agent_name, "retention", f"{gone.events} events") for gone in swept.deleted]
+    return actions + [Action(KEPT, held.session_id, held.agent_name, "retention", f"past retention, kept: {held.why}") for held in swept.kept]
 
 
 def close_finished_runs(*, now: datetime) -> list[Action]:

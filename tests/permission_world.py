@@ -50,7 +50,7 @@ COUNTED = (Session, Event, Note, RecoveryRecord, ToolPolicy, AutoRecoveryPolicy,
 
 def stored_state() -> tuple:
     """What a write could change: rows added or removed (the audit log aside: refusals are audited), roles, usable tokens,
-    notes' text and tags (an edit adds no row)."""
+    notes' text and tags (an edit adds no row), projects' retention."""
     tables = [model._meta.db_table for model in (*COUNTED, get_user_model())]
     with connection.cursor() as cursor:  # one round trip for the counts
         cursor.execute("SELECT " + ", ".join(f"(SELECT COUNT(*) FROM {connection.ops.quote_name(table)})" for table in tables))
@@ -60,6 +60,7 @@ def stored_state() -> tuple:
         ApiToken.objects.usable().count(),
         sorted(Membership.objects.values_list("project_id", "user_id", "role")),
         sorted(Note.objects.values_list("pk", "text", "tags")),
+        sorted(Project.objects.values_list("pk", "retention_days")),
     )
 
 

@@ -189,6 +189,15 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         page_admin("POST", "/projects/alpha/tokens/{viewer_token_pk}/revoke", "302 /projects/alpha/tokens stored"),
     ],
     "project_audit": [page_admin("GET", "/projects/alpha/audit", "200")],
+    "project_retention": [
+        page_admin("GET", "/projects/alpha/retention", "200"),
+        page_admin("POST", "/projects/alpha/retention", "302 /projects/alpha/retention stored", {"retention_days": "30"}),
+    ],
+    # Deleting a whole session (sessions_app.retention): the project's admins only.
+    "delete_session": [
+        Probe("GET", CLOSED + "/delete", by_role(LOGIN, "404", "403", admin="200")),
+        Probe("POST", CLOSED + "/delete", by_role(LOGIN, "404", "403", admin="302 /?project=alpha stored")),
+    ],
     "invite_member": [
         page_admin("GET", "/projects/alpha/invite", "302 /projects/alpha/"),
         page_admin("POST", "/projects/alpha/invite", "200 stored +set-password", {"username": "matrix-invitee", "role": "viewer"}),

@@ -20,6 +20,8 @@ from dashboard.live import sessions as live_sessions
 from dashboard.live.sessions import SessionListConsumer
 from dashboard.outage import DATABASE_UNAVAILABLE
 from dashboard.pages.calls import FleetQuery, fleet_query
+from dashboard.templatetags.turnlog import dom_id
+from sessions_app import selectors
 
 # At most one listing per this many seconds while sessions keep changing.
 CHANGE_SETTLE_SECONDS = 0.5
@@ -69,6 +71,15 @@ class FleetCallsConsumer(SessionListConsumer):
     async def _frames(self) -> list[str]:
         return await database_sync_to_async(self.changed_rows)()
 
+    def deleted_rows(self) -> list[str]:
+        """Removals of the shown rows whose session was deleted (sessions_app/retention)."""
+        sessions = {session_id for session_id, _ in self.shown}
+        gone = sessions - set(selectors.event_counts(list(sessions)))
+        removed = [key for key in self.shown if key[0] in gone]
+        for key in removed:
+            del self.shown[key]
+        return [f'<tr id="call-{dom_id(session_id)}--{dom_id(call_id)}" hx-swap-oob="delete"></tr>' for session_id, call_id in removed]
+
     def changed_rows(self) -> list[str]:
         context = self.query.context()
         added, frames = [], []
@@ -79,6 +90,7 @@ class FleetCallsConsumer(SessionListConsumer):
             elif self.shown[key] != html:
                 frames.append(self.render(row, context, oob="true"))
             self.shown[key] = html
+        frames += self.deleted_rows()
         if added:
             rows = "".join(added)
             frames.insert(0, f'<tbody hx-swap-oob="afterbegin:#call-rows">{rows}</tbody>')  # CSS hides "No call matches" then

@@ -29,6 +29,7 @@ CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= 0, or a n
 CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session; or the token or login session ended since (api.md)
 CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not the site's own (stream.origin_allowed)
 CLOSE_NOT_FOUND = 4404  # no such session (api.md)
+CLOSE_GONE = 4410  # the session was deleted while streaming (sessions_app/retention): it will not come back
 CLOSE_SERVER_ERROR = 4500  # the stream failed on the server (a bug); reconnect with ?after=<last seq>
 # CLOSE_UNAVAILABLE, 4503 (dashboard.outage; dashboard.middleware closes most of them): the database is
 # unreachable as the socket opens; reconnect later with ?after=<last seq>.
@@ -138,7 +139,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         # from the entry (or both, and the seq drops the second copy).
         self._hub = hub.hub()
         self._stream = await self._hub.subscribe(
-            session, after=after, send=self._send_events, failed=self._stream_failed, notes=self._notes_changed
+            session, after=after, send=self._send_events, failed=self._stream_failed, notes=self._notes_changed, gone=self._session_gone
         )
         self._pump = asyncio.create_task(self._run_stream(self._stream))
 
@@ -157,6 +158,11 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         if not self._failed:
             self._failed = True
             await self.close(code=CLOSE_SERVER_ERROR)
+
+    async def _session_gone(self) -> None:
+        """The session was deleted: 4410, and the client stops (reconnecting would be refused 4404)."""
+        await self._stop_stream()
+        await self.close(code=CLOSE_GONE, reason="the session was deleted")
 
     async def _send_events(self, wires: list[dict]) -> None:
         for wire in wires:

@@ -64,9 +64,11 @@ class Follower(stream.SessionStream):
         send: stream.SendEvents,
         failed: Callable[[], Awaitable[None]],
         notes: Callable[[dict], Awaitable[None]] | None = None,
+        gone: Callable[[], Awaitable[None]] | None = None,
     ):
         super().__init__(session, after=after, send=send)
         self.failed = failed  # called when the entry's stream fails (the socket is closed with 4500)
+        self.gone = gone or failed  # called when the session was deleted (the socket is closed with 4410)
         self.notes = notes  # called with each "session_notes" message (notes are not events: no seq, no stream)
         self._pending: collections.deque[list[dict]] = collections.deque()
         self._wake = asyncio.Event()
@@ -132,6 +134,10 @@ class _Entry:
             await self.stream.run()
         except asyncio.CancelledError:
             raise
+        except stream.SessionGone:
+            self.hub._forget(self)
+            followers, self.followers = list(self.followers), {}
+            await asyncio.gather(*(f.gone() for f in followers), return_exceptions=True)
         except Exception:
             logger.exception("the event stream of session %s failed", self.session_id)
             self.hub._forget(self)
@@ -194,12 +200,12 @@ class Hub:
         self.layer = get_channel_layer()
         self.entries: dict[str, _Entry] = {}
 
-    async def subscribe(self, session: Session, *, after: int | None, send: stream.SendEvents, failed, notes=None) -> Follower:
+    async def subscribe(self, session: Session, *, after: int | None, send: stream.SendEvents, failed, notes=None, gone=None) -> Follower:
         """A follower of the session, its entry in the group already; the caller runs `follower.run()`."""
         entry = self.entries.get(session.id)
         if entry is None:
             entry = self.entries[session.id] = _Entry(self, session)
-        follower = Follower(session, after=after, send=send, failed=failed, notes=notes)
+        follower = Follower(session, after=after, send=send, failed=failed, notes=notes, gone=gone)
         entry.followers[follower] = None
         try:
             await asyncio.shield(entry.joined)

@@ -25,6 +25,7 @@ from urllib.parse import parse_qs
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
+from django.core.exceptions import ObjectDoesNotExist
 from django.template.loader import render_to_string
 
 from dashboard import outage
@@ -40,6 +41,7 @@ from dashboard.live.consumers import (
 from dashboard.live.frames import render_notes_frame, render_page_frame, render_raw_frame, render_state_frame
 from dashboard.outage import DATABASE_UNAVAILABLE
 from dashboard.pages import ledger_panel, notes, session_page
+from dashboard.templatetags.turnlog import dom_id
 from sessions_app import access, db_threads, selectors, services
 from sessions_app.params import BadParameter, decimal_int
 
@@ -47,6 +49,8 @@ logger = logging.getLogger(__name__)
 
 # How often pages re-check statuses that change with time alone (running -> stalled), and headers changed with no event.
 STATUS_REFRESH_SECONDS = settings.TURNLOG_PAGE_REFRESH_SECONDS
+GONE_TEXT = "Deleted: this session no longer exists"
+GONE_FRAME = f'<p class="live-state" id="live-state" aria-live="polite" data-state="closed" hx-swap-oob="true">{GONE_TEXT}</p>'
 # Numbers the header changes found by the status checks: a key of their renders, unique in the process.
 _header_changes = itertools.count(1)
 
@@ -163,6 +167,11 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         self.cancel_renewal()
         await super().disconnect(code)
 
+    async def _session_gone(self) -> None:
+        """Say so on the page before closing 4410 (turnlog.js words the close the same)."""
+        await self.send(text_data=GONE_FRAME)
+        await super()._session_gone()
+
     async def _stop_stream(self) -> None:
         task, self._status_watch = self._status_watch, None
         await stop_task(task)
@@ -262,6 +271,8 @@ class SharedStatus:
                     watched[0][changes] = current
             except DATABASE_UNAVAILABLE as error:
                 outage.database_outage.failed(error)
+            except ObjectDoesNotExist:
+                return  # deleted: its sockets are told by their stream (4410)
             except Exception:
                 logger.exception("checking the status of session %s failed", session_id)
             with contextlib.suppress(asyncio.TimeoutError):
@@ -350,10 +361,15 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
             await self.send(text_data=frame)
 
     def render_row(self, session_id: str) -> str | None:
+        """The row's frame: new, changed, or (a session deleted) its removal; None when it no longer matches."""
         matches = selectors.list_sessions(
             status=self.status, q=self.q, projects=self.projects, limit=1, ids=[session_id], labelled=True
         ).items
         if not matches:
+            if session_id in self.shown and not selectors.event_counts([session_id]):  # deleted (sessions_app/retention)
+                self.shown.discard(session_id)
+                self.statuses.pop(session_id, None)
+                return f'<tr id="session-{dom_id(session_id)}" hx-swap-oob="delete"></tr>'
             return None
         session = matches[0]
         self.statuses[session.id] = session.status

@@ -163,6 +163,10 @@ def read_page(session: Session, since: int, limit: int) -> list[dict]:
     return [log_events.event_to_wire(e) for e in selectors.events_since(session, since=since, limit=limit)]
 
 
+class SessionGone(Exception):
+    """The streamed session was deleted (sessions_app/retention): its stream ends, and its sockets close 4410."""
+
+
 class SessionStream:
     """Sends one session's events with seq > after through `send`, exactly once, in order.
 
@@ -210,6 +214,10 @@ class SessionStream:
         if not self._poll_queued and self._put(("poll", None)):
             self._poll_queued = True
 
+    def offer_gone(self) -> None:
+        """The watcher found the session deleted: the pump ends with SessionGone."""
+        self._put(("gone", None))
+
     def _put(self, item) -> bool:
         try:
             self._inbox.put_nowait(item)
@@ -236,6 +244,8 @@ class SessionStream:
                 kind, value = await asyncio.wait_for(self._inbox.get(), wait)
             except asyncio.TimeoutError:
                 kind, value = "gap", None
+            if kind == "gone":
+                raise SessionGone(self.session_id)
             if kind == "event":
                 early[value["seq"]] = value
             elif kind == "poll":
@@ -345,9 +355,13 @@ class _Watcher:
                 logger.exception("checking the event counts of %d streamed sessions failed", len(self.streams))
                 continue
             outage.database_outage.reached()
-            for session_id, count in counts.items():
-                for stream in list(self.streams.get(session_id, ())):
-                    stream.offer_count(count)
+            for session_id, watchers in list(self.streams.items()):
+                count = counts.get(session_id)
+                for stream in list(watchers):
+                    if count is None:  # deleted (the only way a watched session stops existing)
+                        stream.offer_gone()
+                    else:
+                        stream.offer_count(count)
 
 
 _watcher: _Watcher | None = None

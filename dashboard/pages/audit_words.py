@@ -164,6 +164,28 @@ def _auto_recovery_held(entry: AuditEntry, detail: dict) -> list[Phrase]:
     return said
 
 
+def _session_deleted(entry: AuditEntry, detail: dict) -> list[Phrase]:
+    """"12 events and 30 other rows; agent bot; by retention: 30 days" (the session is gone: nothing to link)."""
+    detail.pop("session", None)
+    events, rows = detail.pop("events", None), detail.pop("rows", None)
+    said = []
+    if isinstance(events, int):
+        others = sum(n for label, n in rows.items() if isinstance(n, int)) - events - 1 if isinstance(rows, dict) else None
+        said.append(Phrase(f"{events} event{'s' if events != 1 else ''}" + (f" and {others} other rows" if others else "")))
+    if agent := detail.pop("agent", ""):
+        said.append(Phrase(json_text(agent), lead="agent "))
+    if policy := detail.pop("policy", None):
+        said.append(Phrase(json_text(policy), lead="by "))
+    return said
+
+
+def _retention_changed(entry: AuditEntry, detail: dict) -> list[Phrase]:
+    def days(value) -> str:
+        return f"{value} days" if isinstance(value, int) else "forever"
+
+    return [Phrase(f"{days(detail.pop('before', None))} → {days(detail.pop('after', None))}", lead="kept ")]
+
+
 WORDS = {
     AuditEntry.RECOVERY: _recovery,
     AuditEntry.DANGLING_PATCH: _recovery,  # the same detail, less what only a recovery has
@@ -175,4 +197,6 @@ WORDS = {
     AuditEntry.MEMBER_REMOVED: _member_role("was "),
     AuditEntry.ACCESS_DENIED: _access_denied,
     AuditEntry.AUTO_RECOVERY_HELD: _auto_recovery_held,
+    AuditEntry.SESSION_DELETED: _session_deleted,
+    AuditEntry.RETENTION_CHANGED: _retention_changed,
 }

@@ -38,7 +38,11 @@ def session_or_404(request, session_id: str, capability: str = access.READ):
 def session_rights(request, session) -> dict:
     """What the page offers this user: controls they could not use are not shown."""
     actor = access.actor_of(request)
-    return {"can_recover": actor.can(session.project_id, access.RECOVER), "can_fork": actor.can(session.project_id, access.FORK)}
+    return {
+        "can_recover": actor.can(session.project_id, access.RECOVER),
+        "can_fork": actor.can(session.project_id, access.FORK),
+        "can_delete": actor.can(session.project_id, access.ADMIN),
+    }
 
 
 def page_note_rights(request, session) -> notes.NoteRights:

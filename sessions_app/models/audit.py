@@ -26,6 +26,8 @@ class AuditEntry(models.Model):
     NOTE_ADDED = "note_added"
     NOTE_EDITED = "note_edited"
     NOTE_DELETED = "note_deleted"
+    SESSION_DELETED = "session_deleted"
+    RETENTION_CHANGED = "retention_changed"
     ACTIONS = [
         (RECOVERY, "Recovery applied"),
         (DANGLING_PATCH, "Dangling calls patched"),
@@ -40,6 +42,8 @@ class AuditEntry(models.Model):
         (NOTE_ADDED, "Note added"),
         (NOTE_EDITED, "Note edited"),
         (NOTE_DELETED, "Note deleted"),
+        (SESSION_DELETED, "Session deleted"),
+        (RETENTION_CHANGED, "Retention changed"),
     ]
 
     # None: a site-level action (a site token).

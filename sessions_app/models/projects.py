@@ -6,11 +6,15 @@ import hashlib
 import secrets
 
 from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.models import Q
 from django.utils import timezone
 
 from sessions_app import statements
+
+
+RETENTION_DAYS_MAX = 36500  # a hundred years: beyond it, keep them forever (leave it empty)
 
 
 class Project(models.Model):
@@ -21,6 +25,11 @@ class Project(models.Model):
     slug = models.SlugField(max_length=64, unique=True, help_text="Short name used in URLs and the CLI (--project)")
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
+    # How long sessions are kept after their last activity (sessions_app/retention); None: forever.
+    retention_days = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(RETENTION_DAYS_MAX)],
+        help_text="Delete sessions quiet for longer than this many days (empty: keep them forever)",
+    )  # fmt: skip
 
     class Meta:
         ordering = ["slug"]

@@ -2,7 +2,8 @@
 
 `Event` rows are append-only: the model layer refuses every update and
 delete (instance save of an existing row, instance delete, queryset update,
-delete and bulk_update). The semantics live in `sessions_app.log`; these
+delete and bulk_update). Only a whole session is ever deleted, with its
+events, by sessions_app/retention. The semantics live in `sessions_app.log`; these
 models only persist them plus a summary that lists and filters can read
 without scanning events.
 """
@@ -182,9 +183,10 @@ class Event(models.Model):
     # The unique (session, seq) index serves lookups by session; no second one.
     # No database constraint: PostgreSQL checks a foreign key with one query
     # per inserted row, half a second of a 100,000-event fork. Sessions are
-    # never deleted (PROTECT still refuses it in the ORM) and events are only
-    # written by services under the session's lock or in the transaction
-    # that created the fork, so the key cannot dangle.
+    # deleted only by sessions_app/retention, which deletes their events first
+    # under the session's lock (PROTECT refuses any other deletion in the ORM),
+    # and events are only written by services under the session's lock or in
+    # the transaction that created the fork, so the key cannot dangle.
     session = models.ForeignKey(
         Session, on_delete=models.PROTECT, related_name="events", db_index=False, db_constraint=False
     )

@@ -60,7 +60,7 @@ def index_pending(*, projects: Collection[int] | None = None, wait: bool, batch:
 
 
 _MARK = "UPDATE sessions_app_session SET search_indexed_seq = %s WHERE id = %s"
-_CLAIM_SPACE = 27001  # the advisory locks' first key: the search index's (the second is the session id's hash)
+CLAIM_SPACE = 27001  # the advisory locks' first key: the search index's (the second is the session id's hash)
 # Waiting, the locks are taken in the order of their keys: two searches' claims never wait on each other in a circle.
 _CLAIM_WAIT = (
     "SELECT pg_advisory_xact_lock(%s, k.h) FROM (SELECT DISTINCT hashtext(u.id) AS h FROM unnest(%s::text[]) AS u(id) ORDER BY 1) AS k"
@@ -100,9 +100,9 @@ def _claim(session_ids: list[str], *, wait: bool) -> list[str]:
         return session_ids  # SQLite's write lock, taken by the transaction, is the claim
     with connection.cursor() as cursor:
         if wait:
-            cursor.execute(_CLAIM_WAIT, [_CLAIM_SPACE, session_ids])
+            cursor.execute(_CLAIM_WAIT, [CLAIM_SPACE, session_ids])
             return session_ids
-        cursor.execute(_CLAIM_TRY, [session_ids, _CLAIM_SPACE])
+        cursor.execute(_CLAIM_TRY, [session_ids, CLAIM_SPACE])
         return [row[0] for row in cursor.fetchall()]
 
 

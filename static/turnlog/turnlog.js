@@ -106,6 +106,7 @@
   // after 1006, 1011, 1012 and 1013, so these are reconnected here, with the
   // same backoff; createWebSocket above resumes from the cursor.
   var RECONNECT_CODES = [4012, 4500, 4503];
+  var GONE_TEXT = "Deleted: this session no longer exists";
   var HTMX_RECONNECT_CODES = [1006, 1011, 1012, 1013];
   var reconnects = new WeakMap();  // socket element -> reconnects since it was last open
 
@@ -140,7 +141,8 @@
       var code = event.detail.event.code;
       var comesBack = HTMX_RECONNECT_CODES.indexOf(code) >= 0 || RECONNECT_CODES.indexOf(code) >= 0;
       // Refused for good (4401 logged out, 4404 no such session, ...): only a reload can tell why.
-      setLiveState(comesBack ? "Reconnecting…" : "Disconnected: reload the page", "closed");
+      // 4410: the session was deleted while it was watched (the server's frame said so first).
+      setLiveState(code === 4410 ? GONE_TEXT : comesBack ? "Reconnecting…" : "Disconnected: reload the page", "closed");
       reconnectAfter(event.target, code, event.detail.socketWrapper);
     });
     document.body.addEventListener("htmx:oobBeforeSwap", function (event) {

@@ -211,7 +211,7 @@ def test_a_disabled_policy_stops_a_broader_one(tools):
 def test_no_enabled_policy_means_no_candidates(tools, django_assert_num_queries):
     AutoRecoveryPolicy.objects.create(agent_pattern="*", enabled=False)
     crash("s", "bot", "lookup_customer")
-    with django_assert_num_queries(2):  # finished OTLP runs to close, and the policies
+    with django_assert_num_queries(3):  # projects with a retention, finished OTLP runs to close, and the policies
         assert worker.run_round() == []
 
 

@@ -1,5 +1,5 @@
-"""`manage.py recovery_worker [--once] [--interval SECONDS]`: the clock-driven automatic recovery (sessions_app.worker),
-and between its rounds, every second, the search index's pending events (services.index_pending)."""
+"""`manage.py recovery_worker [--once] [--interval SECONDS]`: the clock-driven automatic recovery and retention's
+sweep (sessions_app.worker), and between its rounds, every second, the search index's pending events (services.index_pending)."""
 
 import signal
 import threading
@@ -19,7 +19,8 @@ INDEX_EVERY_SECONDS = 1.0  # how far the search index may trail the log when nob
 class Command(BaseCommand):
     help = (
         "Recover stalled sessions automatically where an auto-recovery policy allows it and every open turn is"
-        " restart_turn; one line per session recovered or held. Runs a round every --interval seconds until"
+        " restart_turn, and delete sessions past their project's retention; one line per session recovered, held,"
+        " deleted or kept past retention (each kept one once). Runs a round every --interval seconds until"
         " SIGTERM or Ctrl-C; a database outage is logged and retried next round."
     )
 
@@ -71,6 +72,7 @@ class Command(BaseCommand):
         self.stdout.write(f"recovery worker: metrics at http://{address}/metrics (no token: for the scraper's network only)")
 
     index_failing = False
+    kept_said: set[tuple[str, str]] = set()  # (session id, why) of sessions kept past retention, said once
 
     def index(self) -> bool:
         """The search index's pending events; False when the database failed (retried every second, said once)."""
@@ -93,7 +95,11 @@ class Command(BaseCommand):
             self.stderr.write(f"database unavailable, retrying next round: {type(exc).__name__}: {exc}".strip())
             connections.close_all()  # a fresh connection next round
             return False
+        kept = {(a.session_id, a.why) for a in actions if a.outcome == worker.KEPT}
         for action in actions:
+            if action.outcome == worker.KEPT and (action.session_id, action.why) in self.kept_said and not verbose:
+                continue
             if action.outcome != worker.SKIPPED or verbose:
                 self.stdout.write(action.line())
+        self.kept_said = kept
         return True

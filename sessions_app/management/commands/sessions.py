@@ -1,4 +1,4 @@
-"""Operator commands: list, status, recover (and fork) sessions from the command line."""
+"""Operator commands: list, status, recover, fork and delete sessions from the command line, and retention's state."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
 # The Agents page's own wording of its figures, so the table reads the same here.
-from sessions_app import access, errors, selectors, services
+from sessions_app import access, errors, retention, selectors, services
 from sessions_app.log import clock as log_clock
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
@@ -27,7 +27,10 @@ def printable(text: str) -> str:
 
 
 class Command(BaseCommand):
-    help = "Inspect and repair sessions: list, status, recover, fork; agents: failure history per agent."
+    help = (
+        "Inspect and repair sessions: list, status, recover, fork, delete; agents: failure history per agent;"
+        " retention: the sessions past their project's retention (and --sweep to delete them now)."
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
@@ -52,13 +55,19 @@ class Command(BaseCommand):
         listing.add_argument("--project", metavar="SLUG", help="only sessions of this project")
         agents = sub.add_parser("agents", help="failure history per agent: the Agents page's table")
         agents.add_argument("--project", metavar="SLUG", help="only this project's sessions (default: every project)")
-        for command in (status, recover, fork):
+        delete = sub.add_parser("delete", help="delete a whole session with everything that hangs on it (audited)")
+        delete.add_argument("session_id")
+        delete.add_argument("--yes", action="store_true", help="delete without asking")
+        kept = sub.add_parser("retention", help="sessions past their project's retention that are kept, and why")
+        kept.add_argument("--project", metavar="SLUG", help="only this project")
+        kept.add_argument("--sweep", action="store_true", help="first delete those that may go, as the worker does")
+        for command in (status, recover, fork, delete):
             command.add_argument("--project", metavar="SLUG", help="refuse the session unless it is in this project")
 
     def handle(self, *args, action: str, project: str | None, **options):
         try:
             getattr(self, action)(project=self.project(project), **options)
-        except (errors.SessionNotFound, errors.SessionExists) as exc:
+        except (errors.SessionNotFound, errors.SessionExists, errors.SessionHasForks) as exc:
             raise CommandError(str(exc)) from None
 
     def project(self, slug: str | None) -> Project | None:
@@ -222,13 +231,35 @@ class Command(BaseCommand):
             self.style.SUCCESS(f"Forked {session_id} into {child.id}: {child.seed_length} events inherited.")
         )
 
-    def confirmed(self, question: str) -> bool:
+    def delete(self, *, project: Project | None, session_id: str, yes: bool, **_):
+        session = self.session(session_id, project)
+        open_turns = " It has an open turn still unrecovered." if session.interrupted else ""
+        question = f"Delete {session.id} ({session.event_count} events, project {session.project.slug}) for good?{open_turns} [y/N] "
+        if not yes and not self.confirmed(question, "deleted"):
+            raise CommandError("Not confirmed: nothing was deleted.")
+        gone = retention.delete_session(session_id=session.id)
+        others = sum(count for label, count in gone.rows.items() if label not in ("sessions_app.Event", "sessions_app.Session"))
+        self.stdout.write(self.style.SUCCESS(f"Deleted {gone.session_id}: {gone.events} events and {others} other rows."))
+
+    def retention(self, *, project: Project | None, sweep: bool, **_):
+        projects = None if project is None else [project.pk]
+        if project is not None and project.retention_days is None:
+            self.stdout.write(f"Project {project.slug} keeps its sessions forever (no retention set).")
+            return
+        if sweep:
+            swept = retention.sweep()
+            for gone in swept.deleted:
+                self.stdout.write(f"deleted {gone.session_id} ({gone.events} events)")
+        for held in retention.held_sessions(projects=projects):
+            self.stdout.write(f"kept {held.session_id} (last activity {format_time(held.last_activity_at)}): {held.why}")
+
+    def confirmed(self, question: str, done: str = "appended") -> bool:
         """Ask on the terminal; without one (cron, CI, a closed stdin) refuse instead of crashing."""
         try:
             answer = input(question)
         except (EOFError, KeyboardInterrupt):
             self.stdout.write("")
-            raise CommandError("Not confirmed: no answer on stdin (no terminal?); pass --yes to apply without asking. Nothing was appended.") from None
+            raise CommandError(f"Not confirmed: no answer on stdin (no terminal?); pass --yes to apply without asking. Nothing was {done}.") from None
         return answer.strip().lower() in {"y", "yes"}
 
     def operator(self, username: str, session):

@@ -310,3 +310,26 @@ def test_a_fork_at_a_number_too_long_to_read_is_refused_in_words():
         run("fork", "crashed", "--at", "9" * 4301)
     with pytest.raises(CommandError, match="past the end"):
         run("fork", "crashed", "--at", "9" * 40)
+
+
+def test_delete_asks_then_deletes_the_whole_session_through_retention_and_audits_it(monkeypatch):
+    store(WORKED_EXAMPLE, session_id="crashed")
+    store([("user_message", {"content": "hi"})], session_id="other")
+    with pytest.raises(CommandError, match="Not confirmed: nothing was deleted"):
+        run("delete", "crashed", stdin="n", monkeypatch=monkeypatch)
+    assert Session.objects.filter(pk="crashed").exists()
+    said = run("delete", "crashed", stdin="y", monkeypatch=monkeypatch)
+    assert "Deleted crashed: 10 events" in said
+    assert set(Session.objects.values_list("id", flat=True)) == {"other"} and not Event.objects.filter(session_id="crashed").exists()
+    entry = AuditEntry.objects.get(action=AuditEntry.SESSION_DELETED)
+    assert (entry.target, entry.actor_name, entry.detail["events"]) == ("crashed", "cli", 10)
+
+
+def test_delete_refuses_a_parent_with_forks_and_an_unknown_session():
+    store([("user_message", {"content": "hi"})], session_id="p")
+    services.fork(session_id="p", new_session_id="child")
+    with pytest.raises(CommandError, match="has forks \\(child\\)"):
+        run("delete", "p", "--yes")
+    with pytest.raises(CommandError, match="does not exist"):
+        run("delete", "nope", "--yes")
+    assert Session.objects.count() == 2 and not AuditEntry.objects.filter(action=AuditEntry.SESSION_DELETED).exists()
