@@ -37,11 +37,11 @@ ROOMS = {
     ],
     "dashboard": [
         ("support", ["dashboard=", "dashboard.outage", "dashboard.secret_key", "dashboard.log_filters",
-                     "dashboard.lockout", "dashboard.settings"]),
+                     "dashboard.json_logs", "dashboard.lockout", "dashboard.settings"]),
         ("pages", ["dashboard.pages", "dashboard.templatetags"]),
         ("live", ["dashboard.live"]),
         ("site", ["dashboard.urls", "dashboard.routing", "dashboard.asgi", "dashboard.middleware",
-                  "dashboard.lanes"]),
+                  "dashboard.lanes", "dashboard.health", "dashboard.access_log"]),
     ],
     "turnlog_client": [("client", ["turnlog_client"])],
 }
