@@ -29,7 +29,8 @@ from sessions_app.models import SESSION_ID_PATTERN
 logger = logging.getLogger(json_logs.ACCESS_LOGGER)
 
 SESSION_ID = SESSION_ID_PATTERN.removeprefix("^").removesuffix("$")
-SESSION_IN_PATH = re.compile(rf"^/(?:api/v1/|ws/v1/|ws/)?sessions/({SESSION_ID})(?:/|$)")
+# A session's pages and API paths; its sockets' paths go on past the id (/ws/sessions/live is the list's).
+SESSION_IN_PATH = re.compile(rf"^/(?:(?:api/v1/)?sessions/({SESSION_ID})(?:/|$)|ws/(?:v1/)?sessions/({SESSION_ID})/)")
 # The websocket streams (dashboard/routing.py), by what they serve.
 SOCKET_KINDS = [
     (re.compile(rf"^/ws/v1/sessions/{SESSION_ID}/events$"), "events"),
@@ -44,12 +45,11 @@ def common_fields(scope: dict) -> dict:
     """What a line says of any request or socket, from its scope alone."""
     headers = dict(scope.get("headers") or [])
     client = scope.get("client")
-    fields = {
-        "path": without_secrets(scope["path"]),
-        "client": address_of(client[0] if client else None, headers.get(b"x-forwarded-for", b"").decode("latin1")),
-    }
+    fields = {"path": without_secrets(scope["path"])}
+    if address := address_of(client[0] if client else None, headers.get(b"x-forwarded-for", b"").decode("latin1")):
+        fields["client"] = address
     if found := SESSION_IN_PATH.match(scope["path"]):
-        fields["session_id"] = found.group(1)
+        fields["session_id"] = found.group(1) or found.group(2)
     return fields
 
 

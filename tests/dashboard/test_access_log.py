@@ -14,11 +14,15 @@ import time
 
 import pytest
 from asgiref.testing import ApplicationCommunicator
+from channels import DEFAULT_CHANNEL_LAYER
+from channels.layers import channel_layers
+from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.db import connection
 from django.test import Client
 from websockets.sync.client import connect
 
+from dashboard.access_log import common_fields
 from dashboard.asgi import application
 from sessions_app import services
 from sessions_app.models import Role
@@ -184,3 +188,41 @@ async def test_a_logged_in_page_names_its_user_and_project(access_logged, reader
 async def test_the_health_probes_are_not_logged(access_logged):
     assert await served("/healthz") == 200
     assert logged_fields(access_logged) == []
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_a_page_socket_names_its_user_kind_and_close(access_logged, reader_cookie, settings):
+    channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)  # its pools belong to this test's loop
+    headers = [(b"host", b"testserver"), (b"origin", b"http://testserver"), (b"cookie", f"{settings.SESSION_COOKIE_NAME}={reader_cookie}".encode())]
+    socket = WebsocketCommunicator(application, "/ws/sessions/live", headers=headers)
+    try:
+        connected, _ = await socket.connect(timeout=10)
+        assert connected
+        await socket.disconnect(code=1001, timeout=10)
+    finally:
+        layer = channel_layers.backends.pop(DEFAULT_CHANNEL_LAYER, None)
+        if hasattr(layer, "close_pools"):
+            await layer.close_pools()
+    (fields,) = logged_fields(access_logged)
+    assert {k: fields[k] for k in ("type", "kind", "path", "user", "close_code", "closed_by")} == {
+        "type": "websocket", "kind": "session_list", "path": "/ws/sessions/live", "user": "reader", "close_code": 1001, "closed_by": "client",
+    }  # fmt: skip
+    assert not {"session_id", "token", "client"} & set(fields), fields  # the test client's socket has no address
+
+
+@pytest.mark.parametrize(
+    "path, session_id",
+    [
+        ("/api/v1/sessions/s-1", "s-1"),
+        ("/api/v1/sessions/s-1/events", "s-1"),
+        ("/sessions/s-1/", "s-1"),
+        ("/ws/v1/sessions/s-1/events", "s-1"),
+        ("/ws/sessions/s-1/recovery/live", "s-1"),
+        ("/ws/sessions/live", None),  # the session list's socket
+        ("/api/v1/sessions", None),
+        ("/projects/default/", None),
+    ],
+)
+def test_the_session_a_path_names(path, session_id):
+    assert common_fields({"type": "http", "path": path}).get("session_id") == session_id
