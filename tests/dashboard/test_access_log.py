@@ -226,3 +226,17 @@ async def test_a_page_socket_names_its_user_kind_and_close(access_logged, reader
 )
 def test_the_session_a_path_names(path, session_id):
     assert common_fields({"type": "http", "path": path}).get("session_id") == session_id
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.asyncio
+async def test_an_otlp_export_names_its_token(access_logged, agent):
+    scope = http_scope("POST", "/otlp/v1/traces", {"Authorization": f"Bearer {agent}", "Content-Type": "application/x-protobuf"})
+    communicator = ApplicationCommunicator(application, scope)
+    await communicator.send_input({"type": "http.request", "body": b""})  # an export of no spans
+    status, _, _ = await response_of(communicator)
+    assert status == 200
+    (fields,) = logged_fields(access_logged)
+    assert {k: fields[k] for k in ("path", "status", "token", "user", "project")} == {
+        "path": "/otlp/v1/traces", "status": 200, "token": TOKEN_NAME, "user": "agent-owner", "project": "default",
+    }  # fmt: skip
