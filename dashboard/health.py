@@ -74,12 +74,13 @@ def database_checks() -> tuple[dict[str, str], int]:
 
 
 async def channel_layer_check() -> str:
-    """ok (Redis answered a PING), unreachable, or in-process (the in-memory layer of one process: nothing to reach)."""
+    """ok (each Redis answered a PING), unreachable, or in-process (the in-memory layer of one process: nothing to reach)."""
     layer = get_channel_layer()
     if not hasattr(layer, "connection"):
         return "in-process"
     try:
-        await asyncio.wait_for(layer.connection(0).ping(), LAYER_PING_SECONDS)
+        for shard in range(layer.ring_size):
+            await asyncio.wait_for(layer.connection(shard).ping(), LAYER_PING_SECONDS)
     except (*LAYER_UNREACHABLE, asyncio.TimeoutError):
         return "unreachable"
     return OK

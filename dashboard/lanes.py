@@ -151,26 +151,33 @@ class AppendLane(Lane):
     async def append(self, request: ASGIRequest, token: str, session_id: str, prepared: PreparedAppend) -> services.AppendResult | HttpResponse:
         def store():
             try:
-                result = prepared.store(session_id, bearer=token)
+                return prepared.store(session_id, bearer=token)
             except REFUSED:
                 raise Refused from None
-            if json_logs.FIELDS in request.scope:
-                json_logs.note_caller(request.scope, token=self.caller(token))
-            return result
 
         try:
-            return await db_threads.run_append(store)
+            result = await db_threads.run_append(store)
         except DATABASE_UNAVAILABLE as error:
             return self.unavailable.process_exception(request, error)
+        if json_logs.FIELDS in request.scope:
+            await self.note_caller(request, token)
+        return result
 
-    def caller(self, secret: str) -> ApiToken | None:
-        """The token with this secret, its user and project loaded (on a database thread)."""
+    async def note_caller(self, request: ASGIRequest, secret: str) -> None:
+        """Name the stored batch's token in the access log line; read after the append's own
+        transaction (which may hold others' batches), and only the first time in this process."""
         key = hash_token(secret)
-        if (token := self.callers.get(key)) is None and (token := ApiToken.usable_for(secret)) is not None:
+        if (token := self.callers.get(key)) is None:
+            try:
+                token = await db_threads.run(ApiToken.usable_for, secret)
+            except DATABASE_UNAVAILABLE:  # the batch is stored all the same: its line names nobody
+                return
+            if token is None:  # revoked since
+                return
             if len(self.callers) >= CALLERS_KEPT:
                 self.callers.clear()
             self.callers[key] = token
-        return token
+        json_logs.note_caller(request.scope, token=token)
 
     async def created(self, request: ASGIRequest, result: services.AppendResult, send) -> None:
         body = json.dumps(result.as_response()).encode()  # JsonResponse's text of it
