@@ -20,6 +20,7 @@ from channels.testing import WebsocketCommunicator
 from django.conf import settings
 from django.db import connection
 from django.test import Client
+from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import connect
 
 from dashboard.access_log import common_fields
@@ -88,11 +89,16 @@ def test_daphne_logs_each_request_and_socket_as_a_json_line_without_secrets(tmp_
         with connect(f"ws://127.0.0.1:{server.port}/ws/v1/sessions/{sid}/events?token={QUERY_SECRET}", additional_headers=headers) as ws:
             assert json.loads(ws.recv(timeout=10))["event"]["seq"] == 0
             assert json.loads(ws.recv(timeout=10))["event"]["seq"] == 1
-        wait_for_line(server, lambda line: line["type"] == "websocket")
+        with connect(f"ws://127.0.0.1:{server.port}/ws/v1/sessions/{sid}/events") as refused:
+            with pytest.raises(ConnectionClosed) as closed:
+                refused.recv(timeout=10)
+            assert closed.value.rcvd.code == 4401
+        wait_for_line(server, lambda line: line.get("close_code") == 4401)
+        wait_for_line(server, lambda line: line.get("close_code") == 1000)
     finally:
         server.stop()
     log = server.log_path.read_text()
-    for secret in (agent, QUERY_SECRET, COOKIE_SECRET, LINK_SECRET, "Bearer", "Cookie"):
+    for secret in (agent, QUERY_SECRET, COOKIE_SECRET, LINK_SECRET, "Bearer", "Cookie", "Authorization"):
         assert secret not in log, (secret, log)
 
     lines = access_lines(log)
@@ -112,7 +118,10 @@ def test_daphne_logs_each_request_and_socket_as_a_json_line_without_secrets(tmp_
     link = next(line for line in lines if line["path"].startswith("/account/set-password/"))
     assert link["path"] == "/account/set-password/MQ/…/"
 
-    (socket,) = [line for line in lines if line["type"] == "websocket"]
+    (unauthenticated,) = [line for line in lines if line["type"] == "websocket" and line["close_code"] == 4401]
+    assert (unauthenticated["closed_by"], unauthenticated["frames_sent"]) == ("server", 0)
+    assert not {"user", "token", "project"} & set(unauthenticated)
+    (socket,) = [line for line in lines if line["type"] == "websocket" and line["close_code"] == 1000]
     assert {k: socket[k] for k in ("kind", "path", "session_id", "token", "user", "project", "close_code", "closed_by", "frames_sent")} == {
         "kind": "events", "path": f"/ws/v1/sessions/{sid}/events", "session_id": sid, "token": TOKEN_NAME, "user": "agent-owner",
         "project": "default", "close_code": 1000, "closed_by": "client", "frames_sent": 2,
