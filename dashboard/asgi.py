@@ -17,6 +17,8 @@ from django.core.exceptions import SuspiciousOperation  # noqa: E402
 from django.core.handlers.exception import response_for_exception  # noqa: E402
 from django.http import Http404  # noqa: E402
 
+from dashboard.access_log import HttpAccessLog, WebsocketAccessLog  # noqa: E402
+from dashboard.health import HealthProbes  # noqa: E402
 from dashboard.lanes import AppendLane, EventsLane  # noqa: E402
 from dashboard.middleware import WebsocketDatabaseGuard  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
@@ -49,7 +51,8 @@ application = ProtocolTypeRouter(
         # Daphne serves the few static files itself (no extra service for
         # the embedded setup); a deployment may put a cache in front.
         # Appends and event reads with a bearer token take lanes past Django's handler (lanes says why).
-        "http": AppendLane(EventsLane(StaticFiles(django_asgi_app))),
-        "websocket": WebsocketDatabaseGuard(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        # The health probes come first: no middleware applies to them, nor the access log (dashboard/health.py).
+        "http": HealthProbes(HttpAccessLog(AppendLane(EventsLane(StaticFiles(django_asgi_app))))),
+        "websocket": WebsocketAccessLog(WebsocketDatabaseGuard(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
     }
 )

@@ -36,14 +36,17 @@ from django.http import HttpResponse, JsonResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
 
+from dashboard import json_logs
 from dashboard import middleware as dashboard_middleware
 from dashboard.outage import DATABASE_UNAVAILABLE
 from sessions_app import access, db_threads, errors, selectors, services
 from sessions_app.api.events import EVENTS_PAGE_DEFAULT, EVENTS_PAGE_MAX, PreparedAppend, events_answer, prepare_append
 from sessions_app.log import values as log_values
-from sessions_app.models import SESSION_ID_PATTERN, ApiToken
+from sessions_app.models import SESSION_ID_PATTERN, ApiToken, hash_token
 from sessions_app.params import decimal_int
 
+# Tokens whose names the append lane keeps for the access log (all forgotten past this many).
+CALLERS_KEPT = 1024
 PATH = re.compile("/api/v1/sessions/(" + SESSION_ID_PATTERN.removeprefix("^").removesuffix("$") + ")/events")
 BODY_KEYS = frozenset({"events", "expected_seq"})
 # Refusals Django answers: each is raised before the append writes or rolls its transaction back.
@@ -101,6 +104,9 @@ class AppendLane(Lane):
         # of a single append. Worked out by the hooks themselves on the first 201, again after a settings change.
         self.created_headers: dict[bool, list[tuple[bytes, bytes]]] = {}
         setting_changed.connect(self.forget_headers)
+        # Who each token is, for the access log (json_logs.note_caller), by the token's hash: the append's
+        # own check reads no names, so they are read once per token and process, and only when logged.
+        self.callers: dict[str, ApiToken] = {}
 
     def forget_headers(self, **kwargs) -> None:
         self.created_headers.clear()
@@ -150,9 +156,28 @@ class AppendLane(Lane):
                 raise Refused from None
 
         try:
-            return await db_threads.run_append(store)
+            result = await db_threads.run_append(store)
         except DATABASE_UNAVAILABLE as error:
             return self.unavailable.process_exception(request, error)
+        if json_logs.FIELDS in request.scope:
+            await self.note_caller(request, token)
+        return result
+
+    async def note_caller(self, request: ASGIRequest, secret: str) -> None:
+        """Name the stored batch's token in the access log line; read after the append's own
+        transaction (which may hold others' batches), and only the first time in this process."""
+        key = hash_token(secret)
+        if (token := self.callers.get(key)) is None:
+            try:
+                token = await db_threads.run(ApiToken.usable_for, secret)
+            except DATABASE_UNAVAILABLE:  # the batch is stored all the same: its line names nobody
+                return
+            if token is None:  # revoked since
+                return
+            if len(self.callers) >= CALLERS_KEPT:
+                self.callers.clear()
+            self.callers[key] = token
+        json_logs.note_caller(request.scope, token=token)
 
     async def created(self, request: ASGIRequest, result: services.AppendResult, send) -> None:
         body = json.dumps(result.as_response()).encode()  # JsonResponse's text of it
@@ -221,6 +246,7 @@ class EventsLane(Lane):
             if not access.Actor(user=token.user, token=token).can(session.project_id, access.READ):
                 raise Refused  # Django refuses it and audits the refusal
             token.mark_used()
+            json_logs.note_caller(request.scope, token=token)
             return events_answer(session, since=since, limit=limit)
 
         try:

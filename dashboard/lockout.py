@@ -25,11 +25,16 @@ def client_address(request: HttpRequest) -> str | None:
     address the proxy appended last to X-Forwarded-For (earlier entries are
     whatever the client wrote, never trusted).
     """
+    return address_of(request.META.get("REMOTE_ADDR"), request.META.get("HTTP_X_FORWARDED_FOR", ""))
+
+
+def address_of(remote_address: str | None, forwarded_for: str) -> str | None:
+    """client_address's rule, from the connection's address and the X-Forwarded-For header (the access log's too)."""
     if settings.TURNLOG_BEHIND_PROXY:
-        appended = request.META.get("HTTP_X_FORWARDED_FOR", "").rsplit(",", 1)[-1].strip()
+        appended = forwarded_for.rsplit(",", 1)[-1].strip()
         if appended:
             return appended
-    return request.META.get("REMOTE_ADDR")
+    return remote_address
 
 
 def wait_text(cool_off: timedelta) -> str:

@@ -28,9 +28,10 @@ from django.db import DEFAULT_DB_ALIAS, connections
 from django.http import HttpResponse, JsonResponse
 from django.middleware import common
 from django.utils.deprecation import MiddlewareMixin
+from django.utils.functional import SimpleLazyObject, empty
 
 from csp import middleware as csp_middleware
-from dashboard import outage
+from dashboard import json_logs, outage
 from dashboard.outage import CLOSE_UNAVAILABLE, DATABASE_UNAVAILABLE
 from sessions_app.params import BadParameter
 
@@ -78,6 +79,25 @@ class MessageMiddleware(in_event_loop(messages_middleware.MessageMiddleware)):
     def response_needs_database(self, request) -> bool:
         storage = getattr(request, "_messages", None)
         return storage is not None and (storage.used or storage.added_new)  # may read or write the login session
+
+
+class AccessLogCaller(MiddlewareMixin):
+    """Who made the request, for its access log line (dashboard/access_log.py), as the view found out:
+    the API's token (with its user and project), else a login whose user was read; a project page's slug."""
+
+    def process_response(self, request, response):
+        scope = getattr(request, "scope", None)  # only ASGI requests have one (not the test client's)
+        if scope is not None and json_logs.FIELDS in scope:
+            user = request.__dict__.get("user")  # the API's token authentication sets it; else Django's lazy user
+            if isinstance(user, SimpleLazyObject):
+                user = None if user._wrapped is empty else user._wrapped  # never read here: that would query
+            json_logs.note_caller(scope, user=user or getattr(request, "_acached_user", None), token=getattr(request, "api_token", None))
+            match = request.resolver_match
+            json_logs.note(scope, project=match.kwargs.get("slug") if match is not None else None)
+        return response
+
+
+AccessLogCallerMiddleware = in_event_loop(AccessLogCaller)
 
 
 class DatabaseUnavailableMiddleware(MiddlewareMixin):

@@ -103,6 +103,8 @@ INSTALLED_APPS = [
 # says why). Security, sessions, CSRF and clickjacking stay Django's own classes:
 # `check --deploy` looks for them by name, and skips its HSTS, SSL and cookie checks without them.
 MIDDLEWARE = [
+    # First, so its response hook runs last: it reads who the view found the caller to be (the access log's).
+    "dashboard.middleware.AccessLogCallerMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "dashboard.middleware.CSPMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -337,13 +339,34 @@ TURNLOG_OTLP_CLOSER = env_flag("TURNLOG_OTLP_CLOSER", True)
 # Prometheus metrics (docs/metrics.md): HOST:PORT where the recovery worker also serves the scrape, without a
 # token, for a scraper inside the network (sessions_app/metrics/listener.py); empty: GET /metrics only.
 TURNLOG_METRICS_BIND = os.environ.get("TURNLOG_METRICS_BIND", "")
+# text: log lines as Python's logging writes them, no access log (Daphne writes its own to stdout);
+# json: every log line one JSON object (dashboard/json_logs.py), plus one line per HTTP request and
+# per websocket session (dashboard/access_log.py).
+TURNLOG_LOG_FORMAT = os.environ.get("TURNLOG_LOG_FORMAT", "text").strip().lower()
+if TURNLOG_LOG_FORMAT not in {"text", "json"}:
+    raise ImproperlyConfigured(f"TURNLOG_LOG_FORMAT must be 'text' or 'json', not {TURNLOG_LOG_FORMAT!r}")
+JSON_LOGS = TURNLOG_LOG_FORMAT == "json"
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"without_traceback": {"()": "dashboard.log_filters.WithoutTraceback"}},
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "filters": {
+        "without_traceback": {"()": "dashboard.log_filters.WithoutTraceback"},
+        "without_secrets": {"()": "dashboard.log_filters.WithoutSecrets"},
+    },
+    "formatters": {"json": {"()": "dashboard.json_logs.JsonFormatter"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "filters": ["without_secrets"],
+            **({"formatter": "json"} if JSON_LOGS else {}),
+        }
+    },
     "root": {"handlers": ["console"], "level": os.environ.get("DJANGO_LOG_LEVEL", "WARNING")},
-    # A disallowed Host header: one line, no traceback (dashboard/log_filters.py).
-    "loggers": {"django.security.DisallowedHost": {"filters": ["without_traceback"]}},
+    "loggers": {
+        # A disallowed Host header: one line, no traceback (dashboard/log_filters.py).
+        "django.security.DisallowedHost": {"filters": ["without_traceback"]},
+        # The access log's lines are INFO: written in JSON only, whatever DJANGO_LOG_LEVEL says.
+        "turnlog.access": {"level": "INFO" if JSON_LOGS else "WARNING"},
+    },
 }

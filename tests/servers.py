@@ -38,8 +38,9 @@ def database_url(settings: dict) -> str:
 class DaphneServer:
     """`daphne dashboard.asgi:application` as a subprocess; can be stopped and started again on its port."""
 
-    def __init__(self, database_settings: dict, log_path: Path, **env: str):
+    def __init__(self, database_settings: dict, log_path: Path, *, arguments: tuple[str, ...] = (), **env: str):
         self.port = free_port()
+        self.arguments = arguments  # more of daphne's options
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
         self.env = {**os.environ, "DATABASE_URL": database_url(database_settings), **env}
@@ -50,7 +51,7 @@ class DaphneServer:
     def start(self) -> DaphneServer:
         log = self.log_path.open("a")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), "dashboard.asgi:application"],
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), *self.arguments, "dashboard.asgi:application"],
             cwd=PROJECT_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()

@@ -39,11 +39,11 @@ ROOMS = {
     ],
     "dashboard": [
         ("support", ["dashboard=", "dashboard.outage", "dashboard.secret_key", "dashboard.log_filters",
-                     "dashboard.lockout", "dashboard.settings", "dashboard.locations"]),
+                     "dashboard.json_logs", "dashboard.lockout", "dashboard.settings", "dashboard.locations"]),
         ("pages", ["dashboard.pages", "dashboard.templatetags"]),
         ("live", ["dashboard.live"]),
         ("site", ["dashboard.urls", "dashboard.routing", "dashboard.asgi", "dashboard.middleware",
-                  "dashboard.lanes", "dashboard.cli"]),
+                  "dashboard.lanes", "dashboard.health", "dashboard.access_log", "dashboard.cli"]),
     ],
     "turnlog_client": [("client", ["turnlog_client"])],
 }

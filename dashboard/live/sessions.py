@@ -28,7 +28,7 @@ from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
 from django.template.loader import render_to_string
 
-from dashboard import outage
+from dashboard import json_logs, outage
 from dashboard.live import credentials, stream
 from dashboard.live.consumers import (
     CLOSE_BAD_REQUEST,
@@ -61,6 +61,7 @@ async def login_user(consumer: AsyncWebsocketConsumer):
     if user is None or not user.is_authenticated:
         await consumer.close(code=CLOSE_UNAUTHENTICATED)
         return None
+    json_logs.note_caller(consumer.scope, user=user)
     if not stream.origin_allowed(consumer.scope):
         await consumer.close(code=CLOSE_FORBIDDEN_ORIGIN)
         return None

@@ -39,7 +39,7 @@ from channels.db import database_sync_to_async
 from django.core.handlers.asgi import ASGIRequest
 from django.middleware.csrf import CsrfViewMiddleware
 
-from dashboard import outage
+from dashboard import json_logs, outage
 from dashboard.outage import DATABASE_UNAVAILABLE
 from sessions_app import access, selectors
 from sessions_app.errors import SessionNotFound
@@ -108,11 +108,13 @@ async def authenticate(scope) -> tuple[object | None, str | None]:
         if row is not None:
             await database_sync_to_async(row.mark_used)()
             scope["api_token"] = row
+            json_logs.note_caller(scope, token=row)
             return row.user, TOKEN
         # The close reason says why (revoked, expired ...) if no login session authenticates instead.
         scope["token_refusal"] = await database_sync_to_async(access.token_refusal)(token)
     user = scope.get("user")
     if user is not None and user.is_authenticated:
+        json_logs.note_caller(scope, user=user)
         return user, LOGIN_SESSION
     return None, None
 

@@ -52,6 +52,7 @@ async def traces(request: HttpRequest) -> HttpResponse:
         if request.method != "POST":
             raise Refused(405, f"{request.method} is not served at {request.path}; export traces with POST")
         actor, project = await db_threads.run(authorize, bearer_secret(request))
+        request.api_token = actor.token  # as the API's authentication leaves it: the access log names the token
         decoded = await asyncio.to_thread(decode_body, request)
     except Refused as refused:
         return error(encoding, refused.status, refused.message)
