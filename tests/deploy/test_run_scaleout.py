@@ -33,7 +33,9 @@ from axes.models import AccessAttempt
 from django.conf import settings
 from django.db import connection
 from playwright.sync_api import expect
+from prometheus_client.parser import text_string_to_metric_families
 
+from sessions_app import services
 from tests.access import token_for
 from tests.conftest import running_in_ci
 from tests.e2e.conftest import open_page, wait_until
@@ -157,6 +159,15 @@ def append(base_url: str, token: str, text: str) -> None:
     assert status == 201, body
 
 
+def appended_counts(base_url: str, token: str) -> float:
+    """turnlog_events_appended_total over every process, as /metrics adds them up from the shared directory."""
+    request = urllib.request.Request(f"{base_url}/metrics", headers={"Authorization": f"Bearer {token}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        text = response.read().decode()
+    families = text_string_to_metric_families(text)
+    return sum(s.value for family in families for s in family.samples if s.name == "turnlog_events_appended_total")
+
+
 def shown(page) -> list[str]:
     return page.locator("#blocks .row .text").all_inner_texts()
 
@@ -165,7 +176,7 @@ def expect_shown(page, text: str) -> None:
     expect(page.locator("#blocks")).to_contain_text(text, timeout=LIVE)
 
 
-def test_two_daphnes_behind_nginx_serve_one_page_through_a_redis_restart_and_each_daphne_killed(browser, scaleout, plain_user):
+def test_two_daphnes_behind_nginx_serve_one_page_through_a_redis_restart_and_each_daphne_killed(browser, scaleout, plain_user, django_user_model):
     token = token_for(plain_user)
     assert request(f"{scaleout.url}/api/v1/sessions", method="POST", body={"id": "scaled"}, token=token)[0] == 201
     append(scaleout.daphne_url(0), token, "before")
@@ -212,6 +223,11 @@ def test_two_daphnes_behind_nginx_serve_one_page_through_a_redis_restart_and_eac
     assert len(stored) == 11
     assert shown(page) == stored  # nothing missed, nothing twice, in order
     page.close()
+
+    # One metrics directory for every process: the counts of the two killed Daphnes are still there.
+    root = django_user_model.objects.create_superuser("root", password="pw-root-1234")
+    metrics_token = services.issue_token(user=root, project=None, scopes=["metrics"], name="prometheus")[1]
+    assert appended_counts(scaleout.url, metrics_token) == 11
 
     logs = scaleout.logs()
     assert not [name for name, text in logs.items() if "Traceback" in text], logs
