@@ -3,9 +3,9 @@
 Starts N Daphne processes (2 by default) and the worker on one PostgreSQL
 database and one Redis, behind nginx with the configuration generated from
 deploy/nginx.conf.template, each on a free port (never the shared 6379 or
-8000). Like a process supervisor (systemd's Restart=always), it starts a
-Daphne or the worker again a second after it dies; nginx sends requests to
-the other Daphnes meanwhile. Ctrl-C (or SIGTERM) stops everything.
+8000). Like a process supervisor (systemd's Restart=always), it starts any
+of them again a second after it dies; nginx sends requests to the other
+Daphnes meanwhile. Ctrl-C (or SIGTERM) stops everything.
 
     .venv/bin/python deploy/run_scaleout.py [--daphnes 2] [--port PORT] [--run-dir DIR] [--setup]
 
@@ -36,7 +36,7 @@ from urllib.parse import urlsplit, urlunsplit
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 TEMPLATE = PROJECT_DIR / "deploy" / "nginx.conf.template"
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/turnlog_scaleout"
-RESTART_DELAY = 1.0  # seconds before a dead Daphne or worker is started again
+RESTART_DELAY = 1.0  # seconds before a process that died is started again
 # nginx keeps a quiet socket open this much longer than the app's renewal of it (TURNLOG_SOCKET_RENEW_SECONDS).
 SOCKET_TIMEOUT_MARGIN = 300
 
@@ -87,8 +87,8 @@ def nginx_config(*, run_dir: Path, port: int, daphne_ports: list[int], static_ro
 class Child:
     """One supervised process: its command, its log, and its current Popen."""
 
-    def __init__(self, name: str, command: list[str], log_path: Path, env: dict, *, port: int | None = None, restart: bool = True):
-        self.name, self.command, self.log_path, self.env, self.port, self.restart = name, command, log_path, env, port, restart
+    def __init__(self, name: str, command: list[str], log_path: Path, env: dict, *, port: int | None = None):
+        self.name, self.command, self.log_path, self.env, self.port = name, command, log_path, env, port
         self.process: subprocess.Popen | None = None
         self.died_at: float | None = None
 
@@ -117,6 +117,8 @@ class Child:
 
 
 class ScaleOut:
+    """The run: prepares the database and the files, starts the processes, keeps them running, stops them."""
+
     def __init__(self, options: argparse.Namespace):
         self.run_dir = Path(options.run_dir).resolve()
         self.port = options.port or free_port()
@@ -199,8 +201,8 @@ class ScaleOut:
                 code = child.process.poll() if child.process else None
                 if code is not None and child.died_at is None:
                     child.died_at = time.monotonic()
-                    print(f"{child.name} exited with {code}" + (f"; restarting in {RESTART_DELAY:.0f} s" if child.restart else ""), flush=True)
-                if child.died_at is not None and child.restart and time.monotonic() - child.died_at >= RESTART_DELAY:
+                    print(f"{child.name} exited with {code}; starting it again in {RESTART_DELAY:.0f} s", flush=True)
+                if child.died_at is not None and time.monotonic() - child.died_at >= RESTART_DELAY:
                     child.start()
                     changed = True
             if changed:
