@@ -1,6 +1,8 @@
 # `make run`: set everything up and serve the dashboard on http://127.0.0.1:8000 (or HOST=... PORT=...)
 #   with the automatic recovery worker (manage.py recovery_worker) beside it, stopped when the server exits
 # `make simulate`: live demo agents against the server `make run` started (the same HOST=... PORT=...)
+# `make run-scaleout`: docs/deploy.md's deployment on this machine: 2 Daphne + the worker + nginx on PostgreSQL
+#   (DATABASE_URL, default its own database turnlog_scaleout at 127.0.0.1:5432) and a Redis of its own, free ports
 # `make test`: set everything up and run the whole test suite
 # `make bench`: every benchmark (bench/otlp.py also runs Arize Phoenix from its own virtualenv, PHOENIX_VENV)
 PYTHON ?= python3
@@ -12,7 +14,7 @@ PORT ?= 8000
 PHOENIX_VENV ?= ../phoenix-venv
 PHOENIX_VERSION := 20.26.1
 
-.PHONY: run test migrate simulate bench phoenix-venv clean
+.PHONY: run run-scaleout test migrate simulate bench phoenix-venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +42,11 @@ run: migrate
 	$(BIN)/python manage.py recovery_worker & worker=$$!; \
 	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT; trap 'exit 130' INT TERM; \
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
+
+# nginx's port: SCALEOUT_PORT=8080 (default a free one, printed); Ctrl-C stops everything (deploy/run_scaleout.py).
+SCALEOUT_PORT ?= 0
+run-scaleout: $(VENV)/.installed-run
+	$(BIN)/python deploy/run_scaleout.py --setup --port $(SCALEOUT_PORT)
 
 simulate: migrate
 	$(BIN)/python manage.py simulate --url http://$(HOST):$(PORT)

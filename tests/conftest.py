@@ -11,6 +11,7 @@ from tests.access import token_for
 # instead of eating CI's time; every other test gets pyproject's `timeout`.
 SLOW_SUITE_BUDGETS = {
     "tests/e2e/": 180,  # a Chromium flow against a real Daphne (the slowest ~30 s on a busy machine)
+    "tests/deploy/": 300,  # the scale-out launcher: migrate, collectstatic, 2 Daphne + worker + nginx, a browser (~60 s)
     "tests/dashboard/live/test_scaleout.py": 90,  # real Daphne, Redis outages, idle sockets (~20 s)
     "tests/dashboard/test_cli.py": 240,  # builds a wheel, installs it, runs `turnlog serve` (~25 s)
     "tests/sessions_app/api/test_schemas.py": 180,  # schemathesis, 25 examples per operation

@@ -113,6 +113,16 @@ def test_every_environment_setting_is_in_the_readme():
         assert f"| `{name}` |" in readme, name
 
 
+def test_every_environment_setting_is_in_the_deployment_table():
+    """docs/deploy.md says what to set each variable to behind nginx, and lists every one."""
+    settings_source = (ROOT / "dashboard" / "settings.py").read_text()
+    names = set(re.findall(r'(?:environ\.get|env_flag)\(\s*"([A-Z0-9_]+)"', settings_source))
+    rows = markdown_table((ROOT / "docs" / "deploy.md").read_text(), "| variable | set it to, behind nginx | what it is |")
+    documented = [row[0] for row in rows]
+    assert len(documented) == len(set(documented))
+    assert set(documented) == {f"`{name}`" for name in names | {"PROMETHEUS_MULTIPROC_DIR"}}
+
+
 def heading_anchors(doc: str) -> set[str]:
     """The anchors GitHub gives the headings, and the explicit <a id>s."""
     headings = re.findall(r"^#+ (.+)$", doc, flags=re.MULTILINE)

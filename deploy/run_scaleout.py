@@ -1,0 +1,240 @@
+"""`make run-scaleout`: the deployment of docs/deploy.md on one machine, to try and to test.
+
+Starts N Daphne processes (2 by default) and the worker on one PostgreSQL
+database and one Redis, behind nginx with the configuration generated from
+deploy/nginx.conf.template, each on a free port (never the shared 6379 or
+8000). Like a process supervisor (systemd's Restart=always), it starts any
+of them again a second after it dies; nginx sends requests to the other
+Daphnes meanwhile. Ctrl-C (or SIGTERM) stops everything.
+
+    .venv/bin/python deploy/run_scaleout.py [--daphnes 2] [--port PORT] [--run-dir DIR] [--setup]
+
+DATABASE_URL names the database (default: postgres://postgres@127.0.0.1:5432/turnlog_scaleout,
+created if missing). REDIS_URL names a Redis to use; without it a redis-server of its
+own is started on a free port. Everything it writes (configuration, logs, the
+metrics directory, the secret key, collected static files) is under the run
+directory (default var/scaleout); `scaleout.json` there lists the processes,
+their ports and pids, for the tests (tests/deploy/test_run_scaleout.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+TEMPLATE = PROJECT_DIR / "deploy" / "nginx.conf.template"
+DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/turnlog_scaleout"
+RESTART_DELAY = 1.0  # seconds before a process that died is started again
+# nginx keeps a quiet socket open this much longer than the app's renewal of it (TURNLOG_SOCKET_RENEW_SECONDS).
+SOCKET_TIMEOUT_MARGIN = 300
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_port(port: int, process: subprocess.Popen, name: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        if process.poll() is not None:
+            raise SystemExit(f"{name} exited with {process.returncode} before listening on {port}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{name} did not listen on {port} within {timeout:.0f} s") from None
+            time.sleep(0.1)
+
+
+def create_database_if_missing(url: str) -> None:
+    """Its own database in the running cluster: created from the cluster's `postgres` database."""
+    import psycopg
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as connection:
+        if connection.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone() is None:
+            connection.execute(f'CREATE DATABASE "{name}"')
+
+
+def nginx_config(*, run_dir: Path, port: int, daphne_ports: list[int], static_root: Path, socket_timeout: int) -> str:
+    servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in daphne_ports)
+    # nginx started by root runs its workers as `nobody` unless told: they could not read the static files.
+    user_line = f"user {getpass.getuser()};" if os.geteuid() == 0 else ""
+    fields = {
+        "user_line": user_line, "run_dir": run_dir, "listen": f"127.0.0.1:{port}", "upstream_servers": servers,
+        "static_root": static_root, "socket_timeout": socket_timeout,
+    }  # fmt: skip
+    # {{name}} fields: nginx's own variables are $name, so string.Template's syntax would clash.
+    return re.sub(r"\{\{(\w+)\}\}", lambda field: str(fields[field.group(1)]), TEMPLATE.read_text())
+
+
+class Child:
+    """One supervised process: its command, its log, and its current Popen."""
+
+    def __init__(self, name: str, command: list[str], log_path: Path, env: dict, *, port: int | None = None):
+        self.name, self.command, self.log_path, self.env, self.port = name, command, log_path, env, port
+        self.process: subprocess.Popen | None = None
+        self.died_at: float | None = None
+
+    def start(self) -> Child:
+        with self.log_path.open("a") as log:
+            # A session of its own: Ctrl-C reaches the launcher alone, which stops the children in order.
+            self.process = subprocess.Popen(
+                self.command, cwd=PROJECT_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )  # fmt: skip
+        if self.port is not None:
+            wait_for_port(self.port, self.process, self.name)
+        self.died_at = None
+        return self
+
+    def terminate(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+
+    def wait(self) -> None:
+        if self.process is not None:
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+class ScaleOut:
+    """The run: prepares the database and the files, starts the processes, keeps them running, stops them."""
+
+    def __init__(self, options: argparse.Namespace):
+        self.run_dir = Path(options.run_dir).resolve()
+        self.port = options.port or free_port()
+        self.daphne_count = options.daphnes
+        self.setup = options.setup
+        self.database_url = os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
+        self.redis_url = os.environ.get("REDIS_URL", "")
+        self.children: list[Child] = []
+        self.stopping = False
+
+    def environment(self) -> dict:
+        data_dir = self.run_dir / "data"  # kept across runs: the secret key every process shares, the static files
+        return {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "DATABASE_URL": self.database_url,
+            "REDIS_URL": self.redis_url,
+            "TURNLOG_DATA_DIR": os.environ.get("TURNLOG_DATA_DIR") or str(data_dir),
+            "TURNLOG_BEHIND_PROXY": "1",
+            "PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / "prometheus"),
+        }
+
+    def prepare(self) -> dict:
+        for part in ("logs", "prometheus", "nginx-tmp"):
+            shutil.rmtree(self.run_dir / part, ignore_errors=True)
+            (self.run_dir / part).mkdir(parents=True)
+        if self.database_url.startswith(("postgres://", "postgresql://")):
+            create_database_if_missing(self.database_url)
+        if not self.redis_url:
+            redis_port = free_port()
+            redis = Child(
+                "redis", ["redis-server", "--bind", "127.0.0.1", "--port", str(redis_port), "--save", "", "--appendonly", "no"],
+                self.run_dir / "logs" / "redis.log", dict(os.environ), port=redis_port,
+            )  # fmt: skip
+            self.children.append(redis.start())
+            self.redis_url = f"redis://127.0.0.1:{redis_port}/0"
+        env = self.environment()
+        manage = [sys.executable, "manage.py"]
+        subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=PROJECT_DIR, env=env, check=True)
+        subprocess.run([*manage, "collectstatic", "--noinput", "-v", "0"], cwd=PROJECT_DIR, env=env, check=True)
+        if self.setup:
+            subprocess.run([*manage, "seed_demo"], cwd=PROJECT_DIR, env=env, check=True)
+            subprocess.run([*manage, "local_setup", "--port", str(self.port)], cwd=PROJECT_DIR, env=env, check=True)
+        return env
+
+    def start(self) -> None:
+        env = self.prepare()
+        logs = self.run_dir / "logs"
+        self.children.append(Child("worker", [sys.executable, "manage.py", "recovery_worker"], logs / "worker.log", env).start())
+        daphne_ports = [free_port() for _ in range(self.daphne_count)]
+        for index, port in enumerate(daphne_ports):
+            command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"]
+            self.children.append(Child(f"daphne-{index}", command, logs / f"daphne-{index}.log", env, port=port).start())
+        renew = float(env.get("TURNLOG_SOCKET_RENEW_SECONDS") or 3600)
+        config = nginx_config(
+            run_dir=self.run_dir, port=self.port, daphne_ports=daphne_ports,
+            static_root=Path(env["TURNLOG_DATA_DIR"]) / "static", socket_timeout=int(renew) + SOCKET_TIMEOUT_MARGIN,
+        )  # fmt: skip
+        (self.run_dir / "nginx.conf").write_text(config)
+        nginx = [shutil.which("nginx") or "/usr/sbin/nginx", "-p", str(self.run_dir), "-c", str(self.run_dir / "nginx.conf"), "-e", str(logs / "nginx-error.log"), "-g", "daemon off;"]
+        self.children.append(Child("nginx", nginx, logs / "nginx.log", env, port=self.port).start())
+        self.write_state()
+        print(f"Turnlog, {self.daphne_count} Daphne processes behind nginx: http://127.0.0.1:{self.port}/", flush=True)
+        print(f"  database {self.database_url}, Redis {self.redis_url}; logs in {logs}. Ctrl-C stops everything.", flush=True)
+
+    def write_state(self) -> None:
+        state = {
+            "url": f"http://127.0.0.1:{self.port}",
+            "redis_url": self.redis_url,
+            "processes": {c.name: {"pid": c.process.pid if c.process else None, "port": c.port} for c in self.children},
+        }
+        temporary = self.run_dir / "scaleout.json.tmp"
+        temporary.write_text(json.dumps(state, indent=2))
+        temporary.replace(self.run_dir / "scaleout.json")  # readers never see half a file
+
+    def supervise(self) -> None:
+        while not self.stopping:
+            changed = False
+            for child in self.children:
+                code = child.process.poll() if child.process else None
+                if code is not None and child.died_at is None:
+                    child.died_at = time.monotonic()
+                    print(f"{child.name} exited with {code}; starting it again in {RESTART_DELAY:.0f} s", flush=True)
+                if child.died_at is not None and time.monotonic() - child.died_at >= RESTART_DELAY:
+                    child.start()
+                    changed = True
+            if changed:
+                self.write_state()
+            time.sleep(0.2)
+
+    def stop(self, *_) -> None:
+        self.stopping = True
+
+    def shutdown(self) -> None:
+        for child in reversed(self.children):  # nginx first, then the Daphnes, the worker and Redis, all at once
+            child.terminate()
+        for child in self.children:
+            child.wait()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--daphnes", type=int, default=2, help="how many Daphne processes (default 2)")
+    parser.add_argument("--port", type=int, default=0, help="nginx's port (default: a free one)")
+    parser.add_argument("--run-dir", default=str(PROJECT_DIR / "var" / "scaleout"), help="where configuration, logs and state go")
+    parser.add_argument("--setup", action="store_true", help="also seed the demo sessions and create the local admin (as make run does)")
+    scaleout = ScaleOut(parser.parse_args(argv))
+    signal.signal(signal.SIGINT, scaleout.stop)
+    signal.signal(signal.SIGTERM, scaleout.stop)
+    try:
+        scaleout.start()
+        scaleout.supervise()
+    finally:
+        scaleout.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
