@@ -348,6 +348,8 @@ class AuditEntryAdmin(SuperusersOnly, ReadOnlyAdmin):
 
 
 class WebhookEndpointForm(forms.ModelForm):
+    url = forms.URLField(max_length=2000, assume_scheme="https", label="URL")
+
     class Meta:
         model = WebhookEndpoint
         fields = ["project", "url", "agent_patterns", "kinds", "enabled", "slack"]
