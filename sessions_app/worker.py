@@ -121,8 +121,9 @@ def close_finished_runs(*, now: datetime) -> list[Action]:
 def notify_stalls(*, now: datetime) -> list[Action]:
     """A notification for each session that stalled since the last round (after finished runs are closed: those
     are no crash), with a delivery to each webhook of its project that asks for stalls."""
-    found = notify.record_stalls(now=now)
-    return [Action(STALLED, n.session_id, n.payload["session"]["agent_name"], None, f"notified: {n.deliveries.count()} webhook(s)") for n in found]
+    told = [(n, n.deliveries.count()) for n in notify.record_stalls(now=now)]
+    # Said only where a webhook is told: a stall alone is the Sessions page's news, not the worker's.
+    return [Action(STALLED, n.session_id, n.payload["session"]["agent_name"], None, f"told {count} webhook(s)") for n, count in told if count]
 
 
 def deliver_webhooks(*, now: datetime | None = None) -> list[notify.Sent]:

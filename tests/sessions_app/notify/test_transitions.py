@@ -10,7 +10,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from sessions_app import notify, services, worker
-from sessions_app.models import AutoRecoveryPolicy, Delivery, Notification, Project, Session, ToolPolicy
+from sessions_app.models import AutoRecoveryPolicy, Delivery, Notification, Project, Session, ToolPolicy, WebhookEndpoint
 from sessions_app.notify import transitions
 
 from .crashes import crashed, stalled_clock
@@ -119,3 +119,18 @@ def test_a_session_written_to_before_the_lock_is_not_stalled(receiver):
     at = stalled_clock(session)
     Session.objects.filter(pk="crash-back").update(last_activity_at=at)  # the agent came back meanwhile
     assert transitions.record_stalls(now=at) == []
+
+
+def test_a_deleted_session_takes_its_notifications_deliveries_and_attempts_along(receiver):
+    from sessions_app import retention
+    from sessions_app.models import DeliveryAttempt
+
+    hook = endpoint(receiver)
+    session = crashed("crash-gone")
+    worker.run_round(now=stalled_clock(session))
+    worker.deliver_webhooks(now=stalled_clock(session))
+    assert DeliveryAttempt.objects.exists()
+    gone = retention.delete_session(session_id="crash-gone")
+    assert gone.rows["sessions_app.Notification"] == 1 and gone.rows["sessions_app.Delivery"] == 1
+    assert not Notification.objects.exists() and not Delivery.objects.exists() and not DeliveryAttempt.objects.exists()
+    assert WebhookEndpoint.objects.filter(pk=hook.pk).exists()  # the project's endpoint stays
