@@ -73,12 +73,12 @@ def _attempt(client: httpx.Client, delivery: Delivery) -> Sent:
         "webhook-signature": Webhook(endpoint.secret).sign(delivery.webhook_id, at, body),
     }
     started = time.monotonic()
-    status, error = None, ""
+    status, error = None, ""  # error: what the status does not say (no answer, a redirect)
     try:
         response = client.post(endpoint.url, content=body, headers=headers)
         status = response.status_code
-        if not 200 <= status < 300:
-            error = f"HTTP {status}" + (" (redirects are not followed)" if 300 <= status < 400 else "")
+        if 300 <= status < 400:
+            error = "a redirect (not followed)"
     except httpx.TimeoutException as exc:
         error = f"timed out after {settings.TURNLOG_WEBHOOK_TIMEOUT_SECONDS:g} s ({type(exc).__name__})"
     except httpx.HTTPError as exc:
@@ -88,8 +88,9 @@ def _attempt(client: httpx.Client, delivery: Delivery) -> Sent:
 
 
 def _record(delivery: Delivery, *, at: datetime, status: int | None, error: str, latency_ms: float) -> Sent:
+    """The attempt and what follows: delivered on a 2xx; else retried, or failed when out of attempts or gone (410)."""
     number = delivery.attempts + 1
-    if not error:
+    if status is not None and 200 <= status < 300:
         outcome = Delivery.DELIVERED
     elif status == 410:
         outcome = "gone"

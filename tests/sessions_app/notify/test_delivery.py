@@ -79,7 +79,7 @@ def test_a_receiver_failing_twice_gets_three_attempts_with_one_webhook_id(receiv
     assert len(receiver.received) == 3 and len(ids) == 1
     assert len(receiver.verified(endpoint.secret)) == 3  # each attempt signed afresh, each verifies
     attempts = DeliveryAttempt.objects.order_by("number")
-    assert [(a.number, a.status_code, a.error) for a in attempts] == [(1, 500, "HTTP 500"), (2, 503, "HTTP 503"), (3, 200, "")]
+    assert [(a.number, a.status_code, a.error) for a in attempts] == [(1, 500, ""), (2, 503, ""), (3, 200, "")]
     assert all(a.latency_ms >= 0 for a in attempts)
 
 
