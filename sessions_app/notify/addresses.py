@@ -46,7 +46,9 @@ def url_refusal(url: str) -> str | None:
     except OSError as error:
         return f"{parts.hostname} does not resolve ({error.strerror or error})"
     refusals = [why for address in addresses if (why := address_refusal(address))]
-    return f"{parts.hostname} resolves to {refusals[0]}" if refusals else None
+    if not refusals:
+        return None
+    return refusals[0] if [parts.hostname] == addresses else f"{parts.hostname} resolves to {refusals[0]}"
 
 
 class GuardedBackend(httpcore.SyncBackend):
@@ -59,7 +61,7 @@ class GuardedBackend(httpcore.SyncBackend):
             raise httpcore.ConnectError(f"{host} does not resolve: {error}") from error
         for address in addresses:
             if why := address_refusal(address):
-                raise AddressRefused(f"refused: {host} resolves to {why}")
+                raise AddressRefused(f"refused: {why}" if [host] == addresses else f"refused: {host} resolves to {why}")
         return super().connect_tcp(addresses[0], port, timeout=timeout, local_address=local_address, socket_options=socket_options)
 
 

@@ -3,7 +3,7 @@ log's length), and a pending delivery for each endpoint of its project that aske
 
 Recoveries and holds are recorded in their own transaction (services/recovery.py calls `record`); a stall
 happens by time alone, so the worker finds it (`record_stalls`). Several processes and workers may see one
-transition: the insert skips a row that is already there (ON CONFLICT DO NOTHING), so it is written once.
+transition: the unique key refuses the second row (IntegrityError, in a savepoint), so it is written once.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import fnmatch
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef
 from django.utils import timezone
 
@@ -36,18 +36,19 @@ def record(
     plan: log_recovery.Plan | None = None,
     turns: list[log_strategy.TurnStrategy] | None = None,
     detail: dict | None = None,
-) -> Notification:
-    """The transition's notification and its deliveries, inside the caller's transaction (the session locked)."""
+) -> Notification | None:
+    """The transition's notification and its deliveries, inside the caller's transaction (the session locked);
+    None when another process or worker wrote it first (its deliveries came with it)."""
     at = at or timezone.now()
     body = payload.build(session, kind, at=at, plan=plan, turns=turns, detail=detail)
-    key = {"session_id": session.pk, "kind": kind, "log_length": session.event_count}
-    Notification.objects.bulk_create([Notification(**key, occurred_at=at, payload=body)], ignore_conflicts=True)
-    notification = Notification.objects.get(**key)
+    try:
+        with transaction.atomic():  # a savepoint: the unique key refuses a second row, and the caller's work goes on
+            notification = Notification.objects.create(session_id=session.pk, kind=kind, log_length=session.event_count, occurred_at=at, payload=body)
+    except IntegrityError:
+        return None
     endpoints = WebhookEndpoint.objects.filter(project_id=session.project_id, enabled=True, created_at__lte=notification.occurred_at)
     wanted = [e for e in endpoints if kind in e.kinds and matches(session.agent_name, e.patterns)]
-    Delivery.objects.bulk_create(
-        [Delivery(notification=notification, endpoint=e, next_attempt_at=at) for e in wanted], ignore_conflicts=True
-    )
+    Delivery.objects.bulk_create([Delivery(notification=notification, endpoint=e, next_attempt_at=at) for e in wanted])
     return notification
 
 
@@ -74,7 +75,8 @@ def record_stalls(*, now: datetime | None = None, limit: int = STALLS_PER_ROUND)
             session = statements.get_for_update(Session, session_id)
             if session is None or not session.interrupted or session.last_activity_at > now - _window():
                 continue  # deleted, or written to since the read
-            recorded.append(record(session, STALLED, at=session.last_activity_at + _window()))
+            if notification := record(session, STALLED, at=session.last_activity_at + _window()):
+                recorded.append(notification)
     return recorded
 
 
