@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from prometheus_client import REGISTRY
 from django.utils import timezone
 
 from sessions_app import notify, worker
@@ -18,6 +19,10 @@ from .crashes import crashed, stalled_clock
 HOUR = timedelta(hours=1)  # past any retry's backoff in these tests
 
 
+def delivered_count() -> float:
+    return REGISTRY.get_sample_value("turnlog_webhook_deliveries_total", {"outcome": "delivered"}) or 0.0
+
+
 def endpoint_for(receiver, **options) -> WebhookEndpoint:
     return notify.create_endpoint(project=Project.default(), actor=None, url=receiver.url, **options)
 
@@ -27,6 +32,7 @@ def test_a_stalled_session_is_delivered_once_signed_with_two_workers_at_once(rec
     endpoint = endpoint_for(receiver)
     session = crashed("crash-1")
     later = stalled_clock(session)
+    delivered_before = delivered_count()
 
     def one_worker():
         worker.run_round(now=later)
@@ -42,6 +48,7 @@ def test_a_stalled_session_is_delivered_once_signed_with_two_workers_at_once(rec
     delivery = Delivery.objects.get()
     assert delivery.state == Delivery.DELIVERED and receiver.received[0].headers["webhook-id"] == delivery.webhook_id
     assert list(DeliveryAttempt.objects.values_list("number", "status_code")) == [(1, 200)]
+    assert delivered_count() == delivered_before + 1  # turnlog_webhook_deliveries_total{outcome="delivered"}, after commit
     # Another round finds nothing new: the notification is of the log at this length.
     worker.run_round(now=later + HOUR)
     worker.deliver_webhooks(now=later + HOUR)
