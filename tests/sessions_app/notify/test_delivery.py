@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 from django.utils import timezone
 
 from sessions_app import notify, worker
-from sessions_app.models import AuditEntry, Delivery, DeliveryAttempt, Notification, Project, WebhookEndpoint
+from sessions_app.models import AuditEntry, Delivery, DeliveryAttempt, Notification, Project, Session, WebhookEndpoint
 from tests.concurrency import run_at_once
 
 from .crashes import crashed, stalled_clock
@@ -159,3 +159,16 @@ def test_a_claimed_delivery_is_left_to_its_worker(receiver):
     worker.run_round(now=at)
     Delivery.objects.update(claimed_until=timezone.now() + HOUR)  # another worker is sending it
     assert worker.deliver_webhooks(now=at) == [] and receiver.received == []
+
+
+@pytest.mark.django_db
+def test_a_pass_starts_no_delivery_after_its_time_and_leaves_the_rest_unclaimed(receiver, monkeypatch):
+    endpoint_for(receiver)
+    for n in range(3):
+        crashed(f"slow-{n}")
+    at = stalled_clock(Session.objects.get(pk="slow-2"))
+    worker.run_round(now=at)
+    monkeypatch.setattr(notify.delivery, "PASS_SECONDS", 0.0)  # out of time after the first
+    assert len(worker.deliver_webhooks(now=at)) == 1
+    assert Delivery.objects.filter(state=Delivery.PENDING, claimed_until__isnull=True).count() == 2
+    assert len(worker.deliver_webhooks(now=at)) == 1
