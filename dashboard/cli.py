@@ -73,7 +73,7 @@ def serve(host: str, port: int) -> int:
     worker = processes[0]
     try:
         if stopping:
-            return 128 + int(signal.SIGTERM)
+            return 128 + signal.SIGTERM.value
         server = subprocess.Popen(
             [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "dashboard.asgi:application"],
             **options,

@@ -328,6 +328,17 @@ TURNLOG_WORKER_INTERVAL_SECONDS = float(os.environ.get("TURNLOG_WORKER_INTERVAL_
 if not TURNLOG_WORKER_INTERVAL_SECONDS > 0:
     raise ImproperlyConfigured(f"TURNLOG_WORKER_INTERVAL_SECONDS must be above 0, not {TURNLOG_WORKER_INTERVAL_SECONDS!r}")
 
+# Alerts (sessions_app/notify, README "Alerts"): the site's address as people reach it, for the links in webhook
+# payloads (the recovery preview); webhooks to loopback, link-local or private addresses only when allowed.
+TURNLOG_BASE_URL = os.environ.get("TURNLOG_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
+TURNLOG_WEBHOOK_ALLOW_PRIVATE = os.environ.get("TURNLOG_WEBHOOK_ALLOW_PRIVATE", "").lower() in ("1", "true", "yes", "on")
+# One attempt's time limit; attempts per delivery; the first retry's delay, doubled each time (with jitter).
+TURNLOG_WEBHOOK_TIMEOUT_SECONDS = float(os.environ.get("TURNLOG_WEBHOOK_TIMEOUT_SECONDS", "10"))
+TURNLOG_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("TURNLOG_WEBHOOK_MAX_ATTEMPTS", "8"))
+TURNLOG_WEBHOOK_RETRY_SECONDS = float(os.environ.get("TURNLOG_WEBHOOK_RETRY_SECONDS", "30"))
+if not (TURNLOG_WEBHOOK_TIMEOUT_SECONDS > 0 and TURNLOG_WEBHOOK_MAX_ATTEMPTS >= 1 and TURNLOG_WEBHOOK_RETRY_SECONDS > 0):
+    raise ImproperlyConfigured("TURNLOG_WEBHOOK_TIMEOUT_SECONDS and TURNLOG_WEBHOOK_RETRY_SECONDS must be above 0, TURNLOG_WEBHOOK_MAX_ATTEMPTS at least 1")
+
 # OTLP ingest (docs/otlp.md): a finished run's turn closes once its trace has been quiet this long, so
 # spans exported after the root (other batches, retries) still land inside the turn.
 TURNLOG_OTLP_SETTLE_SECONDS = float(os.environ.get("TURNLOG_OTLP_SETTLE_SECONDS", "5"))

@@ -5,7 +5,7 @@ from django.urls import path, re_path
 from django.views.generic import RedirectView
 
 import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
-from dashboard.pages import account, agents, calls, notes, projects, retention, sessions
+from dashboard.pages import account, agents, calls, notes, projects, retention, sessions, webhooks
 from sessions_app.api import app as api
 from sessions_app.metrics import exposition as metrics
 from sessions_app.otel import endpoint as otlp
@@ -32,6 +32,8 @@ urlpatterns = [
     path("projects/<slug:slug>/tokens", projects.project_tokens, name="project_tokens"),
     path("projects/<slug:slug>/tokens/<int:token_id>/revoke", projects.revoke_token, name="revoke_token"),
     path("projects/<slug:slug>/retention", retention.project_retention, name="project_retention"),
+    path("projects/<slug:slug>/webhooks", webhooks.project_webhooks, name="project_webhooks"),
+    path("projects/<slug:slug>/webhooks/<int:endpoint_id>", webhooks.project_webhook, name="project_webhook"),
     path("projects/<slug:slug>/audit", projects.project_audit, name="project_audit"),
     # Browsers ask for /favicon.ico whatever the page links; base.html links the SVG itself.
     path("favicon.ico", RedirectView.as_view(url=static("turnlog/favicon.svg"))),

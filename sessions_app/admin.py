@@ -2,8 +2,8 @@
 
 Tool policies are the one thing edited here by hand, by superusers (they are
 site-wide: they rank every project's recoveries). Projects, their members,
-tokens and the audit log are for superusers; a project's own admins manage
-it on its project page.
+tokens, webhooks and the audit log are for superusers; a project's own admins manage
+them on its project pages.
 """
 
 from django import forms
@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from sessions_app import access, retention, selectors, services
+from sessions_app import access, notify, retention, selectors, services
 from sessions_app.models import (
     ApiToken,
     AutoRecoveryPolicy,
@@ -27,6 +27,7 @@ from sessions_app.models import (
     Role,
     Session,
     ToolPolicy,
+    WebhookEndpoint,
 )
 
 
@@ -344,3 +345,55 @@ class AuditEntryAdmin(SuperusersOnly, ReadOnlyAdmin):
     list_select_related = ["project"]
     search_fields = ["target", "actor_name"]
     date_hierarchy = "created_at"
+
+
+class WebhookEndpointForm(forms.ModelForm):
+    url = forms.URLField(max_length=2000, assume_scheme="https", label="URL")
+
+    class Meta:
+        model = WebhookEndpoint
+        fields = ["project", "url", "agent_patterns", "kinds", "enabled", "slack"]
+
+    def clean(self):
+        """notify's own checks (a URL on a private address, no transitions, no agents) as the form's errors."""
+        values = super().clean()
+        if not self.errors:
+            try:
+                notify.endpoints.check(url=values["url"], kinds=values["kinds"], agent_patterns=values["agent_patterns"])
+            except notify.EndpointRefused as refused:
+                self.add_error(refused.field, refused.why)
+        return values
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(SuperusersOnly, admin.ModelAdmin):
+    """Every project's webhooks, for superusers; changes go through sessions_app.notify (checked and audited)."""
+
+    form = WebhookEndpointForm
+    list_display = ["url", "project", "agent_patterns", "kinds", "enabled", "slack", "created_at", "disabled_reason"]
+    list_filter = ["enabled", "project"]
+    list_select_related = ["project"]
+    readonly_fields = ["secret", "created_at", "disabled_reason"]
+
+    def has_add_permission(self, request):
+        return is_active_superuser(request)
+
+    def has_change_permission(self, request, obj=None):
+        return is_active_superuser(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return is_active_superuser(request)
+
+    def save_model(self, request, obj, form, change):
+        values = {name: form.cleaned_data[name] for name in ("url", "agent_patterns", "kinds", "enabled", "slack")}
+        if change:
+            notify.update_endpoint(endpoint=WebhookEndpoint.objects.get(pk=obj.pk), actor=request.user, **values)
+        else:
+            obj.pk = notify.create_endpoint(project=form.cleaned_data["project"], actor=request.user, **values).pk
+
+    def delete_model(self, request, obj):
+        notify.delete_endpoint(endpoint=obj, actor=request.user)
+
+    def delete_queryset(self, request, queryset):
+        for endpoint in queryset:
+            notify.delete_endpoint(endpoint=endpoint, actor=request.user)

@@ -1,6 +1,8 @@
 """The automatic recovery worker's rounds (session-log.md section 8.1): thin orchestration over services.
 
-One round: sessions past their project's retention deleted (sessions_app/retention), then the candidates in one indexed query (stalled, quiet for at least
+One round: sessions past their project's retention deleted (sessions_app/retention), finished OTLP runs closed,
+sessions that stalled told to their project's webhooks (sessions_app/notify: a notification each), then the
+candidates in one indexed query (stalled, quiet for at least
 the smallest enabled policy's time, not left for a person), the policy of each
 one's agent, then services.recover_automatically, which decides everything
 again under the locks. `manage.py recovery_worker` runs rounds on a clock.
@@ -16,11 +18,12 @@ from datetime import datetime, timedelta
 from django.db.models import F
 from django.utils import timezone
 
-from sessions_app import retention, services
+from sessions_app import notify, retention, services
 from sessions_app.errors import SessionNotFound
 from sessions_app.models import AutoRecoveryPolicy, Session
 
 RECOVERED, HELD, SKIPPED, CLOSED = "recovered", "held", "skipped", "closed"
+STALLED = "stalled"  # a stall's notification written (its deliveries are sent by deliver_webhooks)
 DELETED, KEPT = "deleted", "kept"  # retention: a session deleted, or past retention and kept (blocked, or forked)
 # Candidates per round, oldest first; the rest wait for the next round.
 ROUND_LIMIT = 200
@@ -30,7 +33,7 @@ ROUND_LIMIT = 200
 class Action:
     """What one round did with one candidate session."""
 
-    # recovered | held (the agent passed its hourly limit) | skipped | closed (a finished OTLP run) | deleted | kept
+    # recovered | held (the agent passed its hourly limit) | skipped | closed (a finished OTLP run) | stalled | deleted | kept
     outcome: str
     session_id: str
     agent_name: str
@@ -64,10 +67,12 @@ def policy_for(agent_name: str, policies: Iterable[AutoRecoveryPolicy]) -> AutoR
 
 
 def run_round(*, now: datetime | None = None, limit: int = ROUND_LIMIT) -> list[Action]:
-    """One round: retention's sweep, finished OTLP runs closed, then automatic recovery; what it did with each session."""
+    """One round: retention's sweep, finished OTLP runs closed, stalls notified, then automatic recovery; what it did
+    with each session."""
     now = now or timezone.now()
     actions = sweep_retention(now=now)
     actions += close_finished_runs(now=now)
+    actions += notify_stalls(now=now)
     policies = list(AutoRecoveryPolicy.objects.all())
     enabled = [p for p in policies if p.enabled]
     if not enabled:
@@ -111,6 +116,19 @@ def close_finished_runs(*, now: datetime) -> list[Action]:
     for start in range(0, len(session_ids), 200):  # a transaction per 200 (SQLite's write lock is held meanwhile)
         services.close_settled_turns(session_ids=session_ids[start : start + 200], now=now)
     return [Action(CLOSED, session_id, "", None, "finished OTLP run: its turn closed after the settle time") for session_id in session_ids]
+
+
+def notify_stalls(*, now: datetime) -> list[Action]:
+    """A notification for each session that stalled since the last round (after finished runs are closed: those
+    are no crash), with a delivery to each webhook of its project that asks for stalls."""
+    told = [(n, n.deliveries.count()) for n in notify.record_stalls(now=now)]
+    # Said only where a webhook is told: a stall alone is the Sessions page's news, not the worker's.
+    return [Action(STALLED, n.session_id, n.payload["session"]["agent_name"], None, f"told {count} webhook(s)") for n, count in told if count]
+
+
+def deliver_webhooks(*, now: datetime | None = None) -> list[notify.Sent]:
+    """The webhook deliveries that are due, sent (the command does this every second, between rounds)."""
+    return notify.send_due(now=now)
 
 
 def _recover(session_id: str, agent_name: str, policy: AutoRecoveryPolicy, now: datetime) -> Action:

@@ -22,12 +22,12 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
 from django.test import Client
 
-from sessions_app import selectors, services
+from sessions_app import notify, selectors, services
 from sessions_app.log import blob as log_blob
 from sessions_app.log import recovery as log_recovery
 from sessions_app.log.events import validate_batch
 from sessions_app import access
-from sessions_app.models import ApiToken, AuditEntry, AutoRecoveryPolicy, Event, Membership, Note, Project, RecoveryRecord, Role, Session, ToolPolicy
+from sessions_app.models import ApiToken, AuditEntry, AutoRecoveryPolicy, Event, Membership, Note, Project, RecoveryRecord, Role, Session, ToolPolicy, WebhookEndpoint
 from tests.access import token_for
 from tests.sessions_app import factories as f
 
@@ -45,12 +45,12 @@ def session_with(session_id: str, project: Project, events: list[dict]) -> Sessi
     return Session.objects.get(pk=session_id)
 
 
-COUNTED = (Session, Event, Note, RecoveryRecord, ToolPolicy, AutoRecoveryPolicy, ApiToken, Membership, Project, Group, AccessAttempt, AccessLog, AccessFailureLog)
+COUNTED = (Session, Event, Note, RecoveryRecord, ToolPolicy, AutoRecoveryPolicy, ApiToken, Membership, Project, WebhookEndpoint, Group, AccessAttempt, AccessLog, AccessFailureLog)
 
 
 def stored_state() -> tuple:
     """What a write could change: rows added or removed (the audit log aside: refusals are audited), roles, usable tokens,
-    notes' text and tags (an edit adds no row), projects' retention."""
+    notes' text and tags (an edit adds no row), projects' retention, webhooks' settings and secrets."""
     tables = [model._meta.db_table for model in (*COUNTED, get_user_model())]
     with connection.cursor() as cursor:  # one round trip for the counts
         cursor.execute("SELECT " + ", ".join(f"(SELECT COUNT(*) FROM {connection.ops.quote_name(table)})" for table in tables))
@@ -61,6 +61,7 @@ def stored_state() -> tuple:
         sorted(Membership.objects.values_list("project_id", "user_id", "role")),
         sorted(Note.objects.values_list("pk", "text", "tags")),
         sorted(Project.objects.values_list("pk", "retention_days")),
+        sorted(map(str, WebhookEndpoint.objects.values_list("pk", "url", "agent_patterns", "kinds", "enabled", "slack", "secret"))),
     )
 
 
@@ -173,6 +174,8 @@ def build_world() -> World:
     group = Group.objects.create(name="matrix")
     policy = ToolPolicy.objects.create(pattern="matrix_*", side_effect=ToolPolicy.CLASSES[0][0])
     auto_policy = AutoRecoveryPolicy.objects.create(agent_pattern="matrix-*")
+    # A public address (never contacted here), so the check at save time passes without TURNLOG_WEBHOOK_ALLOW_PRIVATE.
+    webhook = notify.create_endpoint(project=alpha, actor=users["admin"], url="https://93.184.215.14/matrix")
     seen = {"user_agent": "matrix", "ip_address": "127.0.0.1", "username": "nobody", "http_accept": "*/*", "path_info": "/login/"}
     values = {
         "open": "alpha-open",
@@ -188,6 +191,7 @@ def build_world() -> World:
         "group": group.pk,
         "policy": policy.pk,
         "auto_policy": auto_policy.pk,
+        "webhook_pk": webhook.pk,
         "viewer_pk": users["viewer"].pk,
         "admin_pk": users["admin"].pk,
         "newcomer": newcomer.get_username(),

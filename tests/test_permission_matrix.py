@@ -193,6 +193,23 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         page_admin("GET", "/projects/alpha/retention", "200"),
         page_admin("POST", "/projects/alpha/retention", "302 /projects/alpha/retention stored", {"retention_days": "30"}),
     ],
+    # Webhooks (sessions_app.notify): the project's admins only.
+    "project_webhooks": [
+        page_admin("GET", "/projects/alpha/webhooks", "200"),
+        page_admin(
+            "POST", "/projects/alpha/webhooks", "302 /projects/alpha/webhooks/ stored",
+            {"url": "https://93.184.215.14/new", "agent_patterns": "*", "kinds": ["stalled"], "enabled": "on"},
+        ),
+    ],
+    "project_webhook": [
+        page_admin("GET", "/projects/alpha/webhooks/{webhook_pk}", "200 +Delivery history"),
+        page_admin(
+            "POST", "/projects/alpha/webhooks/{webhook_pk}", "302 /projects/alpha/webhooks/ stored",
+            {"action": "save", "url": "https://93.184.215.14/changed", "agent_patterns": "bot-*", "kinds": ["held"]},
+        ),
+        page_admin("POST", "/projects/alpha/webhooks/{webhook_pk}", "302 /projects/alpha/webhooks/ stored", {"action": "rotate"}),
+        page_admin("POST", "/projects/alpha/webhooks/{webhook_pk}", "302 /projects/alpha/webhooks stored", {"action": "delete"}),
+    ],
     # Deleting a whole session (sessions_app.retention): the project's admins only.
     "delete_session": [
         Probe("GET", CLOSED + "/delete", by_role(LOGIN, "404", "403", admin="200")),
@@ -355,6 +372,8 @@ ADMIN_MODELS: dict[str, AdminModel] = {
     "sessions_app.project": AdminModel("alpha_pk", NO_PERMISSION),
     "sessions_app.apitoken": AdminModel("viewer_token_pk", NO_PERMISSION),
     "sessions_app.auditentry": AdminModel("audit_entry", NO_PERMISSION),
+    # Every project's webhooks: superusers only (a project's admins use its Webhooks tab).
+    "sessions_app.webhookendpoint": AdminModel("webhook_pk", NO_PERMISSION),
 }
 
 

@@ -6,7 +6,6 @@ Python starts: prometheus-client reads it at import) every process writes its ow
 /metrics adds them up (sessions_app.metrics.multiprocess).
 
 Counted after commit (transaction.on_commit at the call sites): a rolled-back write counts nothing.
-Webhook deliveries (by outcome) will be counted here by sessions_app/notify once it sends them.
 """
 
 from __future__ import annotations
@@ -50,6 +49,12 @@ RECOVERIES = Counter(
     ["kind"],
 )
 FORKS = Counter("turnlog_forks", "Sessions forked")
+WEBHOOK_DELIVERIES = Counter(
+    "turnlog_webhook_deliveries",
+    "Webhook delivery attempts (sessions_app/notify), by outcome: delivered, retry (another attempt is scheduled),"
+    " failed (out of attempts), gone (a 410: the endpoint was disabled)",
+    ["outcome"],
+)
 OTLP_SPANS = Counter("turnlog_otlp_spans", "OTLP spans received at /otlp/v1/traces, by outcome (accepted, rejected)", ["outcome"])
 
 MANUAL, AUTOMATIC, HELD = "manual", "automatic", "held"
@@ -59,6 +64,8 @@ for _kind in (MANUAL, AUTOMATIC, HELD):
     RECOVERIES.labels(_kind)
 for _outcome in ("accepted", "rejected"):
     OTLP_SPANS.labels(_outcome)
+for _outcome in ("delivered", "retry", "failed", "gone"):
+    WEBHOOK_DELIVERIES.labels(_outcome)
 for _reason in (UNREACHABLE, ERROR, STOPPING):
     PUBLISH_FAILURES.labels(_reason)
 

@@ -28,6 +28,7 @@ class AuditEntry(models.Model):
     NOTE_DELETED = "note_deleted"
     SESSION_DELETED = "session_deleted"
     RETENTION_CHANGED = "retention_changed"
+    WEBHOOK_CHANGED = "webhook_changed"
     ACTIONS = [
         (RECOVERY, "Recovery applied"),
         (DANGLING_PATCH, "Dangling calls patched"),
@@ -44,6 +45,7 @@ class AuditEntry(models.Model):
         (NOTE_DELETED, "Note deleted"),
         (SESSION_DELETED, "Session deleted"),
         (RETENTION_CHANGED, "Retention changed"),
+        (WEBHOOK_CHANGED, "Webhook changed"),
     ]
 
     # None: a site-level action (a site token).

@@ -63,6 +63,7 @@ from sessions_app.selectors.sessions import (
     sessions_by_status,
     status_filter,
 )
+from sessions_app.selectors.webhooks import delivery_history, project_webhook, project_webhooks
 from sessions_app.selectors.transcript import (
     compactions,
     enclosing_turns,

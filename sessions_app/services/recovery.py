@@ -15,7 +15,8 @@ from sessions_app.log import recovery as log_recovery
 from sessions_app.log import strategy as log_strategy
 from sessions_app.log import values as log_values
 from sessions_app.metrics import instruments
-from sessions_app.models import AuditEntry, AutoRecoveryPolicy, RecoveryRecord, Session
+from sessions_app.models import HELD, RECOVERED, AuditEntry, AutoRecoveryPolicy, RecoveryRecord, Session
+from sessions_app.notify import transitions as notifications
 from sessions_app.selectors import dangling_patch, recovery_plan, recovery_strategies
 
 from .appends import StoredEvent, _count_for_agent, _locked_session, _store
@@ -93,6 +94,7 @@ def recover_automatically(*, session_id: str, policy: AutoRecoveryPolicy, now: d
                     detail={"agent_name": session.agent_name, "policy": policy.agent_pattern, "limit": policy.max_per_hour},
                     actor_name=WORKER,
                 )
+                notifications.record(session, HELD, at=now, plan=plan, turns=turns, detail={"policy": policy.agent_pattern, "limit": policy.max_per_hour})
                 publish_session_changed_on_commit(session.id)
                 transaction.on_commit(instruments.RECOVERIES.labels(instruments.HELD).inc)
             return None
@@ -127,6 +129,10 @@ def _apply_recovery(
     result = _apply_repairs(session, plan.repairs, plan, RecoveryRecord.RECOVERY, user, digest, note, extra=extra, recorded=recorded)
     if result.record is not None:
         _count_for_agent(session, at=result.record.created_at, crashed_turns=len(plan.open_turns))
+        record = result.record
+        detail = {"recovered_by": record.username, "automatic": record.automatic, "abandoned": record.abandoned, "record_id": record.pk}
+        # The plan as it was before the recovery appended: what was owed, and what was recommended.
+        notifications.record(session, RECOVERED, at=record.created_at, plan=plan, turns=turns, detail=detail)
         transaction.on_commit(instruments.RECOVERIES.labels(instruments.MANUAL if policy is None else instruments.AUTOMATIC).inc)
     return result
 

@@ -7,7 +7,7 @@ from django.test import Client
 
 from sessions_app import services
 from sessions_app.log import events as log_events
-from sessions_app.models import ApiToken, AuditEntry, Event, Membership, Project, RecoveryRecord, Role, Session, ToolPolicy
+from sessions_app.models import ApiToken, AuditEntry, Event, Membership, Project, RecoveryRecord, Role, Session, ToolPolicy, WebhookEndpoint
 from tests.access import member, token_for
 from tests.conftest import ApiClient
 from tests.sessions_app import factories
@@ -15,7 +15,7 @@ from tests.sessions_app import factories
 pytestmark = pytest.mark.django_db
 
 LOG_MODELS = ["session", "event", "recoveryrecord"]
-SUPERUSER_MODELS = ["project", "apitoken", "auditentry"]
+SUPERUSER_MODELS = ["project", "apitoken", "auditentry", "webhookendpoint"]
 
 
 def crashed_and_recovered(session_id: str, project: Project | None, recovered_by) -> Session:
@@ -333,3 +333,22 @@ def test_a_user_who_is_not_staff_cannot_open_the_admin(logs, django_user_model):
     client = logged_in(django_user_model, "bot")
     for model in [*LOG_MODELS, "toolpolicy", *SUPERUSER_MODELS]:
         assert client.get(f"/admin/sessions_app/{model}/").status_code == 302  # to the admin login
+
+
+def test_webhooks_in_the_admin_are_checked_and_audited(django_user_model, root, settings):
+    """Superusers add, change and delete webhooks through sessions_app.notify: a private address is the form's error."""
+    settings.TURNLOG_WEBHOOK_ALLOW_PRIVATE = False
+    form = {"project": Project.default().pk, "url": "http://127.0.0.1:9000/hook", "agent_patterns": "*", "kinds": '["stalled"]', "enabled": "on"}
+    refused = root.post("/admin/sessions_app/webhookendpoint/add/", form)
+    assert refused.status_code == 200 and "127.0.0.1 is a loopback address" in refused.content.decode()
+    assert not WebhookEndpoint.objects.exists()
+    added = root.post("/admin/sessions_app/webhookendpoint/add/", {**form, "url": "https://93.184.215.14/hook"})
+    hook = WebhookEndpoint.objects.get()
+    assert added.status_code == 302 and hook.kinds == ["stalled"] and hook.secret.startswith("whsec_")
+    changed = root.post(f"/admin/sessions_app/webhookendpoint/{hook.pk}/change/", {**form, "url": "https://93.184.215.14/other", "kinds": '["held"]'})
+    hook.refresh_from_db()
+    assert changed.status_code == 302 and (hook.url, hook.kinds) == ("https://93.184.215.14/other", ["held"])
+    assert root.post(f"/admin/sessions_app/webhookendpoint/{hook.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert not WebhookEndpoint.objects.exists()
+    entries = AuditEntry.objects.filter(action=AuditEntry.WEBHOOK_CHANGED, actor_name="root").order_by("pk")
+    assert [sorted(k for k in ("created", "changed", "deleted") if k in e.detail) for e in entries] == [["created"], ["changed"], ["deleted"]]

@@ -1,5 +1,6 @@
 """`manage.py recovery_worker [--once] [--interval SECONDS]`: the clock-driven automatic recovery and retention's
-sweep (sessions_app.worker), and between its rounds, every second, the search index's pending events (services.index_pending)."""
+sweep, stalls told to webhooks (sessions_app.worker), and between its rounds, every second, the webhook deliveries
+that are due (sessions_app.notify) and the search index's pending events (services.index_pending)."""
 
 import signal
 import threading
@@ -19,8 +20,8 @@ INDEX_EVERY_SECONDS = 1.0  # how far the search index may trail the log when nob
 class Command(BaseCommand):
     help = (
         "Recover stalled sessions automatically where an auto-recovery policy allows it and every open turn is"
-        " restart_turn, and delete sessions past their project's retention; one line per session recovered, held,"
-        " deleted or kept past retention (each kept one once). Runs a round every --interval seconds until"
+        " restart_turn, delete sessions past their project's retention, and send webhooks when sessions stall, are"
+        " recovered or held; one line per session recovered, held, stalled, deleted or kept past retention (each kept one once). Runs a round every --interval seconds until"
         " SIGTERM or Ctrl-C; a database outage is logged and retried next round."
     )
 
@@ -39,7 +40,7 @@ class Command(BaseCommand):
             raise CommandError("--interval must be above 0")
         verbose = options["verbosity"] >= 2
         if once:
-            if not (self.round(verbose) and self.index()):
+            if not (self.round(verbose) and self.deliver(verbose) and self.index()):
                 raise CommandError("the round failed: database unavailable")
             return
         if settings.TURNLOG_METRICS_BIND:
@@ -54,6 +55,7 @@ class Command(BaseCommand):
                 if time.monotonic() >= next_round:
                     self.round(verbose)
                     next_round = time.monotonic() + interval
+                self.deliver(verbose)
                 self.index()
                 stop.wait(max(0.0, min(next_round - time.monotonic(), INDEX_EVERY_SECONDS)))
         except KeyboardInterrupt:
@@ -72,6 +74,7 @@ class Command(BaseCommand):
         self.stdout.write(f"recovery worker: metrics at http://{address}/metrics (no token: for the scraper's network only)")
 
     index_failing = False
+    deliver_failing = False
     kept_said: set[tuple[str, str]] = set()  # (session id, why) of sessions kept past retention, said once
 
     def index(self) -> bool:
@@ -85,6 +88,23 @@ class Command(BaseCommand):
             connections.close_all()
             return False
         self.index_failing = False
+        return True
+
+    def deliver(self, verbose: bool) -> bool:
+        """The webhook deliveries that are due; failures said (successes only with -v 2); False when the database failed."""
+        try:
+            sent = worker.deliver_webhooks()
+        except DatabaseError as exc:
+            if not self.deliver_failing:
+                self.stderr.write(f"webhooks: database unavailable, retrying every second: {type(exc).__name__}: {exc}".strip())
+            self.deliver_failing = True
+            connections.close_all()
+            return False
+        self.deliver_failing = False
+        for one in sent:
+            if one.outcome != "delivered" or verbose:
+                status = f" HTTP {one.status_code}" if one.status_code else ""
+                self.stdout.write(f"webhook {one.webhook_id} attempt {one.attempt}: {one.outcome}{status}" + (f" ({one.error})" if one.error else ""))
         return True
 
     def round(self, verbose: bool) -> bool:

@@ -1,5 +1,5 @@
 """`manage.py recovery_worker`: one round with --once, the loop, a database outage, SIGTERM, two workers at once,
-the search index between rounds."""
+the search index between rounds, webhooks sent (two worker processes: one alert)."""
 
 from __future__ import annotations
 
@@ -8,17 +8,20 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from unittest import mock
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import OperationalError, connection
+from django.utils import timezone
 
-from sessions_app import services, worker
+from sessions_app import notify, services, worker
 from sessions_app.log.events import validate_batch
-from sessions_app.models import AutoRecoveryPolicy, RecoveryRecord, Session, ToolPolicy
+from sessions_app.models import AutoRecoveryPolicy, Delivery, Project, RecoveryRecord, Session, ToolPolicy, WebhookEndpoint
 from tests.servers import PROJECT_DIR, database_url
 from tests.sessions_app.test_worker import crash
+from tests.webhook_receiver import receiver  # noqa: F401  (the fixture)
 
 
 @pytest.fixture
@@ -155,3 +158,54 @@ def test_the_loop_indexes_for_search_between_rounds_and_says_an_outage_once(poli
         signal.signal(signal.SIGTERM, previous)
     assert err.count("search index: database unavailable, retrying every second") == 1, err
     assert Session.objects.get(pk="s").search_indexed_seq == 1  # indexed once the database answered
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_worker_processes_send_one_signed_alert_of_a_stall(receiver, tmp_path, settings):  # noqa: F811
+    """The real command, twice at once: the stall is noted once and its one delivery arrives once, verified."""
+    settings.TURNLOG_WEBHOOK_ALLOW_PRIVATE = True
+    hook = notify.create_endpoint(project=Project.default(), actor=None, url=receiver.url, kinds=["stalled"])
+    WebhookEndpoint.objects.update(created_at=timezone.now() - timedelta(hours=1))  # there before the crash
+    crash("mailer-crash", "mailer", "send_email")  # quiet for 20 minutes: stalled; no policy recovers it
+    env = {"DATABASE_URL": database_url(connection.settings_dict), "PATH": "/usr/bin:/bin", "TURNLOG_WEBHOOK_ALLOW_PRIVATE": "1"}
+    logs = [tmp_path / f"worker{n}.log" for n in range(2)]
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", "recovery_worker", "--interval", "0.2"],
+            cwd=PROJECT_DIR, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        for log in logs
+    ]
+    try:
+        deadline = time.monotonic() + 60
+        while not receiver.received and time.monotonic() < deadline:
+            assert all(w.poll() is None for w in workers), [log.read_text() for log in logs]
+            time.sleep(0.2)
+        time.sleep(2)  # several more rounds and passes of both
+    finally:
+        for w in workers:
+            w.send_signal(signal.SIGTERM)
+        codes = [w.wait(timeout=20) for w in workers]
+    output = [log.read_text() for log in logs]
+    assert codes == [0, 0], output
+    [body] = receiver.verified(hook.secret)
+    assert body["type"] == "session.stalled" and body["session"]["id"] == "mailer-crash"
+    told = [line for text in output for line in text.splitlines() if line.startswith("stalled ")]
+    assert told == ["stalled mailer-crash agent=mailer policy=- (told 1 webhook(s))"], output
+    assert Delivery.objects.get().state == Delivery.DELIVERED
+
+
+@pytest.mark.django_db
+def test_once_sends_what_is_due_and_says_a_failed_attempt(receiver, settings):  # noqa: F811
+    settings.TURNLOG_WEBHOOK_ALLOW_PRIVATE = True
+    receiver.statuses = [503]
+    notify.create_endpoint(project=Project.default(), actor=None, url=receiver.url)
+    WebhookEndpoint.objects.update(created_at=timezone.now() - timedelta(hours=1))
+    crash("mailer-crash", "mailer", "send_email")
+    out, err = run("--once")
+    delivery = Delivery.objects.get()
+    assert out.splitlines() == [
+        "stalled mailer-crash agent=mailer policy=- (told 1 webhook(s))",
+        f"webhook {delivery.webhook_id} attempt 1: retry HTTP 503",
+    ]
+    assert err == "" and len(receiver.received) == 1

@@ -17,6 +17,7 @@ from sessions_app.models import (
     IdempotentRequest,
     LedgerCall,
     Note,
+    Notification,
     OtlpSpan,
     OtlpTrace,
     Project,
@@ -31,7 +32,7 @@ from tests.sessions_app import factories as f
 
 pytestmark = pytest.mark.django_db
 
-DEPENDENTS = [Event, CallSighting, LedgerCall, RecoveryRecord, IdempotentRequest, Note, OtlpTrace, OtlpSpan]
+DEPENDENTS = [Event, CallSighting, LedgerCall, RecoveryRecord, IdempotentRequest, Note, OtlpTrace, OtlpSpan, Notification]
 
 
 def rows_of(session_id: str) -> dict[str, int]:
