@@ -3,12 +3,15 @@
 Both Daphnes (tests/servers.py) run on the test database with PROMETHEUS_MULTIPROC_DIR set, as the
 launchers set it. Appends, a recovery and websocket streams go to either; a scrape of either adds up
 both; after one is killed (SIGKILL) its counts stay, its open sockets go, and its files are merged.
+A stall shows on the sessions gauge, and the worker's webhook delivery on either Daphne's scrape.
 """
 
 from __future__ import annotations
 
 import json
 import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -17,11 +20,12 @@ from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from sessions_app import services
-from sessions_app.models import Role
+from sessions_app import notify, services
+from sessions_app.models import Project, Role
 from tests.access import token_for
-from tests.servers import DaphneServer
+from tests.servers import PROJECT_DIR, DaphneServer, database_url
 from tests.sessions_app import factories as f
+from tests.webhook_receiver import receiver  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -121,5 +125,39 @@ def test_two_daphnes_add_up_and_a_killed_one_keeps_its_counts(daphnes, metrics_d
         assert not [p.name for p in metrics_dir.iterdir() if p.name.endswith(f"_{pid}.db")]
         assert {"counter_merged.db", "histogram_merged.db"} <= {p.name for p in metrics_dir.iterdir()}
 
+    checked = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=30)
+    assert checked.returncode == 0, (checked.stdout + checked.stderr).decode()
+
+
+def test_a_stall_and_a_webhook_delivery_show_on_either_daphnes_scrape(tmp_path, metrics_dir, django_user_model, receiver, promtool, settings):
+    """The worker process counts into the same directory: its webhook delivery shows on a Daphne's scrape after it exits."""
+    settings.TURNLOG_WEBHOOK_ALLOW_PRIVATE = True  # the receiver listens on 127.0.0.1
+    quick = {"PROMETHEUS_MULTIPROC_DIR": str(metrics_dir), "TURNLOG_STALL_SECONDS": "1", "TURNLOG_WEBHOOK_ALLOW_PRIVATE": "1"}
+    servers = [DaphneServer(connection.settings_dict, tmp_path / f"daphne-{i}.log", **quick) for i in range(2)]
+    for server in servers:
+        server.start()
+    try:
+        first, second = servers
+        site = services.issue_token(user=django_user_model.objects.create_superuser("root"), project=None, scopes=["metrics"])[1]
+        agent = token_for(django_user_model.objects.create_user("agent"), Role.OPERATOR)
+        endpoint = notify.create_endpoint(project=Project.default(), actor=None, url=receiver.url, kinds=["stalled"])
+        _, before = scrape(first, site)
+        assert call(first, "POST", "/api/v1/sessions", agent, {"id": "stalls"})[0] == 201
+        assert call(second, "POST", "/api/v1/sessions/stalls/events", agent, {"events": [f.event("turn_start", turn=1)]})[0] == 201
+        time.sleep(1.5)  # past the 1 s stall window
+
+        _, stalled = scrape(first, site)
+        assert stalled[("turnlog_sessions", (("project", "default"), ("status", "stalled")))] == 1
+        env = {"DATABASE_URL": database_url(connection.settings_dict), "PATH": "/usr/bin:/bin", **quick}
+        worker = subprocess.run([sys.executable, "manage.py", "recovery_worker", "--once"], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=60)
+        assert worker.returncode == 0, worker.stdout + worker.stderr
+        assert [payload["type"] for payload in receiver.verified(endpoint.secret)] == ["session.stalled"]
+
+        body, after = scrape(second, site)
+        assert after[("turnlog_webhook_deliveries_total", (("outcome", "delivered"),))] - before.get(("turnlog_webhook_deliveries_total", (("outcome", "delivered"),)), 0) == 1
+        assert after[("turnlog_events_appended_total", (("type", "turn_start"),))] - before.get(("turnlog_events_appended_total", (("type", "turn_start"),)), 0) == 1
+    finally:
+        for server in servers:
+            server.stop()
     checked = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=30)
     assert checked.returncode == 0, (checked.stdout + checked.stderr).decode()
