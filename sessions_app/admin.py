@@ -55,6 +55,19 @@ class SuperusersOnly:
         return is_active_superuser(request)
 
 
+class SuperusersChange:
+    """Only superusers add, change or delete these rows, whatever model permissions say."""
+
+    def has_add_permission(self, request):
+        return is_active_superuser(request)
+
+    def has_change_permission(self, request, obj=None):
+        return is_active_superuser(request)
+
+    def has_delete_permission(self, request, obj=None):
+        return is_active_superuser(request)
+
+
 class ReadOnlyAdmin(admin.ModelAdmin):
     def has_add_permission(self, request, obj=None):
         return False
@@ -165,17 +178,8 @@ class RecoveryRecordAdmin(StaffMayView, ProjectScoped, ReadOnlyAdmin):
         return format_html('<a href="{}?highlight={}-{}#seq-{}">{}–{}</a>', url, record.first_seq, record.last_seq, record.first_seq, record.first_seq, record.last_seq)
 
 
-class SiteSettingAdmin(StaffMayView, admin.ModelAdmin):
+class SiteSettingAdmin(StaffMayView, SuperusersChange, admin.ModelAdmin):
     """A setting of every project: staff read it, only superusers add, change or delete it."""
-
-    def has_add_permission(self, request):
-        return is_active_superuser(request)
-
-    def has_change_permission(self, request, obj=None):
-        return is_active_superuser(request)
-
-    def has_delete_permission(self, request, obj=None):
-        return is_active_superuser(request)
 
 
 @admin.register(ToolPolicy)
@@ -366,7 +370,7 @@ class WebhookEndpointForm(forms.ModelForm):
 
 
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(SuperusersOnly, admin.ModelAdmin):
+class WebhookEndpointAdmin(SuperusersOnly, SuperusersChange, admin.ModelAdmin):
     """Every project's webhooks, for superusers; changes go through sessions_app.notify (checked and audited)."""
 
     form = WebhookEndpointForm
@@ -374,15 +378,6 @@ class WebhookEndpointAdmin(SuperusersOnly, admin.ModelAdmin):
     list_filter = ["enabled", "project"]
     list_select_related = ["project"]
     readonly_fields = ["secret", "created_at", "disabled_reason"]
-
-    def has_add_permission(self, request):
-        return is_active_superuser(request)
-
-    def has_change_permission(self, request, obj=None):
-        return is_active_superuser(request)
-
-    def has_delete_permission(self, request, obj=None):
-        return is_active_superuser(request)
 
     def save_model(self, request, obj, form, change):
         values = {name: form.cleaned_data[name] for name in ("url", "agent_patterns", "kinds", "enabled", "slack")}
