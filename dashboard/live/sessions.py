@@ -129,7 +129,12 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
             )
         # Everything a frame depends on, so viewers in step share one render.
         key = (session_id, self.raw_from, self.can_fork, self.all_calls, self.note_rights.key, wires[0]["seq"], wires[-1]["seq"])
-        await self.send(text_data=await shared_frames.get(key, render))
+        await self.send_messages(await shared_frames.get(key, render))
+
+    async def send_messages(self, messages: list[str]) -> None:
+        """A frame's messages, in order (dashboard.live.frames.pack)."""
+        for message in messages:
+            await self.send(text_data=message)
 
     async def _notes_changed(self, message: dict) -> None:
         """A note was added, edited or deleted: its place (card, row, the session's notes) and the ledger panel
@@ -143,7 +148,7 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
             outage.database_outage.failed(error)
             return
         if self._stream is not None:  # still open
-            await self.send(text_data=frame)
+            await self.send_messages(frame)
 
     async def refresh_status(self, session_id: str):
         """The header changes with no event (a running session turns stalled with silence alone, a
@@ -160,7 +165,7 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
                 with_blocks = follows and tab == session_page.TRANSCRIPT
                 render = functools.partial(render_state_frame, session_id, self.can_fork, tab, with_blocks, self.all_calls, follows, self.note_rights)
                 key = ("state", session_id, change, follows, tab, self.can_fork, self.all_calls, self.note_rights.key)
-                await self.send(text_data=await shared_frames.get(key, render))
+                await self.send_messages(await shared_frames.get(key, render))
         finally:
             shared_status.unfollow(session_id, changes)
 

@@ -109,7 +109,7 @@ class ToolCard:
     started_at: datetime | None = None
     owed: bool = False  # an open turn owes it a result: recovery would answer it
     notes: list = field(default_factory=list)  # pinned to its first sighting or its results, oldest first
-    here: frozenset[int] = frozenset()  # seqs of its results in the card's own block (anchored in the card)
+    here: frozenset[int] = frozenset()  # seqs of its results and dispatches in the card's own block (anchored in the card)
 
     @property
     def anchor(self) -> str:
@@ -210,12 +210,17 @@ class Row:
 
 @dataclass
 class Step:
+    """A step's events on one page of its turn: the page where it started (its head), or a later page it
+    continues on (`continued_on`: that page's number; its rows only)."""
+
     start: Event
     number: object
-    end: Event | None
+    end: Event | None  # the step_end, wherever it is (the head shows the outcome)
     rows: list[Row]
 
     interrupted: bool = False  # never closed, in a turn that recovery closed
+    continued_on: int | None = None
+    end_here: bool = False  # the step_end is on this page: its line closes this container
 
     @property
     def outcome(self) -> str | None:
@@ -225,6 +230,39 @@ class Step:
     def duration(self) -> float | None:
         return (self.end.time - self.start.time).total_seconds() if self.end else None
 
+    @property
+    def dom_id(self) -> str:
+        if self.continued_on is None:
+            return f"seq-{self.start.seq}"
+        return f"step-{self.start.seq}-page-{self.continued_on}"
+
+    @property
+    def rows_id(self) -> str:
+        return f"rows-{self.dom_id}"
+
+    @property
+    def first_seq(self) -> int:
+        """Where this container begins on its page: the step_start, or a continuation's first row or step_end."""
+        if self.continued_on is None:
+            return self.start.seq
+        return min([*(row.event.seq for row in self.rows), *([self.end.seq] if self.end_here and self.end else [])])
+
+
+@dataclass
+class Page:
+    """TURN_PAGE seqs of one turn (dashboard.pages.transcript): shown with its parts, or as a stub to load."""
+
+    turn_seq: int
+    number: int
+    first_seq: int  # of the page's seq range, not necessarily an event of the turn
+    last_seq: int
+    parts: list[Row | Step] = field(default_factory=list)
+    shown: bool = True
+
+    @property
+    def dom_id(self) -> str:
+        return f"page-{self.turn_seq}-{self.number}"
+
 
 @dataclass
 class Block:
@@ -232,7 +270,8 @@ class Block:
     first_seq: int
     turn_start: Event | None = None
     turn_end: Event | None = None
-    parts: list[Row | Step] = field(default_factory=list)
+    parts: list[Row | Step] = field(default_factory=list)  # outside every turn: the one event (or step_start)
+    pages: list[Page] = field(default_factory=list)  # a turn's: each TURN_PAGE seqs, shown or a stub
     open: bool = False
     inherited: bool = False
     # Compaction: the summary that hides every event of this block, and the
@@ -240,6 +279,7 @@ class Block:
     compacted_by: int | None = None
     summaries: list[Row] = field(default_factory=list)
     last_real: Event | None = None  # the turn's last event other than its turn_end and recovery's repairs
+    steps: int = 0  # a turn's step_starts, on every page (shown or not)
     fork_spots: dict[int, ForkSpot] = field(default_factory=dict)  # by seq: may a fork end at that event
 
     @property
@@ -278,9 +318,21 @@ class Block:
 
     @property
     def step_count(self) -> int:
-        return sum(isinstance(part, Step) for part in self.parts)
+        return self.steps
+
+    @property
+    def all_parts(self) -> list[Row | Step]:
+        """The parts shown: the event's outside turns, every shown page's inside one."""
+        return [*self.parts, *(part for page in self.pages if page.shown for part in page.parts)]
+
+    @property
+    def rows(self) -> list[Row]:
+        return [row for part in self.all_parts for row in (part.rows if isinstance(part, Step) else [part])]
 
     @property
     def cards(self) -> list[ToolCard]:
-        rows = [p for part in self.parts for p in (part.rows if isinstance(part, Step) else [part])]
-        return [card for row in rows for card in row.cards]
+        return [card for row in self.rows for card in row.cards]
+
+    @property
+    def pages_id(self) -> str:
+        return f"pages-{self.first_seq}"

@@ -75,7 +75,7 @@ def status_blocks(session: Session) -> list[Block]:
     (pending calls, then what recovery would say) and the latest page's (a call with no result reads
     pending while the session is active, no_result once it went quiet), as a reload shows them."""
     blocks = {block.key: block for block in transcript.latest_window(session).blocks}
-    blocks |= {block.key: block for block in transcript.open_turn_blocks(session)}
+    blocks |= {block.key: block for block in transcript.read_blocks(session, list(session.turn_stack))}
     return sorted(blocks.values(), key=lambda block: block.first_seq)
 
 

@@ -135,6 +135,27 @@ def session_blocks(request, session_id: str):
 
 
 @login_required
+def session_turn_page(request, session_id: str):
+    """One page of a long turn in place of its stub (an out-of-band swap): ?turn=T&page=K, or ?seq=N for the page that
+    holds the event's anchor (a link to #seq-N on a page not shown). 204 when N stands outside every turn."""
+    session = session_or_404(request, session_id)
+    seq = decimal_int(request.GET.get("seq", ""), name="seq")
+    if seq is not None:
+        turn, number = transcript.page_holding(session, seq)
+        if turn is None:
+            return HttpResponse(status=204)
+    else:
+        turn, number = decimal_int(request.GET.get("turn", ""), name="turn"), decimal_int(request.GET.get("page", ""), name="page")
+        if turn is None or number is None:
+            return HttpResponse("Give ?turn= and ?page=, or ?seq=.", status=400, content_type="text/plain; charset=utf-8")
+    block = transcript.turn_page(session, turn, number)
+    if block is None:
+        raise Http404(f"No page {number} of a turn at seq {turn} in session {session_id!r}")
+    context = {"session": session, "block": block, "page": block.pages[number], "page_oob": True, "highlight": range(0)}
+    return render(request, "sessions/detail.html#page", {**context, "note_rights": page_note_rights(request, session), **session_rights(request, session)})
+
+
+@login_required
 def event_json(request, session_id: str, seq: int):
     """One event in full: where truncated values link to."""
     session = session_or_404(request, session_id)

@@ -5,9 +5,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from collections.abc import Callable, Iterable
+
+from django.db.models import Max
+
 from sessions_app.log import events as log_events
-from sessions_app.models import CallSighting, Event, Session
+from sessions_app.log.recovery import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
+from sessions_app.models import CallSighting, Event, LedgerCall, Session
 from sessions_app.selectors.events import placed_log_events, to_log_events
+
+IN_BATCH = 500  # values per IN (...) list: SQLite's variable limit
 
 Placement = dict[int, tuple[int | None, int | None]]  # seq -> (turn_seq, step_seq)
 
@@ -40,6 +47,140 @@ def placed_events_from(session: Session, first: int, *, before: int | None = Non
     if before is not None:
         window = window.filter(seq__lt=before)
     return placed_log_events(window.order_by("seq"))
+
+
+def block_start_columns(session: Session, seqs: set[int]) -> dict[int, tuple[str, int | None]]:
+    """seq -> (type, turn_seq) of the events at `seqs`."""
+    rows = Event.objects.filter(session=session, seq__in=seqs).values_list("seq", "type", "turn_seq")
+    return {seq: (type_, turn_seq) for seq, type_, turn_seq in rows}
+
+
+def turns_of(session: Session, seqs: Iterable[int]) -> dict[int, int | None]:
+    """seq -> turn_seq (None outside every turn) of the stored events at `seqs`."""
+    wanted = sorted(set(seqs))
+    found: dict[int, int | None] = {}
+    for i in range(0, len(wanted), IN_BATCH):
+        found.update(Event.objects.filter(session=session, seq__in=wanted[i : i + IN_BATCH]).values_list("seq", "turn_seq"))
+    return found
+
+
+def turn_last_seqs(session: Session, turns: Iterable[int]) -> dict[int, int]:
+    """turn -> its last seq: its turn_end's, or for an open turn its latest event's (the (session, turn_seq, seq) index)."""
+    turns = set(turns)
+    if not turns:
+        return {}
+    last = turns_closed_at(session, turns)
+    for turn in turns - last.keys():
+        last[turn] = Event.objects.filter(session=session, turn_seq=turn).aggregate(last=Max("seq"))["last"]
+    return {turn: seq for turn, seq in last.items() if seq is not None}
+
+
+def merged(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Inclusive seq ranges, sorted, touching ones joined."""
+    out: list[tuple[int, int]] = []
+    for first, last in sorted(r for r in ranges if r[0] <= r[1]):
+        if out and first <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], last))
+        else:
+            out.append((first, last))
+    return out
+
+
+def placed_events_in(session: Session, ranges: Iterable[tuple[int, int]]) -> tuple[list[log_events.Event], Placement]:
+    """The events in the inclusive seq ranges, in seq order, and where each stands: one range read of the
+    (session, seq) index per run of touching ranges."""
+    events: list[log_events.Event] = []
+    placement: Placement = {}
+    for first, last in merged(ranges):
+        found, placed = placed_log_events(Event.objects.filter(session=session, seq__gte=first, seq__lte=last).order_by("seq"))
+        events += found
+        placement |= placed
+    return events, placement
+
+
+def placed_events_at(session: Session, seqs: Iterable[int]) -> tuple[list[log_events.Event], Placement]:
+    """The events at `seqs`, in seq order, and where each stands."""
+    return placed_log_events(Event.objects.filter(session=session, seq__in=sorted(set(seqs))).order_by("seq"))
+
+
+def step_ends(session: Session, steps: Iterable[int]) -> dict[int, log_events.Event]:
+    """step_start seq -> the step_end that closed it, for those of `steps` closed (read by each step's turn and seq range)."""
+    steps = sorted(set(steps))
+    if not steps:
+        return {}
+    turns = turns_of(session, steps)
+    found = {}
+    for turn in {turns.get(s) for s in steps}:
+        mine = [s for s in steps if turns.get(s) == turn]
+        rows = Event.objects.filter(session=session, turn_seq=turn, seq__gt=min(mine), type="step_end", step_seq__in=mine)
+        found |= {event.seq: event for event in to_log_events(rows)}
+    placed = dict(Event.objects.filter(session=session, seq__in=list(found)).values_list("seq", "step_seq"))
+    return {placed[seq]: event for seq, event in found.items()}
+
+
+def last_seq_of_turn(session: Session, turn_seq: int, *, before: int) -> int | None:
+    """The seq of the turn's latest event before seq `before`."""
+    return Event.objects.filter(session=session, turn_seq=turn_seq, seq__lt=before).aggregate(last=Max("seq"))["last"]
+
+
+def block_starts_in(session: Session, first: int, last: int) -> set[int]:
+    """The first seqs of the blocks holding the events from `first` to `last`: their turns, or themselves outside every turn."""
+    rows = Event.objects.filter(session=session, seq__gte=first, seq__lte=last).values_list("seq", "turn_seq")
+    return {turn if turn is not None else seq for seq, turn in rows}
+
+
+def steps_in_turn(session: Session, turn_seq: int) -> int:
+    """How many step_starts a turn holds (read along the (session, turn_seq, seq) index)."""
+    return Event.objects.filter(session=session, turn_seq=turn_seq, type="step_start").count()
+
+
+def last_event_of_turn(session: Session, turn_seq: int, wanted: Callable[[log_events.Event], bool], *, chunk: int = 200) -> log_events.Event | None:
+    """The turn's latest event that `wanted` accepts, read backwards `chunk` events at a time."""
+    before = None
+    while True:
+        rows = Event.objects.filter(session=session, turn_seq=turn_seq)
+        if before is not None:
+            rows = rows.filter(seq__lt=before)
+        page = to_log_events(rows.order_by("-seq")[:chunk])
+        for event in page:
+            if wanted(event):
+                return event
+        if len(page) < chunk:
+            return None
+        before = page[-1].seq
+
+
+def owed_calls(session: Session, call_ids: Iterable[str]) -> dict[str, tuple[str, int]]:
+    """call id -> (risk, rule) that recovery would answer now, for those of `call_ids` an open turn owes a result:
+    the call ledger's facts read through log.recovery's risk table (rules 1 to 4)."""
+    prep = LedgerCall._meta.get_field("call_id").get_prep_value
+    ids = {prep(cid): cid for cid in call_ids}
+    owed = {}
+    keys = sorted(ids)
+    for i in range(0, len(keys), IN_BATCH):
+        rows = LedgerCall.objects.filter(session=session, call_id__in=keys[i : i + IN_BATCH], settled_state__isnull=True, owed_risk__isnull=False)
+        for key, dispatched, turn_dispatched, step_seq, step_closed in rows.values_list("call_id", "dispatched", "turn_dispatched", "step_seq", "step_closed"):
+            if dispatched:
+                owed[ids[key]] = (TOOL_OUTCOME_UNKNOWN, 1)
+            elif turn_dispatched:
+                owed[ids[key]] = (TOOL_NOT_STARTED, 2)
+            elif step_seq is not None and step_closed:
+                owed[ids[key]] = (TOOL_NOT_STARTED, 3)
+            else:
+                owed[ids[key]] = (TOOL_OUTCOME_UNKNOWN, 4)
+    return owed
+
+
+def card_seq(session: Session, seq: int) -> int | None:
+    """Where the card of the call a tool_result or tool_call at `seq` answers stands (its first sighting or
+    dispatch); None for other events."""
+    row = Event.objects.filter(session=session, seq=seq, type__in=("tool_result", "tool_call")).values_list("data", flat=True).first()
+    cid = log_events.call_id(row) if isinstance(row, dict) else None
+    if cid is None:
+        return None
+    sightings = CallSighting.objects.filter(session=session, call_id=cid).values_list("seq", flat=True)
+    dispatches = Event.objects.filter(session=session, call_id=cid, type="tool_call").values_list("seq", flat=True)
+    return min([*sightings, *dispatches], default=None)
 
 
 def events_of_blocks_touched(session: Session, events: list[log_events.Event]) -> tuple[list[log_events.Event], Placement]:

@@ -146,7 +146,14 @@
       reconnectAfter(event.target, code, event.detail.socketWrapper);
     });
     document.body.addEventListener("htmx:oobBeforeSwap", function (event) {
-      if (event.detail.fragment) keepReadersDetails(event.detail.target, event.detail.fragment);
+      var target = event.detail.target, fragment = event.detail.fragment;
+      if (!fragment) return;
+      // Appends are idempotent: a frame sent again after a cut socket replaces what it appended before.
+      Array.prototype.forEach.call(fragment.children || [], function (child) {
+        var existing = child.id && document.getElementById(child.id);
+        if (existing && existing !== target && !existing.contains(target)) existing.remove();
+      });
+      keepReadersDetails(target, fragment);
     });
     // A fork form opens under its control: keep it in view; Cancel or Escape
     // closes it and gives focus back to the control.
@@ -182,6 +189,33 @@
       var form = event.key === "Escape" && event.target.closest && event.target.closest(".fork-form");
       if (form) closeForkForm(form);
     });
+    // A link to #seq-N whose event is on a page of a long turn not shown, or in earlier turns: fetched, then shown.
+    function reveal(attempts) {
+      var match = /^#seq-(\d+)$/.exec(window.location.hash);
+      var transcript = document.querySelector("[data-pages-url]");
+      if (!match || !transcript || document.getElementById("seq-" + match[1])) return;
+      var seq = Number(match[1]);
+      var earlier = document.querySelector(".earlier button");
+      var firstShown = document.querySelector("#blocks > [id]");
+      var before = earlier && Number(earlier.closest(".earlier").id.replace("earlier-", ""));
+      var settled = function () {
+        var found = document.getElementById("seq-" + seq);
+        if (found) found.scrollIntoView({ block: "start" });
+        else if (attempts > 0) reveal(attempts - 1);
+      };
+      if (earlier && seq < before) {
+        htmx.ajax("GET", earlier.getAttribute("hx-get"), { target: earlier.closest(".earlier"), swap: "outerHTML" }).then(settled);
+      } else if (firstShown) {
+        htmx.ajax("GET", transcript.getAttribute("data-pages-url") + "?seq=" + seq, { swap: "none" }).then(function () {
+          var found = document.getElementById("seq-" + seq);
+          if (found) found.scrollIntoView({ block: "start" });
+        });
+      }
+    }
+    if (window.htmx) {
+      reveal(30);
+      window.addEventListener("hashchange", function () { reveal(30); });
+    }
     document.body.addEventListener("htmx:wsAfterMessage", function () {
       var empty = document.getElementById("no-events");
       if (empty && document.querySelector("#blocks .block, #raw-rows .raw-row")) empty.remove();

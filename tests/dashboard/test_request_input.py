@@ -138,6 +138,9 @@ PAGE, TOKENS = "/sessions/digits/", "/projects/default/tokens"
 NUMERIC_PARAMETERS = [
     ("before", "GET", PAGE, {"view": "raw", "before": TOO_LONG}),
     ("before", "GET", "/sessions/digits/blocks", {"before": TOO_LONG}),
+    ("turn", "GET", "/sessions/digits/pages", {"turn": TOO_LONG, "page": "1"}),
+    ("page", "GET", "/sessions/digits/pages", {"turn": "0", "page": TOO_LONG}),
+    ("seq", "GET", "/sessions/digits/pages", {"seq": TOO_LONG}),
     ("highlight", "GET", PAGE, {"highlight": f"{TOO_LONG}-3"}),
     ("highlight", "GET", PAGE, {"highlight": f"1-{TOO_LONG}"}),
     ("boundary", "GET", "/sessions/digits/fork", {"boundary": TOO_LONG}),

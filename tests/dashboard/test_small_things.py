@@ -197,7 +197,7 @@ def test_the_live_frame_after_a_stall_says_never_closed(settings):
     services.create_session(session_id="live")
     append_now("live", [("user_message", message("hi")), ("turn_start", {"turn": 1})])
     settings.TURNLOG_STALL_SECONDS = 0  # now stalled
-    assert "open: never closed" in live.render_state_frame("live", False, session_page.TRANSCRIPT, True)
+    assert "open: never closed" in "".join(live.render_state_frame("live", False, session_page.TRANSCRIPT, True))
 
 
 # g. A favicon --------------------------------------------------------------------------------

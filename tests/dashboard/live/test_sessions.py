@@ -25,6 +25,7 @@ from tests.access import member
 from tests.dashboard.conftest import QUIET, WAIT, down_for, opened
 from tests.dashboard.live.test_consumers import append, append_sync, create, open_socket
 from tests.dashboard.pages.test_fork_views import offered
+from tests import dom
 from tests.servers import DaphneServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
@@ -62,7 +63,7 @@ async def test_a_page_socket_needs_a_login_and_an_allowed_origin(sid, session_co
     assert await closed_with(await browser_socket("/ws/sessions/live", None)) == 4401
 
 
-async def test_new_blocks_are_appended_and_touched_blocks_replaced(sid, session_cookie):
+async def test_new_blocks_are_appended_and_new_rows_appended_where_they_stand(sid, session_cookie):
     await create(sid, 1)  # seq 0: a user message the page already shows
     page = await browser_socket(f"/ws/sessions/{sid}/live?after=0", session_cookie)
     await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
@@ -72,13 +73,14 @@ async def test_new_blocks_are_appended_and_touched_blocks_replaced(sid, session_
     assert 'id="session-summary"' in frame and "2 events" in frame
     await append_events(sid, [{"type": "assistant_message", "data": {"content": "<b>hi</b>", "tool_calls": [{"id": "c1", "name": "t"}]}}])
     frame = await page.receive_from(timeout=WAIT)
-    assert '<section id="turn-1" class="block turn open" hx-swap-oob="true">' in frame
+    assert '<section id="turn-1"' not in frame  # the turn is not sent again: its new row is
+    assert '<div hx-swap-oob="beforeend:#page-1-0"><article id="seq-2"' in frame
     assert "&lt;b&gt;hi&lt;/b&gt;" in frame and "<b>hi</b>" not in frame
     assert 'data-call-id="c1"' in frame and '<span class="badge state">pending</span> <span class="muted pending-detail">requested</span>' in frame
     assert await page.receive_nothing(QUIET)
 
 
-async def test_a_late_result_re_renders_the_block_of_its_call(sid, session_cookie):
+async def test_a_late_result_re_renders_the_card_of_its_call(sid, session_cookie):
     await create(sid)
     await append_events(sid, [
         {"type": "turn_start", "data": {"turn": 1}},
@@ -88,8 +90,9 @@ async def test_a_late_result_re_renders_the_block_of_its_call(sid, session_cooki
     page = await browser_socket(f"/ws/sessions/{sid}/live?after=2", session_cookie)
     await append_events(sid, [{"type": "tool_result", "data": {"tool_call_id": "c1", "content": "finally"}}])
     frame = await page.receive_from(timeout=WAIT)
-    assert '<section id="turn-0" class="block turn" hx-swap-oob="true">' in frame  # the call's card, now completed
-    assert "completed" in frame
+    card = by_id(frame, "call-" + frame.split('id="call-')[1].split('"')[0])
+    assert 'data-state="completed"' in card and "finally" in card  # the call's card, now completed
+    assert '<section id="turn-0"' not in frame
     assert '<div hx-swap-oob="beforeend:#blocks"><section id="event-3"' in frame  # where the result arrived
 
 
@@ -107,31 +110,24 @@ def frame_and_queries(session_id: str) -> tuple[str, list[str]]:
     return frame, [q["sql"] for q in captured.captured_queries]
 
 
-async def test_a_frame_in_the_open_turn_reads_that_turn_once(sid):
-    """Each event of a live turn re-renders the turn: its events are read once, for the rows and the plan alike."""
+async def test_a_frame_in_the_open_turn_reads_only_its_pages(sid):
+    """A new event of a live turn reads the turn's pages a page load shows, never the turn whole nor the log."""
     await create(sid, 1)
     await append_events(sid, [
         {"type": "turn_start", "data": {"turn": 1}},
+        *[{"type": "user_message", "data": {"content": f"m{n}"}} for n in range(300)],
         {"type": "step_start", "data": {"turn": 1, "step": 1}},
         {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "charge_card"}]}},
         {"type": "tool_call", "data": {"id": "c1", "name": "charge_card"}},
     ])  # fmt: skip
     frame, queries = await frame_and_queries(sid)
-    assert "If recovered now: <strong>Outcome unknown: it may have run</strong> (rule 1)" in frame  # the plan's word on it
-    assert "Turn 1" in frame
-    turn_reads = [q for q in queries if '"sessions_app_event"."data"' in q and '"sessions_app_event"."turn_seq" IN' in q]
-    assert len(turn_reads) == 1
-    # No second read of the turn for the transcript's plan. The ledger panel reads the call ledger's rows, and of
-    # the events only those of the calls it shows (by seq and call id): no range of the log, never the whole log.
-    ranged = [q for q in queries if '"sessions_app_event"."seq" >=' in q]
-    assert all('"sessions_app_event"."seq" >= 1' in q for q in ranged), ranged
-    # 19 when the plan, the fork spots and the labels each read the turn and its calls again; 9 since the frame
-    # re-renders the whole header as a reload does, whose list of forks is one more indexed read; 10 since cards
-    # show the notes pinned to their calls (one read of the session's notes); at most 24 with the ledger panel
-    # (its plan, its window, its calls by id, their sightings, recoveries, patches, policies, notes, turn numbers);
-    # reading the ledger's rows, fewer.
-    assert len(queries) <= 24, len(queries)
-
+    assert "If recovered now: <strong>Outcome unknown: it may have run</strong> (rule 1)" in "".join(frame)  # the plan's word on it
+    assert "Turn 1" in "".join(frame)
+    ranged = [q for q in queries if '"sessions_app_event"."data"' in q and '"sessions_app_event"."seq" >=' in q]
+    # The new event, then the turn's first page and its last two (each seq range at most three pages long).
+    bounds = [tuple(map(int, re.findall(r'"seq" >= (\d+) AND "sessions_app_event"."seq" <= (\d+)', q)[0])) for q in ranged]
+    assert bounds and all(last - first < 3 * 40 for first, last in bounds), bounds
+    assert len(queries) <= 30, "\n".join(q[:250] for q in queries)
 
 async def test_a_page_socket_is_closed_for_a_reconnect_before_it_gets_old(sid, session_cookie, settings):
     settings.TURNLOG_SOCKET_RENEW_SECONDS = 0.2
@@ -260,6 +256,14 @@ def header_and_tabs(html: str) -> tuple[str | None, str | None]:
     return tuple(match and match.group(0).replace(' hx-swap-oob="true"', "") for match in found)
 
 
+def by_id(html: str, dom_id: str) -> str | None:
+    """The element with this id, normalized (tests.dom), without a frame's swap attribute."""
+    found = dom.parse(html).by_id(dom_id)
+    if found is not None:
+        found.attrs.pop("hx-swap-oob", None)
+    return dom.normalized(found)
+
+
 def element(html: str, dom_id: str, tag: str) -> str | None:
     """The element with this id (no element of the same tag nested in it), without a frame's swap attribute."""
     match = re.search(rf'<{tag} id="{dom_id}"[^>]*>.*?</{tag}>', html, re.S)
@@ -357,7 +361,7 @@ async def test_raw_rows_arriving_live_carry_their_fork_labels_and_follow_their_t
 
 
 async def test_a_call_outside_turns_reads_no_result_once_the_session_went_quiet(sid, session_cookie, user, monkeypatch, settings):
-    """The blocks that follow the status, not the events, are re-sent when it changes, as a reload shows them."""
+    """The cards that follow the status, not the events, are re-sent when it changes, as a reload shows them."""
     monkeypatch.setattr(live, "STATUS_REFRESH_SECONDS", 0.2)
     await create(sid)
     await append_events(sid, [{"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "echo"}]}}])
@@ -365,9 +369,10 @@ async def test_a_call_outside_turns_reads_no_result_once_the_session_went_quiet(
     assert await page.receive_nothing(QUIET)  # active
     settings.TURNLOG_STALL_SECONDS = 0
     frame = await page.receive_from(timeout=WAIT)
-    block = element(frame, "event-0", "section")
-    assert '<span class="badge state">no_result</span>' in block
-    assert block == element(await reload(user, sid), "event-0", "section")
+    anchor = "call-" + frame.split('id="call-')[1].split('"')[0]
+    card = by_id(frame, anchor)
+    assert '<span class="badge state">no_result</span>' in card
+    assert card == by_id(await reload(user, sid), anchor)
     await assert_header_as_reloaded(frame, user, sid)
 
 
@@ -383,7 +388,7 @@ async def test_a_running_page_turns_stalled_without_any_event(sid, session_cooki
     assert await page.receive_nothing(QUIET)  # sent once, not on every check
 
 
-async def test_a_stalled_page_re_renders_its_open_turn_as_recovery_classifies_it(sid, session_cookie, monkeypatch, settings):
+async def test_a_stalled_page_re_renders_its_open_turns_cards_as_recovery_classifies_them(sid, session_cookie, monkeypatch, settings):
     monkeypatch.setattr(live, "STATUS_REFRESH_SECONDS", 0.2)
     await create(sid)
     await append_events(sid, [
@@ -395,9 +400,10 @@ async def test_a_stalled_page_re_renders_its_open_turn_as_recovery_classifies_it
     assert await page.receive_nothing(QUIET)  # still running
     settings.TURNLOG_STALL_SECONDS = 0
     frame = await page.receive_from(timeout=WAIT)
-    turn = frame[frame.index('<section id="turn-0"') :]
-    assert 'hx-swap-oob="true"' in turn[:200] and '<span class="badge state">tool_outcome_unknown</span>' in turn
-    assert "Why (rule 1):" in turn and "elapsed" not in turn
+    card = frame[frame.index('<div class="card') :]
+    assert 'hx-swap-oob="true"' in card[:300] and '<span class="badge state">tool_outcome_unknown</span>' in card
+    assert "Why (rule 1):" in card and "elapsed" not in card
+    assert '<header class="turn-head" id="seq-0" hx-swap-oob="true">' in frame and "open: never closed" in frame
 
 
 async def test_a_raw_page_gets_new_rows_and_rows_a_new_summary_shadows(sid, session_cookie):
@@ -405,7 +411,7 @@ async def test_a_raw_page_gets_new_rows_and_rows_a_new_summary_shadows(sid, sess
     page = await browser_socket(f"/ws/sessions/{sid}/live?view=raw&first=1&after=2", session_cookie)
     await append_events(sid, [{"type": "user_message", "data": {"content": "<b>new</b>"}}])
     frame = await page.receive_from(timeout=WAIT)
-    assert '<div hx-swap-oob="beforeend:#raw-rows">\n<div id="seq-3" role="row" class="raw-row">' in frame
+    assert '<div hx-swap-oob="beforeend:#raw-rows"><div id="seq-3" role="row" class="raw-row">' in frame
     assert "&lt;b&gt;new&lt;/b&gt;" in frame and "<b>new</b>" not in frame
     assert '<span id="live-cursor" data-last-seq="3" hidden hx-swap-oob="true">' in frame
     assert "<section" not in frame  # no transcript blocks on a raw page
@@ -682,8 +688,9 @@ async def test_a_note_added_elsewhere_reaches_an_open_page_as_a_reload_shows_it(
     assert "&lt;b&gt;billing confirmed&lt;/b&gt;" in ledger_of(frame) and "<b>billing" not in frame
     assert ledger_of(frame) == ledger_of(reloaded)
     if not query:
-        block = element(frame, "event-0", "section")
-        assert f'id="note-{note_id}"' in block and block == element(reloaded, "event-0", "section")
+        anchor = "call-" + frame.split('id="call-')[1].split('"')[0]
+        card = by_id(frame, anchor)
+        assert f'id="note-{note_id}"' in card and card == by_id(reloaded, anchor)
     await note(user, sid, "customer called back", None)
     frame = await page.receive_from(timeout=WAIT)
     assert "customer called back" in ledger_of(frame).split('id="session-notes"')[1]

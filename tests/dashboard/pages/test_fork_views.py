@@ -81,11 +81,11 @@ def test_a_live_frame_renders_the_same_fork_controls(viewer):
         {"type": "turn_end", "data": {"turn": 2, "steps": 0, "reason": "complete"}},
     ]))  # fmt: skip
     wires = [event_to_wire(e) for e in selectors.events_since(session, since=8, limit=2)]
-    frame = live.render_page_frame("p", wires, shown_through=7, can_fork=True)
+    frame = "".join(live.render_page_frame("p", wires, shown_through=7, can_fork=True))
     assert offered(frame) == {"9", "last"}  # and the whole session, in the header the frame re-renders as a reload
     assert any("closes at seq 9" in reason for reason in unavailable(frame))
     # Frames for those who may not fork carry no fork control at all.
-    without = live.render_page_frame("p", wires, shown_through=7, can_fork=False)
+    without = "".join(live.render_page_frame("p", wires, shown_through=7, can_fork=False))
     assert offered(without) == set() and unavailable(without) == [] and "fork" not in without.lower()
 
 

@@ -360,7 +360,7 @@ def test_a_result_outside_its_calls_window_points_at_the_card_whatever_the_id_le
         ("turn_start", {"turn": 2}), result(cid), ("turn_end", {"turn": 2, "steps": 0, "reason": "complete"}),
     ])  # fmt: skip
     window = transcript.latest_window(session, blocks=1)
-    rows = [part for block in window.blocks for part in block.parts if getattr(part, "answers", None) == cid]
+    rows = [row for block in window.blocks for row in block.rows if row.answers == cid]
     assert [row.card_seq for row in rows] == [1]
 
 

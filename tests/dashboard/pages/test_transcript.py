@@ -124,7 +124,9 @@ def card_states(session_id: str) -> dict[str, str]:
 
 
 def rows_of(block):
-    return [row for part in block.parts for row in (part.rows if hasattr(part, "rows") else [part])]
+    """Every row the builder placed, on every page of a turn (shown or not)."""
+    parts = [*block.parts, *(part for page in block.pages for part in page.parts)]
+    return [row for part in parts for row in (part.rows if hasattr(part, "rows") else [part])]
 
 
 def same_story(session_id: str) -> None:
