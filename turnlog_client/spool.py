@@ -12,13 +12,15 @@ Events written but never cut into a batch were never sent; they form new
 batches with new keys.
 
 A spool can start without the server (Client.writer, when it cannot be
-reached). Then the session's creation waits in the file, first in line, and
-the session's count may be unknown: a session the writer named may already
-hold events. Until a batch is delivered, the first undelivered batch is sent
-without `expected_seq` (its answer's `next_seq` is the count), and every
-attempt of it the same way, so its key settles a retry; the batches after it
-carry `expected_seq` as always. A creation that answers `session_exists`
-is done too (an earlier attempt, or a session that was there).
+reached). The session's creation then waits in the file and is sent first.
+The session's count is 0 when the writer made the id (no one else knows it)
+or the creation made the session. For a session the writer was given, which
+may hold events, it is unknown until a batch is delivered: the first
+undelivered batch is sent without `expected_seq` (its answer's `next_seq` is
+the count), on every attempt, so its key still settles a retry; the batches
+after it carry `expected_seq` as always. A creation answered
+`session_exists` is done too (an earlier attempt whose answer was lost, or a
+session that was there).
 
 The file holds one JSON record per line:
 
@@ -30,8 +32,9 @@ The file holds one JSON record per line:
     {"created": true, "next_seq": N or null}      the creation was answered (N = 0: it made the session)
     {"sent": KEY, "next_seq": N}                  the batch KEY was stored (or replayed)
 
-A version 1 file (no `create`, `next_seq` always a number) reads as the
-same. Records that decide how a later batch is sent (a cut, the creation's
+A version 1 file (no `create`, `next_seq` always a number) reads as it
+always did; a client that knows only version 1 refuses a version 2 file
+rather than misread it. Records that decide how a later batch is sent (a cut, the creation's
 answer) are fsynced before anything is sent after them.
 
 A torn last line (the process died while writing it) is dropped: an event

@@ -405,7 +405,7 @@ AGENT = """
         # Slow enough for the test to kill a process while the events are being delivered.
         def handle_request(self, request):
             if request.method == "POST" and request.url.path.endswith("/events"):
-                time.sleep(0.05)
+                time.sleep(0.1)
             return super().handle_request(request)
 
     url, token, spool, session_id, first, last = sys.argv[1:]
