@@ -20,7 +20,7 @@ import httpx
 
 from turnlog_client import endpoints
 from turnlog_client.endpoints import Call
-from turnlog_client.errors import RateLimited, ServerError, SessionExists, TransportError
+from turnlog_client.errors import SessionExists, TransportError, retryable
 from turnlog_client.stream import follow, follow_async
 from turnlog_client.types import (
     AppendResult, Event, EventsPage, ImportResult, Message, NewEvent, Plan, RepairApplied, Session, SessionPage,
@@ -187,7 +187,9 @@ class Client(_Base):
             create: dict[str, Any] | None = None
             try:
                 session_id, next_seq, turns = self._open_session(session_id, agent_name, metadata, project, spooled=True)
-            except (TransportError, ServerError, RateLimited) as error:
+            except Exception as error:
+                if not retryable(error):  # a refusal (401, 403, 422 ...) stays one
+                    raise
                 create = creation(session_id, agent_name, metadata, project)
                 # An id no one else knows names an empty session; a given one may hold events: counted on delivery.
                 next_seq = turns = 0 if generated else None
@@ -210,8 +212,8 @@ class Client(_Base):
             except SessionExists:
                 assert session_id is not None
                 return session_id, self.get_session(session_id)["event_count"], None
-        except (TransportError, ServerError, RateLimited) as error:
-            if spooled:
+        except Exception as error:
+            if spooled or not retryable(error):
                 raise
             hint = (
                 "a writer without a spool needs the server to start; Client.writer(..., spool='agent.spool') starts "
