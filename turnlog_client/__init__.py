@@ -6,7 +6,8 @@ or with the server, which installs it too. See README.md ("The Python client").
 - `Client(url, token)` / `AsyncClient`: one method per endpoint of docs/api.md;
   errors are exceptions of `turnlog_client.errors`.
 - `Client.writer(session_id, ...)`: a `SessionWriter` (turns, steps, messages,
-  tool calls) over a batching, retrying `Writer`, durable with `spool=PATH`.
+  tool calls) over a batching, retrying `Writer`, durable with `spool=PATH`
+  (which also lets it start while the server is down).
 - `Client.stream(session_id, after=...)`: the session's events as they are
   committed, resumed after every close but 4401 and 4404.
 """

@@ -9,7 +9,10 @@ themselves: `Client.writer` does, with the same Idempotency-Key.
 
 from __future__ import annotations
 
+import logging
 import os
+import re
+import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +20,7 @@ import httpx
 
 from turnlog_client import endpoints
 from turnlog_client.endpoints import Call
-from turnlog_client.errors import SessionExists, TransportError
+from turnlog_client.errors import SessionExists, TransportError, retryable
 from turnlog_client.stream import follow, follow_async
 from turnlog_client.types import (
     AppendResult, Event, EventsPage, ImportResult, Message, NewEvent, Plan, RepairApplied, Session, SessionPage,
@@ -26,6 +29,8 @@ from turnlog_client.types import (
 if TYPE_CHECKING:
     from turnlog_client.session import SessionWriter
 
+logger = logging.getLogger("turnlog_client")
+SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")  # docs/api.md, Conventions
 DEFAULT_TIMEOUT = 30.0
 PAGE = 5000  # the most events GET .../events returns at once
 
@@ -156,34 +161,82 @@ class Client(_Base):
         """A SessionWriter for the session, creating it when it does not exist yet.
 
         `spool` (a file path) makes the writer durable: see turnlog_client.spool.
-        A spool that still holds this session's undelivered events is resumed
-        without asking the server anything. `options` go to Writer (batch_size,
-        flush_interval, flush_timeout, backoff).
+        A spool that still holds undelivered events (or the creation) of this
+        session is resumed without asking the server anything. A spooled writer
+        also starts while the server cannot be reached: it makes the session's
+        id when none is given (32 hex digits, as the server would) and keeps
+        the creation in the spool, to send first when the server is back.
+        Without a spool, the writer needs the server to start. `options` go to
+        Writer (batch_size, flush_interval, flush_timeout, backoff).
         """
         from turnlog_client.session import SessionWriter
         from turnlog_client.spool import Spool
         from turnlog_client.writer import Writer
 
-        opened = Spool.open(spool, session_id) if spool is not None else None
-        if opened is not None and session_id is None:
-            session_id = opened.session_id
-        if opened is None or opened.next_seq is None:
+        if spool is None:
+            session_id, next_seq, turns = self._open_session(session_id, agent_name, metadata, project, spooled=False)
+            return SessionWriter(Writer(self, session_id, next_seq=next_seq, **options), turns=turns)
+        opened = Spool.open(spool, session_id)
+        try:
+            if opened.session_id is not None:  # what an earlier run left: its session, count and creation
+                writer = Writer(self, opened.session_id, next_seq=opened.next_seq, create=opened.create, spool=opened, **options)
+                return SessionWriter(writer, turns=None)
+            # Ours from the start: a creation whose answer is lost and is sent again finds it, and makes no other.
+            generated = session_id is None
+            session_id = new_session_id() if session_id is None else session_id
+            create: dict[str, Any] | None = None
+            try:
+                session_id, next_seq, turns = self._open_session(session_id, agent_name, metadata, project, spooled=True)
+            except Exception as error:
+                if not retryable(error):  # a refusal (401, 403, 422 ...) stays one
+                    raise
+                create = creation(session_id, agent_name, metadata, project)
+                # An id no one else knows names an empty session; a given one may hold events: counted on delivery.
+                next_seq = turns = 0 if generated else None
+                logger.warning("turnlog: the server is away (%s); session %s starts in the spool %s", error, session_id, opened.path)
+            opened.start(session_id, next_seq, create=create)
+            return SessionWriter(Writer(self, session_id, next_seq=next_seq, create=create, spool=opened, **options), turns=turns)
+        except BaseException:
+            opened.close(remove=False)
+            raise
+
+    def _open_session(
+        self, session_id: str | None, agent_name: str | None, metadata: Mapping[str, Any] | None, project: str | None,
+        *, spooled: bool,
+    ) -> tuple[str, int, int | None]:  # fmt: skip
+        """Create the session, or read its count when it exists: (id, next_seq, turns; None: counted when needed)."""
+        try:
             try:
                 created = self.create_session(session_id, agent_name=agent_name, metadata=metadata, project=project)
-                session_id, next_seq, turns = created["id"], 0, 0
+                return created["id"], 0, 0
             except SessionExists:
                 assert session_id is not None
-                next_seq, turns = self.get_session(session_id)["event_count"], None
-            except BaseException:
-                if opened is not None:
-                    opened.close(remove=False)
+                return session_id, self.get_session(session_id)["event_count"], None
+        except Exception as error:
+            if spooled or not retryable(error):
                 raise
-            if opened is not None:
-                opened.start(session_id, next_seq)
-        else:
-            next_seq, turns = opened.next_seq, None
-        assert session_id is not None
-        return SessionWriter(Writer(self, session_id, next_seq=next_seq, spool=opened, **options), turns=turns)
+            hint = (
+                "a writer without a spool needs the server to start; Client.writer(..., spool='agent.spool') starts "
+                "without it, keeps the events in that file and sends them when the server is back"
+            )  # fmt: skip
+            if isinstance(error, TransportError):
+                raise TransportError(f"{error}; {hint}") from error
+            error.add_note(hint)
+            raise
+
+
+def new_session_id() -> str:
+    """A session id as the server makes one when none is given: 32 lowercase hex digits (a random UUID's)."""
+    return uuid.uuid4().hex
+
+
+def creation(session_id: str, agent_name: str | None, metadata: Mapping[str, Any] | None, project: str | None) -> dict[str, Any]:
+    """create_session's fields, to keep in a spool: refused here for what the server would refuse for certain."""
+    if not SESSION_ID.fullmatch(session_id):
+        raise ValueError(f"session id {session_id!r} must be 1 to 128 characters of A-Z a-z 0-9 . _ : -")
+    fields = {"agent_name": agent_name, "metadata": None if metadata is None else dict(metadata), "project": project}
+    endpoints.encode(fields)  # NaN, a lone surrogate, what is not JSON: ValueError or TypeError now, not a stuck spool
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 class AsyncClient(_Base):

@@ -46,13 +46,14 @@ import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
+from turnlog_client.errors import FlushTimeout, retryable
 from turnlog_client.types import StepOutcome, TurnEndReason
 from turnlog_client.writer import _DEFAULT, Writer
 
 
 @dataclasses.dataclass
 class _Turn:
-    number: int
+    number: int | None  # None: the log's turns could not be counted (the server away)
     steps: int = 0
     step_open: bool = False
     dispatched: list[str] = dataclasses.field(default_factory=list)  # ids with a tool_call, in order
@@ -69,7 +70,10 @@ class SessionWriter:
 
     `turns` is how many turns the log already holds (`turn` numbers count every
     turn_start of the log); None counts them from the server when the first
-    turn opens.
+    turn opens. A turn that opens while they cannot be counted (a spooled
+    writer, the server away, and a log it has not read) has no number: its
+    events carry no `turn` (session-log.md allows it), and the next turn
+    tries again.
     """
 
     def __init__(self, writer: Writer, *, turns: int | None = 0):
@@ -133,14 +137,16 @@ class SessionWriter:
 
     # Turns and steps: explicit calls (for callbacks that see starts and ends apart), and context managers.
 
-    def start_turn(self, **extra: Any) -> int:
-        """Write turn_start; returns the turn's number (1-based, over the whole log)."""
+    def start_turn(self, **extra: Any) -> int | None:
+        """Write turn_start; returns the turn's number (1-based, over the whole log), None when it cannot be known."""
         if self._turns is None:
             self._turns = self._count_turns()
-        self._turns += 1
-        self._stack.append(_Turn(self._turns))
-        self.writer.add("turn_start", {"turn": self._turns, **extra})
-        return self._turns
+        if self._turns is not None:
+            self._turns += 1
+        turn = _Turn(self._turns)
+        self._stack.append(turn)
+        self.writer.add("turn_start", numbered(turn) | extra)
+        return turn.number
 
     def end_turn(self, reason: TurnEndReason = "complete", **extra: Any) -> None:
         """Write turn_end for the innermost open turn (`complete` or `rejected`: `interrupted` is recovery's)."""
@@ -148,7 +154,7 @@ class SessionWriter:
         if turn.step_open:
             self.end_step("error", error={"type": "TurnEnded", "message": "the turn ended with this step open"})
         self._stack.pop()
-        self.writer.add("turn_end", {"turn": turn.number, "steps": turn.steps, "reason": reason, **extra})
+        self.writer.add("turn_end", numbered(turn) | {"steps": turn.steps, "reason": reason, **extra})
 
     def start_step(self, **extra: Any) -> int:
         """Write step_start in the innermost open turn; returns the step's number within the turn."""
@@ -157,7 +163,7 @@ class SessionWriter:
             raise RuntimeError("a step is already open in this turn; end it first")
         turn.steps += 1
         turn.step_open = True
-        self.writer.add("step_start", {"turn": turn.number, "step": turn.steps, **extra})
+        self.writer.add("step_start", numbered(turn) | {"step": turn.steps, **extra})
         return turn.steps
 
     def end_step(self, outcome: StepOutcome = "ok", **extra: Any) -> None:
@@ -165,10 +171,10 @@ class SessionWriter:
         if not turn.step_open:
             raise RuntimeError("no step is open in this turn")
         turn.step_open = False
-        self.writer.add("step_end", {"turn": turn.number, "step": turn.steps, "outcome": outcome, **extra})
+        self.writer.add("step_end", numbered(turn) | {"step": turn.steps, "outcome": outcome, **extra})
 
     @contextlib.contextmanager
-    def turn(self, **extra: Any) -> Iterator[int]:
+    def turn(self, **extra: Any) -> Iterator[int | None]:
         """turn_start, then turn_end `complete`; after an exception, see this module's docstring."""
         number = self.start_turn(**extra)
         try:
@@ -217,19 +223,38 @@ class SessionWriter:
         turn = self._stack.pop()
         with contextlib.suppress(Exception):  # the writer's own failure must not hide the block's error
             if turn.step_open:
-                self.writer.add("step_end", {"turn": turn.number, "step": turn.steps, "outcome": "error", "error": error_data(error)})
+                self.writer.add("step_end", numbered(turn) | {"step": turn.steps, "outcome": "error", "error": error_data(error)})
             unresolved = [call_id for call_id in turn.dispatched if call_id not in turn.resulted]
             if unresolved and self._stack:
                 self._stack[-1].dispatched.extend(unresolved)  # an enclosing turn_end would close this one on the server
             elif not unresolved:
-                self.writer.add("turn_end", {"turn": turn.number, "steps": turn.steps, "reason": "rejected", "error": error_data(error)})
+                self.writer.add("turn_end", numbered(turn) | {"steps": turn.steps, "reason": "rejected", "error": error_data(error)})
             self.writer.flush()
 
-    def _count_turns(self) -> int:
-        """turn_start events in the log: those the server has, and those this writer has not delivered yet."""
+    def _count_turns(self) -> int | None:
+        """turn_start events in the log: those the server has, and those this writer has not delivered yet;
+        None while the server cannot tell (away, or the log's length unknown to a writer that started without it)."""
         next_seq, unsent = self.writer.unsent()
-        stored = sum(1 for e in self.writer.client.iter_events(self.session_id) if e["seq"] < next_seq and e["type"] == "turn_start")
+        if next_seq is None:  # the first delivered batch tells it: one flush, which returns at once while the server is away
+            with contextlib.suppress(FlushTimeout):
+                self.writer.flush()
+            next_seq, unsent = self.writer.unsent()
+            if next_seq is None:
+                return None
+        try:
+            # Nothing to read below seq 0 (and a session still to be created has no events to read).
+            events = self.writer.client.iter_events(self.session_id) if next_seq else iter(())
+            stored = sum(1 for e in events if e["seq"] < next_seq and e["type"] == "turn_start")
+        except Exception as error:
+            if retryable(error):
+                return None
+            raise
         return stored + sum(1 for e in unsent if e["type"] == "turn_start")
+
+
+def numbered(turn: _Turn) -> dict[str, int]:
+    """The `turn` field of the turn's events: absent when its number is not known."""
+    return {} if turn.number is None else {"turn": turn.number}
 
 
 def message(content: Any, name: str | None, metadata: Mapping[str, Any] | None, fields: Mapping[str, Any]) -> dict[str, Any]:

@@ -11,12 +11,31 @@ and its record) is answered again from the key and stored nothing twice.
 Events written but never cut into a batch were never sent; they form new
 batches with new keys.
 
+A spool can start without the server (Client.writer, when it cannot be
+reached). The session's creation then waits in the file and is sent first.
+The session's count is 0 when the writer made the id (no one else knows it)
+or the creation made the session. For a session the writer was given, which
+may hold events, it is unknown until a batch is delivered: the first
+undelivered batch is sent without `expected_seq` (its answer's `next_seq` is
+the count), on every attempt, so its key still settles a retry; the batches
+after it carry `expected_seq` as always. A creation answered
+`session_exists` is done too (an earlier attempt whose answer was lost, or a
+session that was there).
+
 The file holds one JSON record per line:
 
-    {"spool": 1, "session": ID, "next_seq": N}    first line: the seq after the last delivered batch
+    {"spool": 2, "session": ID, "next_seq": N or null, "create": {...} or null}
+                                                  first line: the seq after the last delivered batch (null:
+                                                  not known yet), and the session's creation still to send
     {"event": {...}}                              an event, as it will be sent
     {"cut": KEY, "count": N}                      the oldest N loose events form the batch KEY
+    {"created": true, "next_seq": N or null}      the creation was answered (N = 0: it made the session)
     {"sent": KEY, "next_seq": N}                  the batch KEY was stored (or replayed)
+
+A version 1 file (no `create`, `next_seq` always a number) reads as it
+always did; a client that knows only version 1 refuses a version 2 file
+rather than misread it. Records that decide how a later batch is sent (a cut, the creation's
+answer) are fsynced before anything is sent after them.
 
 A torn last line (the process died while writing it) is dropped: an event
 whose `add` never returned, or a cut that was never sent (cuts are fsynced
@@ -30,11 +49,14 @@ import dataclasses
 import fcntl
 import json
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from turnlog_client.errors import SpoolError
 
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1: what clients before the creation record wrote
 COMPACT_BYTES = 1 << 20  # rewrite the file without its delivered batches past this size
 EVENT_PREFIX = b'{"event":'
 
@@ -52,8 +74,9 @@ class Spool:
         self.path = path
         self._lock_fd = lock_fd
         self._fd: int | None = None
-        self.session_id: str | None = None
-        self.next_seq: int | None = None  # known only while the file holds undelivered events
+        self.session_id: str | None = None  # None: nothing to resume (a fresh file, or all delivered)
+        self.next_seq: int | None = None  # the session's count after the last delivered batch; None: not known yet
+        self.create: dict[str, Any] | None = None  # the session's creation, still to send (create_session's fields)
         self.batches: list[SpooledBatch] = []  # cut and not delivered, oldest first
         self.loose: list[bytes] = []  # written, not cut
 
@@ -70,7 +93,7 @@ class Spool:
         spool = cls(path, lock_fd)
         try:
             spool._load()
-            if spool.session_id is not None and not spool.holds_events():
+            if spool.session_id is not None and not spool.holds_undelivered():
                 spool.session_id = spool.next_seq = None  # all delivered: the server knows better than the file
             if session_id is not None and spool.session_id not in (None, session_id):
                 raise SpoolError(f"{path} holds undelivered events of session {spool.session_id!r}, not {session_id!r}")
@@ -85,13 +108,27 @@ class Spool:
     def closed(self) -> bool:
         return self._lock_fd < 0
 
-    def holds_events(self) -> bool:
-        return bool(self.batches or self.loose)
+    def holds_undelivered(self) -> bool:
+        """Events, or the session's creation, the server does not have yet."""
+        return bool(self.batches or self.loose or self.create is not None)
 
-    def start(self, session_id: str, next_seq: int) -> None:
-        """Begin a fresh file for `session_id`, whose next seq is `next_seq`."""
+    def start(self, session_id: str, next_seq: int | None, *, create: Mapping[str, Any] | None = None) -> None:
+        """Begin a fresh file for `session_id`, whose next seq is `next_seq` (None: unknown until a batch is
+        delivered), with the session's creation (`create`) to send first when the server has not made it."""
         self.session_id, self.next_seq = session_id, next_seq
+        self.create = None if create is None else dict(create)
         self._rewrite()
+
+    def created(self, next_seq: int | None) -> None:
+        """The creation was answered: `next_seq` 0 when it made the session, None when the session was there."""
+        if self.create is None:
+            raise SpoolError(f"{self.path}: no creation of session {self.session_id} to record")
+        self.create = None
+        if next_seq is not None:
+            self.next_seq = next_seq
+        self._write(self._record({"created": True, "next_seq": next_seq}))
+        if self._fd is not None:
+            os.fsync(self._fd)  # a batch sent after it carries expected_seq 0: a lost record would change its body
 
     def add(self, event: bytes) -> None:
         self.loose.append(event)
@@ -139,7 +176,7 @@ class Spool:
 
     def _rewrite(self) -> None:
         """Replace the file, atomically, by one holding only what is undelivered."""
-        lines = [self._record({"spool": VERSION, "session": self.session_id, "next_seq": self.next_seq})]
+        lines = [self._record({"spool": VERSION, "session": self.session_id, "next_seq": self.next_seq, "create": self.create})]
         for batch in self.batches:
             lines += [EVENT_PREFIX + e + b"}\n" for e in batch.events] + [self._record({"cut": batch.key, "count": len(batch.events)})]
         lines += [EVENT_PREFIX + e + b"}\n" for e in self.loose]
@@ -175,10 +212,10 @@ class Spool:
             return
         try:
             header = json.loads(lines[0])
-            self.session_id, self.next_seq = header["session"], header["next_seq"]
-            assert header["spool"] == VERSION
-        except (ValueError, KeyError, TypeError, AssertionError):
-            raise SpoolError(f"{self.path} is not a version {VERSION} spool") from None
+            self.session_id, self.next_seq, self.create = header["session"], header["next_seq"], header.get("create")
+            assert header["spool"] in READABLE_VERSIONS
+        except (ValueError, KeyError, TypeError, AssertionError, AttributeError):
+            raise SpoolError(f"{self.path} is not a spool of version {' or '.join(map(str, READABLE_VERSIONS))}") from None
         for number, line in enumerate(lines[1:], 2):
             if line.startswith(EVENT_PREFIX) and line.endswith(b"}"):
                 self.loose.append(line[len(EVENT_PREFIX) : -1])  # the very bytes it was sent as
@@ -191,6 +228,10 @@ class Spool:
                 count = record["count"]
                 self.batches.append(SpooledBatch(record["cut"], self.loose[:count]))
                 self.loose = self.loose[count:]
+            elif "created" in record:
+                self.create = None
+                if record["next_seq"] is not None:
+                    self.next_seq = record["next_seq"]
             elif "sent" in record:
                 if not self.batches or self.batches[0].key != record["sent"]:
                     raise SpoolError(f"{self.path}, line {number}: delivery of {record['sent']} out of order")

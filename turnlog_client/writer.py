@@ -5,7 +5,10 @@ The rules that make "exactly once" hold:
 - A batch is fixed when it is cut: its events (encoded once, sent byte for
   byte), its Idempotency-Key (random, never reused) and, once it is the next
   to send, its `expected_seq` (the count the previous batch left). Every
-  attempt sends that same request.
+  attempt sends that same request. A writer that does not know the count
+  (started from a spool while the server was away, for a session that may
+  hold events) sends its first batch without `expected_seq` and learns the
+  count from the answer; the key still makes its retries safe.
 - One batch is in flight at a time, so the batches' seqs follow each other.
 - No answer (a timeout, a broken connection), 429, 503 and other 5xx: the
   same request again, after a backoff that honours Retry-After. If the
@@ -23,7 +26,9 @@ The batching: a batch is cut when `batch_size` events or `max_batch_bytes`
 are waiting, when the oldest has waited `flush_interval` seconds, on
 `flush()`, and on `close()` (also run at interpreter exit for writers not
 closed). A background thread sends. With a spool (turnlog_client.spool) the
-events survive the process and a server that cannot be reached.
+events survive the process and a server that cannot be reached; a writer
+that started without the server creates the session first (a `session_exists`
+answer means it is there: done too).
 
 Thread-safe: several threads may add events (an agent's parallel tools).
 """
@@ -44,7 +49,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from turnlog_client import endpoints
-from turnlog_client.errors import FlushTimeout, TurnlogError, retryable
+from turnlog_client.errors import FlushTimeout, SessionExists, TurnlogError, retryable
 from turnlog_client.retry import Backoff
 from turnlog_client.types import EVENT_TYPES
 
@@ -61,7 +66,11 @@ _DEFAULT: Any = object()
 class Batch:
     key: str
     events: list[bytes]
-    expected_seq: int | None = None  # set when it becomes the next to send, then never changed
+    expected_seq: int | None = None  # set when it becomes the next to send, then never changed (None: count unknown)
+    fixed: bool = False  # expected_seq is set
+
+
+CREATION = "creation"  # the thread's job when the session's creation waits (a spool started without the server)
 
 
 def utc_now() -> str:
@@ -85,6 +94,9 @@ def encode_event(event_type: str, data: Mapping[str, Any], time: str | None) -> 
 class Writer:
     """Sends the events of `session_id` (whose log holds `next_seq` events now) through `client`.
 
+    `next_seq` None: the count is not known (see the module's docstring).
+    `create` (create_session's fields): the session is to be created first.
+
     Public API (turnlog_client.session builds the turn and step structure on it):
 
     - `add(type, data, time=None)`: queue one event (`time` defaults to now, UTC).
@@ -99,7 +111,8 @@ class Writer:
     """
 
     def __init__(
-        self, client: Client, session_id: str, *, next_seq: int, spool: Spool | None = None, batch_size: int = 100,
+        self, client: Client, session_id: str, *, next_seq: int | None, create: Mapping[str, Any] | None = None,
+        spool: Spool | None = None, batch_size: int = 100,
         max_batch_bytes: int = MAX_BATCH_BYTES, flush_interval: float = 1.0, flush_timeout: float | None = 30.0,
         backoff: Backoff = Backoff(),
     ):  # fmt: skip
@@ -115,7 +128,8 @@ class Writer:
         self._buffer_bytes = 0
         self._buffer_since = 0.0  # monotonic time the oldest buffered event was added
         self._outbox: collections.deque[Batch] = collections.deque()
-        self._next_seq = next_seq  # the session's count after the last delivered batch
+        self._next_seq = next_seq  # the session's count after the last delivered batch (None: not known yet)
+        self._create = None if create is None else dict(create)  # the session's creation, not answered yet
         self._cut = self._delivered = 0  # events cut into batches / delivered, since this writer began
         self._failure: BaseException | None = None  # a final refusal: the writer stops
         self._trouble: BaseException | None = None  # the latest retryable failure of the batch in flight
@@ -132,8 +146,9 @@ class Writer:
         _open_writers.add(self)
 
     @property
-    def next_seq(self) -> int:
-        """The seq the next event to be delivered will get (the log's count after the last delivered batch)."""
+    def next_seq(self) -> int | None:
+        """The seq the next event to be delivered will get (the log's count after the last delivered batch);
+        None until a batch is delivered, for a writer started without the server on a session it did not make."""
         with self._lock:
             return self._next_seq
 
@@ -148,7 +163,7 @@ class Writer:
         """The final refusal that stopped the writer, if any."""
         return self._failure
 
-    def unsent(self) -> tuple[int, list[dict[str, Any]]]:
+    def unsent(self) -> tuple[int | None, list[dict[str, Any]]]:
         """(next_seq, the events not yet delivered, oldest first): together with the server's log, the whole log."""
         with self._lock:
             events = [e for batch in self._outbox for e in batch.events] + self._buffer
@@ -195,7 +210,10 @@ class Writer:
                 if self._spool is None:
                     error = exc
                 else:
-                    logger.warning("turnlog: %d events of %s stay in the spool %s", self._cut - self._delivered, self.session_id, self._spool.path)
+                    creation = " and its creation" if self._create is not None else ""
+                    logger.warning(
+                        "turnlog: %d events of %s%s stay in the spool %s", self._cut - self._delivered, self.session_id, creation, self._spool.path
+                    )  # fmt: skip
             except BaseException as exc:
                 error = exc
             self._stop = True
@@ -203,7 +221,7 @@ class Writer:
         self._thread.join(timeout=self.client.timeout + 1)
         with self._lock:
             if self._spool is not None:
-                self._spool.close(remove=not self._outbox and not self._buffer and not self._thread.is_alive())
+                self._spool.close(remove=not self._outbox and not self._buffer and self._create is None and not self._thread.is_alive())
         if error is not None:
             raise error
 
@@ -246,25 +264,28 @@ class Writer:
 
     def _wait_delivered(self, target: int, timeout: float | None, *, spooled_is_enough: bool) -> None:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self._delivered < target:
+        while self._delivered < target or self._create is not None:
             if self._failure is not None:
                 raise self._failure
             if spooled_is_enough and self._spool is not None and self._trouble is not None:
                 return  # the server is away; the spool holds the events and the thread sends them when it is back
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
-                raise FlushTimeout(f"{target - self._delivered} events of session {self.session_id} not delivered within {timeout} s", self._trouble)
+                what = f"{target - self._delivered} events of session {self.session_id}" + (" (and its creation)" if self._create is not None else "")
+                raise FlushTimeout(f"{what} not delivered within {timeout} s", self._trouble)
             self._changed.wait(remaining)
 
-    def _next_batch(self) -> Batch | None:
-        """The batch to send now, waiting for one; None when the writer stops."""
+    def _next_job(self) -> Batch | str | None:
+        """The creation or the batch to send now, waiting for one; None when the writer stops."""
         while not self._stop:
             if self._buffer and time.monotonic() - self._buffer_since >= self.flush_interval:
                 self._cut_buffer()
+            if self._create is not None and self._failure is None:
+                return CREATION  # before any batch: the session must exist for its events
             if self._outbox and self._failure is None:
                 batch = self._outbox[0]
-                if batch.expected_seq is None:
-                    batch.expected_seq = self._next_seq
+                if not batch.fixed:
+                    batch.expected_seq, batch.fixed = self._next_seq, True
                 return batch
             wait = self._buffer_since + self.flush_interval - time.monotonic() if self._buffer else None
             self._changed.wait(None if wait is None else max(wait, 0.001))
@@ -274,11 +295,11 @@ class Writer:
         attempt = 0
         while True:
             with self._lock:
-                batch = self._next_batch()
-            if batch is None:
+                job = self._next_job()
+            if job is None:
                 return
             try:
-                result = self._send(batch)
+                answer = self._send(job) if isinstance(job, Batch) else self._create_session()
             except Exception as error:
                 with self._lock:
                     if not retryable(error):
@@ -292,20 +313,44 @@ class Writer:
                 continue
             attempt = 0
             with self._lock:
-                self._outbox.popleft()
-                self._next_seq = result["next_seq"]
-                self._delivered += len(batch.events)
+                if isinstance(job, Batch):
+                    self._sent(job, answer)
+                else:
+                    self._created(answer)
                 self._trouble = None
-                if self._spool is not None and not self._spool.closed:
-                    self._spool.delivered(batch.key, self._next_seq)
                 self._changed.notify_all()
 
     def _send(self, batch: Batch) -> dict[str, Any]:
-        assert batch.expected_seq is not None
+        assert batch.fixed
         result = self.client.send(endpoints.append_encoded(self.session_id, batch.events, batch.expected_seq, batch.key))
-        if result["first_seq"] != batch.expected_seq:  # the server's promise for expected_seq; anything else is a bug worth stopping for
+        # The server's promise for expected_seq; anything else is a bug worth stopping for.
+        if batch.expected_seq is not None and result["first_seq"] != batch.expected_seq:
             raise TurnlogError(f"batch {batch.key} was stored at seq {result['first_seq']}, not {batch.expected_seq}")
         return result
+
+    def _create_session(self) -> int | None:
+        """Send the creation: 0 (the count) when it made the session, None when the session was there already
+        (made by an earlier attempt whose answer was lost, or by someone else, with events or not)."""
+        assert self._create is not None
+        try:
+            self.client.create_session(self.session_id, **self._create)
+        except SessionExists:
+            return None
+        return 0
+
+    def _created(self, next_seq: int | None) -> None:
+        self._create = None
+        if next_seq is not None:
+            self._next_seq = next_seq  # nothing of this writer was sent before the creation: the log is empty
+        if self._spool is not None and not self._spool.closed:
+            self._spool.created(next_seq)
+
+    def _sent(self, batch: Batch, result: dict[str, Any]) -> None:
+        self._outbox.popleft()
+        self._next_seq = result["next_seq"]
+        self._delivered += len(batch.events)
+        if self._spool is not None and not self._spool.closed:
+            self._spool.delivered(batch.key, self._next_seq)
 
 
 _open_writers: weakref.WeakSet[Writer] = weakref.WeakSet()

@@ -44,6 +44,16 @@ def own_server(transactional_db, tmp_path) -> Iterator[DaphneServer]:
 
 
 @pytest.fixture
+def down_server(transactional_db, tmp_path) -> Iterator[DaphneServer]:
+    """A Daphne of this test alone, not started yet: its address refuses connections until the test starts it."""
+    daphne = DaphneServer(connection.settings_dict, tmp_path / "daphne.log")
+    try:
+        yield daphne
+    finally:
+        daphne.stop()
+
+
+@pytest.fixture
 def token(transactional_db, django_user_model) -> str:
     """A member's token (committed, so the server sees it): reads, creates sessions, appends, forks."""
     return token_for(django_user_model.objects.create_user("agent"))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 
 from turnlog_client import (
     AsyncClient, Client, Forbidden, IdempotencyKeyReused, Invalid, InvalidEvent, NotFound, SeqConflict, SessionExists,
-    StalePlan, TransportError, Unauthenticated,
+    ServiceUnavailable, StalePlan, TransportError, Unauthenticated,
 )  # fmt: skip
 from turnlog_client.errors import OpenTurn
 from turnlog_client.tests.conftest import events_of
@@ -113,3 +114,24 @@ def test_the_async_client_has_the_same_endpoints(server, token):
     assert seen == [0, 1, 2, 3, 4] and sessions == ["a1"] and streamed == [3, 4]
     assert plan["repairs"][0]["data"]["metadata"]["risk"] == "tool_outcome_unknown"
     assert [m["role"] for m in messages] == ["user", "assistant"]
+
+
+def test_a_writer_without_a_spool_that_cannot_reach_the_server_says_how_to_start_without_it(token, tmp_path):
+    with Client(f"http://127.0.0.1:{free_port()}", token, timeout=1) as nowhere:
+        with pytest.raises(TransportError, match=r"ConnectError.*spool='agent.spool'") as refused:
+            nowhere.writer("s1")
+        assert isinstance(refused.value.__cause__.__cause__, httpx.ConnectError)
+        spooled = nowhere.writer("s1", spool=tmp_path / "agent.spool", flush_timeout=0.2)
+        assert spooled.session_id == "s1"
+        spooled.close()  # the creation stays in the spool
+
+
+def test_a_writer_without_a_spool_facing_an_unavailable_database_says_how_to_start_without_it(tmp_path):
+    unavailable = httpx.MockTransport(lambda request: httpx.Response(503, json={"error": "database_unavailable", "detail": "down"}))
+    with Client("http://turnlog.invalid", "t", transport=unavailable) as api:
+        with pytest.raises(ServiceUnavailable) as refused:
+            api.writer("s1")
+        assert any("spool='agent.spool'" in note for note in refused.value.__notes__)
+        spooled = api.writer("s1", spool=tmp_path / "agent.spool", flush_timeout=0.2)
+        assert spooled.writer.next_seq is None  # a session it named: its count is learnt when the server is back
+        spooled.close()

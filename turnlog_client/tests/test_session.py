@@ -4,10 +4,11 @@ for a process killed at each crash point, the recovery plan the server derives (
 from __future__ import annotations
 
 import signal
+import time
 
 import pytest
 
-from turnlog_client import Client
+from turnlog_client import Backoff, Client
 from turnlog_client.tests.conftest import events_of, run_script, wait_for_line
 
 pytestmark = pytest.mark.django_db(transaction=True)  # the server reads what the test commits
@@ -80,7 +81,7 @@ def test_an_error_inside_a_tool_leaves_the_turn_open_for_recovery(client):
 
 CRASH_SCRIPT = """
     import sys, time
-    from turnlog_client import Client
+    from turnlog_client import Backoff, Client
 
     url, token, point = sys.argv[1:]
     session = Client(url, token).writer("crash", flush_interval=3600)
@@ -140,3 +141,61 @@ def test_a_process_killed_at_each_crash_point_leaves_the_log_recovery_owes(serve
     assert [(c["id"], c["risk"], c["rule"]) for c in plan["owed_calls"]] == owed
     assert plan["repairs"][-1] == {"type": "turn_end", "data": {"reason": "interrupted", "steps": steps, "turn": 1}}
     assert [r["data"]["tool_call_id"] for r in plan["repairs"][:-1]] == [call for call, _, _ in owed]
+
+
+FAST = Backoff(initial=0.05, maximum=0.2)
+
+
+def wait_until(check, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def an_old_session_with_one_turn(daphne, token) -> None:
+    with Client(daphne.start().url, token) as api, api.writer("s1") as session, session.turn():
+        pass
+    daphne.stop()
+
+
+def test_a_turn_opened_while_the_server_is_away_and_the_log_unread_has_no_number(down_server, token, tmp_path):
+    an_old_session_with_one_turn(down_server, token)
+    with Client(down_server.url, token, timeout=2) as api:
+        session = api.writer("s1", spool=tmp_path / "agent.spool", backoff=FAST)  # started without the server
+        with session.turn() as unknown, session.step():
+            session.user("while away")
+        down_server.start()
+        wait_until(lambda: session.writer.next_seq is not None)  # the writer finds the server back
+        with session.turn() as known:  # the log counted again: the turn without a number is one of its turns
+            pass
+        session.close()
+        assert (unknown, known) == (None, 3)
+        assert shape(api, "s1")[2:] == [
+            ("turn_start",), ("step_start", 1), ("user_message",), ("step_end", 1, "ok"), ("turn_end", 1, "complete"),
+            ("turn_start", 3), ("turn_end", 3, 0, "complete"),
+        ]  # fmt: skip
+        assert api.get_session("s1")["open_turns"] == []
+
+
+def test_a_turn_opened_after_the_server_went_away_has_no_number(down_server, token, tmp_path):
+    an_old_session_with_one_turn(down_server, token)
+    down_server.start()
+    with Client(down_server.url, token, timeout=2) as api:
+        session = api.writer("s1", spool=tmp_path / "agent.spool", backoff=FAST)  # its count read from the server
+        down_server.stop()
+        assert session.start_turn() is None  # the log's turns cannot be read
+        session.end_turn()
+        down_server.start()
+        session.close()
+        assert shape(api, "s1")[2:] == [("turn_start",), ("turn_end", 0, "complete")]
+
+
+def test_a_new_session_started_without_the_server_numbers_its_turns(down_server, token, tmp_path):
+    with Client(down_server.url, token, timeout=2) as api:
+        session = api.writer(spool=tmp_path / "agent.spool", backoff=FAST)
+        with session.turn() as first:
+            pass
+        down_server.start()
+        session.close()
+        assert first == 1 and shape(api, session.session_id) == [("turn_start", 1), ("turn_end", 1, 0, "complete")]

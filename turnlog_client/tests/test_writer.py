@@ -8,7 +8,8 @@ import time
 import pytest
 
 from tests.servers import free_port
-from turnlog_client import Backoff, Client, FlushTimeout, InvalidEvent, SeqConflict, Writer
+from turnlog_client import Backoff, Client, FlushTimeout, InvalidEvent, NotFound, SeqConflict, Writer
+from turnlog_client.spool import Spool
 from turnlog_client.tests.conftest import events_of, run_script
 from turnlog_client.tests.faults import DROP, REFUSE, Faults, foreign_append, status
 
@@ -170,3 +171,22 @@ def test_a_flush_that_cannot_reach_the_server_times_out_and_keeps_the_events(tok
         assert writer.pending == 1
         with pytest.raises(FlushTimeout):
             writer.close()
+
+
+def test_a_creation_refused_for_good_stops_the_writer_and_the_spool_keeps_everything(down_server, token, tmp_path):
+    path = tmp_path / "agent.spool"
+    with Client(down_server.url, token, timeout=2) as api:
+        session = api.writer("s1", project="no-such-project", spool=path, backoff=FAST)
+        write(session, notes(2))
+        session.flush()
+        down_server.start()
+        assert isinstance(wait_until(lambda: session.writer.failure), NotFound)
+        with pytest.raises(NotFound):
+            session.flush()
+        with pytest.raises(NotFound):
+            session.close()
+        with pytest.raises(NotFound):
+            api.get_session("s1")
+    kept = Spool.open(path, "s1")
+    assert kept.create == {"project": "no-such-project"} and len(kept.batches) == 1
+    kept.close(remove=False)
