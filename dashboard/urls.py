@@ -15,6 +15,7 @@ urlpatterns = [
     path("sessions/<session_id:session_id>/", sessions.session_detail, name="session_detail"),
     path("sessions/<session_id:session_id>/blocks", sessions.session_blocks, name="session_blocks"),
     path("sessions/<session_id:session_id>/pages", sessions.session_turn_page, name="session_turn_page"),
+    path("sessions/<session_id:session_id>/ledger", sessions.session_ledger_rows, name="session_ledger_rows"),
     path("sessions/<session_id:session_id>/events/<seq:seq>.json", sessions.event_json, name="event_json"),
     path("sessions/<session_id:session_id>/fork", sessions.fork_session, name="fork_session"),
     path("sessions/<session_id:session_id>/recovery", sessions.recovery_preview, name="recovery_preview"),

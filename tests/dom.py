@@ -131,3 +131,30 @@ def difference(kept: str | None, fresh: str | None) -> str:
     """A tag-by-tag diff of two normalized elements (kept: the live page's, fresh: a reload's)."""
     lines = difflib.unified_diff(re.split(r"(?=<)", kept or ""), re.split(r"(?=<)", fresh or ""), "live", "reload", lineterm="", n=1)
     return "\n".join(line[:400] for line in lines)
+
+
+def arrange_ledger(page: Node, fetch) -> None:
+    """What static/turnlog/turnlog.js does after each live message: the ledger panel's rows in the order
+    #ledger-order lists, those not listed dropped, those missing or in another version fetched (fetch(url) -> html) once."""
+    for fetching in (True, False):
+        order, body = page.by_id("ledger-order"), page.by_id("ledger-rows")
+        if order is None or body is None:
+            return
+        wanted = [pair.rsplit(":", 1) for pair in order.attrs.get("data-rows", "").split()]
+        listed = {row_id for row_id, _ in wanted}
+        for row in body.elements():
+            if row.attrs.get("id") not in listed:
+                _detach(row)
+        missing = []
+        for row_id, version in wanted:
+            row = page.by_id(row_id)
+            if row is not None and row.parent is body:
+                _detach(row)
+                row.parent = body
+                body.children.append(row)
+            if row is None or row.attrs.get("data-version") != version:
+                missing.append(row_id)
+        if not missing or not fetching:
+            return
+        url = order.attrs["data-url"]
+        apply(page, fetch(url + ("&" if "?" in url else "?") + "rows=" + ",".join(missing)))

@@ -151,7 +151,9 @@ def render_page_frame(
         rendered_cards |= cards
     pieces += card_changes(out, session, answered - rendered_cards, shown_through)
     if ledger_panel.touched_by(events):
-        pieces.append(ledger_panel.panel_swap(session, all_calls=all_calls, tab=session_page.TRANSCRIPT, note_rights=note_rights))
+        pieces += ledger_panel.panel_changes(
+            session, all_calls=all_calls, tab=session_page.TRANSCRIPT, note_rights=note_rights, calls=ledger_panel.calls_named(events)
+        )
     return pack(pieces, last=frame_end(context, wires))
 
 
@@ -285,7 +287,9 @@ def render_raw_frame(
     pieces = [render_to_string(f"{DETAIL}#raw-row", {**context, "entry": row, "oob": True}).strip() for row in changed]
     pieces += appended("raw-rows", [render_to_string(f"{DETAIL}#raw-row", {**context, "entry": row}).strip() for row in new_rows])
     if ledger_panel.touched_by(events):
-        pieces.append(ledger_panel.panel_swap(session, all_calls=all_calls, tab=session_page.RAW, note_rights=note_rights))
+        pieces += ledger_panel.panel_changes(
+            session, all_calls=all_calls, tab=session_page.RAW, note_rights=note_rights, calls=ledger_panel.calls_named(events)
+        )
     return pack(pieces, last=frame_end(context, wires))
 
 
@@ -316,8 +320,8 @@ def render_state_frame(
         if block.open:
             pieces.append(out.render("turn-head", block=block, head_oob=True))
         pieces += [out.render("tool-card", block=block, card=card, card_oob=True) for card in block.cards if not card.results]
-    if with_ledger:  # its rows read pending while the session may still answer them, as the cards do
-        pieces.append(ledger_panel.panel_swap(session, all_calls=all_calls, tab=tab, note_rights=note_rights))
+    if with_ledger:  # its rows read pending while the session may still answer them, as the cards do (the page fetches them)
+        pieces += ledger_panel.panel_changes(session, all_calls=all_calls, tab=tab, note_rights=note_rights)
     return pack(pieces, last=session_page.header_swaps(context))
 
 
@@ -325,7 +329,7 @@ def render_notes_frame(
     session_id: str, seqs: list, transcript_tab: bool, can_fork: bool, all_calls: bool, note_rights: notes.NoteRights | None
 ) -> list[str]:
     """After a note changed: the rows and cards holding the events it is pinned to (a result's note shows on its call's
-    card), and the ledger panel with the notes on the whole session."""
+    card), and the ledger panel's head, order (the page fetches the rows whose notes changed) and notes on the whole session."""
     session = session_page.page_session(session_id)
     tab = session_page.TRANSCRIPT if transcript_tab else session_page.RAW
     context = {**session_page.header_context(session, can_fork=can_fork, tab=tab), "note_rights": note_rights, "highlight": range(0)}
@@ -334,7 +338,7 @@ def render_notes_frame(
     pinned = [seq for seq in seqs if isinstance(seq, int) and not isinstance(seq, bool)]
     if transcript_tab and pinned:
         pieces += pinned_places(out, session, pinned)
-    pieces.append(ledger_panel.panel_swap(session, all_calls=all_calls, tab=tab, note_rights=note_rights))
+    pieces += ledger_panel.panel_changes(session, all_calls=all_calls, tab=tab, note_rights=note_rights, notes=True)
     return pack(pieces)
 
 

@@ -156,6 +156,19 @@ def session_turn_page(request, session_id: str):
 
 
 @login_required
+def session_ledger_rows(request, session_id: str):
+    """Rows of the ledger panel by id (?rows=ledger-call-...,...), as out-of-band swaps, with the panel's order: what a
+    live page lacks or holds in another version (dashboard.pages.ledger_panel)."""
+    session = session_or_404(request, session_id)
+    ids = {part for part in request.GET.get("rows", "").split(",") if part}
+    html = ledger_panel.rows_asked(
+        session, all_calls=ledger_panel.wants_all(request.GET.get("calls")), tab=session_page.TRANSCRIPT,
+        note_rights=page_note_rights(request, session), ids=ids,
+    )  # fmt: skip
+    return HttpResponse(html)
+
+
+@login_required
 def event_json(request, session_id: str, seq: int):
     """One event in full: where truncated values link to."""
     session = session_or_404(request, session_id)

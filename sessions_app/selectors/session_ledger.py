@@ -39,6 +39,7 @@ IN_BATCH = 500  # values per IN (...) list: SQLite's variable limit
 class SessionLedger:
     rows: list[CallRow]  # in order of first sighting
     complete: bool  # every call of the classes asked is in `rows`
+    to_check: int = 0  # how many calls of the classes asked are to check (all of them in `rows` unless capped)
 
 
 @dataclass(frozen=True)
@@ -131,9 +132,10 @@ def inherited_rows(session: Session, keys: set[str]) -> dict[str, LedgerCall]:
     return found
 
 
-def session_ledger(session: Session, *, all_classes: bool, latest: int | None = None) -> SessionLedger:
+def session_ledger(session: Session, *, all_classes: bool, latest: int | None = None, check: int | None = None) -> SessionLedger:
     """The session's calls (external_effect and unknown only, unless `all_classes`) as session_calls states
-    them. With `latest`: every call whose state is one to check, and the `latest` newest others."""
+    them. With `latest`: every call whose state is one to check (with `check`, the first `check` of them,
+    unknown outcomes of external effects first, then in order of first sighting), and the `latest` newest others."""
     levels = levels_of(session)
     overridden = _overridden(levels)
     status = session.status
@@ -156,12 +158,22 @@ def session_ledger(session: Session, *, all_classes: bool, latest: int | None = 
             for row in read(level, k, _scope(level).filter(condition)):
                 if row_state(row, status) in STATES_TO_CHECK:
                     chosen_by_key[row.call_id] = row
+    to_check = len(chosen_by_key)
+    skipped = set()
+    if check is not None and to_check > check:
+        def loud_first(row: LedgerCall) -> tuple:
+            loud = side_effect_class(row.tool, policies) == "external_effect" and row_state(row, status) == TOOL_OUTCOME_UNKNOWN
+            return (not loud, row.seq)
+
+        ordered = sorted(chosen_by_key.values(), key=loud_first)
+        skipped = {row.call_id for row in ordered[check:]}
+        chosen_by_key = {row.call_id: row for row in ordered[:check]}
     # The page's worth first (the rows to check among them are passed over): most sessions' latest calls are of the classes asked.
-    first = min(latest + 1 + len(chosen_by_key), CHUNK)
+    first = min(latest + 1 + len(chosen_by_key) + len(skipped), CHUNK)
     newest = heapq.merge(*(_newest(level, overridden[k], session, first) for k, level in enumerate(levels)), key=lambda r: -r.seq)
     complete, taken, passed = True, 0, 0
     for row in newest:
-        if row.call_id in chosen_by_key:
+        if row.call_id in chosen_by_key or row.call_id in skipped:
             continue
         if not of_class(row):
             passed += 1
@@ -174,7 +186,8 @@ def session_ledger(session: Session, *, all_classes: bool, latest: int | None = 
             break
         chosen_by_key[row.call_id] = row
         taken += 1
-    return SessionLedger(rows=call_rows(session, list(chosen_by_key.values()), status, all_classes, policies), complete=complete)
+    rows = call_rows(session, list(chosen_by_key.values()), status, all_classes, policies)
+    return SessionLedger(rows=rows, complete=complete and not skipped, to_check=to_check)
 
 
 def _scope(level: _Level):

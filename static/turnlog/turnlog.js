@@ -216,6 +216,32 @@
       reveal(30);
       window.addEventListener("hashchange", function () { reveal(30); });
     }
+    // The ledger panel's order, sent with each live change: rows put in it, rows no longer listed dropped,
+    // rows missing or in another version fetched once (their state follows the status, or they entered the window).
+    function arrangeLedger(fetchMissing) {
+      var order = document.getElementById("ledger-order");
+      var body = document.getElementById("ledger-rows");
+      if (!order || !body) return;
+      var wanted = (order.getAttribute("data-rows") || "").split(" ").filter(Boolean).map(function (pair) {
+        var cut = pair.lastIndexOf(":");
+        return { id: pair.slice(0, cut), version: pair.slice(cut + 1) };
+      });
+      var listed = {};
+      wanted.forEach(function (row) { listed[row.id] = true; });
+      Array.prototype.slice.call(body.children).forEach(function (row) { if (!listed[row.id]) row.remove(); });
+      var missing = [];
+      wanted.forEach(function (want) {
+        var row = document.getElementById(want.id);
+        if (row && row.parentNode === body) body.appendChild(row);
+        if (!row || row.getAttribute("data-version") !== want.version) missing.push(want.id);
+      });
+      if (missing.length && fetchMissing) {
+        var url = order.getAttribute("data-url");
+        url += (url.indexOf("?") < 0 ? "?" : "&") + "rows=" + encodeURIComponent(missing.join(","));
+        htmx.ajax("GET", url, { swap: "none" }).then(function () { arrangeLedger(false); });
+      }
+    }
+    document.body.addEventListener("htmx:wsAfterMessage", function () { arrangeLedger(true); });
     document.body.addEventListener("htmx:wsAfterMessage", function () {
       var empty = document.getElementById("no-events");
       if (empty && document.querySelector("#blocks .block, #raw-rows .raw-row")) empty.remove();

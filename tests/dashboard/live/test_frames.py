@@ -56,6 +56,7 @@ class OpenPage:
         messages = frames.render_page_frame(self.session_id, wires, self.shown_through, True, note_rights=self.note_rights)
         for message in messages:
             assert dom.apply(self.page, message) == [], message[:300]
+            dom.arrange_ledger(self.page, lambda url: self.client.get(url).content.decode())
         self.shown_through = wires[-1]["seq"]
         self.messages += messages
         return messages

@@ -617,26 +617,50 @@ def ledger_of(html: str) -> str | None:
     return element(html, "ledger-panel", "section")
 
 
+class KeptPage:
+    """A page as its browser keeps it (tests.dom): loaded, then each frame applied and the ledger arranged."""
+
+    def __init__(self, html: str, user):
+        self.page, self.user = dom.parse(html), user
+
+    @database_sync_to_async
+    def apply(self, frame: str) -> None:
+        assert dom.apply(self.page, frame) == []
+        client = Client()
+        client.force_login(self.user)
+        dom.arrange_ledger(self.page, lambda url: client.get(url).content.decode())
+
+    def panel(self) -> str:
+        return dom.normalized(self.page.by_id("ledger-panel"))
+
+
+def panel_of(html: str) -> str:
+    return dom.normalized(dom.parse(html).by_id("ledger-panel"))
+
+
 @pytest.mark.parametrize("query", ["", "?view=raw", "?calls=all", "?view=raw&calls=all"])
-async def test_the_ledger_panel_of_a_frame_is_a_reloads(sid, session_cookie, user, query):
+async def test_the_ledger_panel_of_a_kept_page_is_a_reloads(sid, session_cookie, user, query):
     await create(sid, 1)
     view = "&view=raw&first=0" if "raw" in query else ""
     calls = "&calls=all" if "all" in query else ""
+    kept = KeptPage(await reload(user, sid, query), user)
     page = await browser_socket(f"/ws/sessions/{sid}/live?after=0{view}{calls}", session_cookie)
     await append_events(sid, [
         {"type": "turn_start", "data": {"turn": 1}},
         {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "charge_card", "arguments": {"cents": 5}}]}},
     ])  # fmt: skip
     frame = await page.receive_from(timeout=WAIT)
-    panel = ledger_of(frame)
-    assert 'data-call="c1" data-state="pending"' in panel
-    assert panel == ledger_of(await reload(user, sid, query))
+    assert 'data-call="c1" data-state="pending"' in frame  # the row of the call the frame's events name
+    await kept.apply(frame)
+    assert 'data-call="c1" data-state="pending"' in kept.panel()
+    assert kept.panel() == panel_of(await reload(user, sid, query))
     await append_events(sid, [{"type": "tool_result", "data": {"tool_call_id": "c1", "content": "charged"}}])
     frame = await page.receive_from(timeout=WAIT)
-    assert 'data-call="c1" data-state="completed"' in ledger_of(frame)
-    assert ledger_of(frame) == ledger_of(await reload(user, sid, query))
+    await kept.apply(frame)
+    assert 'data-call="c1" data-state="completed"' in kept.panel()
+    assert kept.panel() == panel_of(await reload(user, sid, query))
     await append_events(sid, [{"type": "user_message", "data": {"content": "thanks"}}])
-    assert ledger_of(await page.receive_from(timeout=WAIT)) is None  # nothing a row reads changed
+    assert 'id="ledger-' not in await page.receive_from(timeout=WAIT)  # nothing a row reads changed
 
 
 async def test_a_stalled_pages_ledger_reads_the_risk_without_any_event(sid, session_cookie, user, monkeypatch, settings):
@@ -647,12 +671,14 @@ async def test_a_stalled_pages_ledger_reads_the_risk_without_any_event(sid, sess
         {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "c1", "name": "charge_card"}]}},
         {"type": "tool_call", "data": {"id": "c1", "name": "charge_card"}},
     ])  # fmt: skip
+    kept = KeptPage(await reload(user, sid, "?view=raw"), user)
     page = await browser_socket(f"/ws/sessions/{sid}/live?after=2&view=raw&first=0", session_cookie)
     assert await page.receive_nothing(QUIET)  # still running
     settings.TURNLOG_STALL_SECONDS = 0
     frame = await page.receive_from(timeout=WAIT)
-    assert 'data-call="c1" data-state="tool_outcome_unknown"' in ledger_of(frame)
-    assert ledger_of(frame) == ledger_of(await reload(user, sid, "?view=raw"))
+    await kept.apply(frame)  # the frame names the row's new version; the page fetches it
+    assert 'data-call="c1" data-state="tool_outcome_unknown"' in kept.panel()
+    assert kept.panel() == panel_of(await reload(user, sid, "?view=raw"))
 
 
 # Notes appear live ----------------------------------------------------------------------------
@@ -680,23 +706,25 @@ async def test_a_note_added_elsewhere_reaches_an_open_page_as_a_reload_shows_it(
         {"type": "tool_result", "data": {"tool_call_id": "c1", "content": "charged"}},
     ])  # fmt: skip
     view = "&view=raw&first=0" if query else ""
+    kept = KeptPage(await reload(user, sid, query), user)
     page = await browser_socket(f"/ws/sessions/{sid}/live?after=1{view}", session_cookie)
     assert await page.receive_nothing(QUIET)
     note_id = await note(user, sid, "<b>billing confirmed</b>", 1)  # on c1's result: it shows on c1's card
     frame = await page.receive_from(timeout=WAIT)
+    assert "<b>billing" not in frame
+    await kept.apply(frame)
     reloaded = await reload(user, sid, query)
-    assert "&lt;b&gt;billing confirmed&lt;/b&gt;" in ledger_of(frame) and "<b>billing" not in frame
-    assert ledger_of(frame) == ledger_of(reloaded)
+    assert "&lt;b&gt;billing confirmed&lt;/b&gt;" in kept.panel() and kept.panel() == panel_of(reloaded)
     if not query:
         anchor = "call-" + frame.split('id="call-')[1].split('"')[0]
         card = by_id(frame, anchor)
         assert f'id="note-{note_id}"' in card and card == by_id(reloaded, anchor)
     await note(user, sid, "customer called back", None)
-    frame = await page.receive_from(timeout=WAIT)
-    assert "customer called back" in ledger_of(frame).split('id="session-notes"')[1]
+    await kept.apply(await page.receive_from(timeout=WAIT))
+    assert "customer called back" in kept.panel().split('id="session-notes"')[1]
     await edit(user, note_id, "billing confirmed twice")
-    frame = await page.receive_from(timeout=WAIT)
-    assert "billing confirmed twice" in ledger_of(frame) and ledger_of(frame) == ledger_of(await reload(user, sid, query))
+    await kept.apply(await page.receive_from(timeout=WAIT))
+    assert "billing confirmed twice" in kept.panel() and kept.panel() == panel_of(await reload(user, sid, query))
 
 
 async def test_the_json_stream_carries_no_notes(sid, token, user, session_cookie):
