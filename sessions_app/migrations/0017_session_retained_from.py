@@ -7,6 +7,7 @@ last_activity_at, recovered_at and their notes' updated_at, never later than now
 may claim any time).
 """
 
+import django.core.validators
 import django.utils.timezone
 from django.db import migrations, models
 from django.db.models import F, OuterRef, Subquery, Value
@@ -43,6 +44,16 @@ class Migration(migrations.Migration):
         migrations.AddIndex(
             model_name="session",
             index=models.Index(fields=["project", "retained_from", "id"], name="session_retention_idx"),
+        ),
+        migrations.AlterField(
+            model_name="project",
+            name="retention_days",
+            field=models.PositiveIntegerField(
+                blank=True,
+                help_text="Delete sessions left alone for longer than this many days: no event received, note written or recovery since their creation or import (empty: keep them forever)",
+                null=True,
+                validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(36500)],
+            ),
         ),
         # After the index: on PostgreSQL the table takes no DDL once rows changed in this transaction.
         migrations.RunPython(retained_from_what_is_known, migrations.RunPython.noop),
