@@ -34,7 +34,8 @@ def project_retention(request, project):
         if form.is_valid():
             days = form.cleaned_data["retention_days"]
             retention.set_retention(project=project, days=days, actor=request.user)
-            messages.success(request, f"Sessions are kept {days} days after they were last written to, annotated, recovered or imported." if days else "Sessions are kept forever.")
+            kept = f"Sessions are kept {days} days after they were last written to, annotated, recovered or imported."
+            messages.success(request, kept if days else "Sessions are kept forever.")
             return redirect("project_retention", project.slug)
         return retention_page(request, project, form, status=422)
     return retention_page(request, project, form)

@@ -50,7 +50,10 @@ class Migration(migrations.Migration):
             name="retention_days",
             field=models.PositiveIntegerField(
                 blank=True,
-                help_text="Delete sessions left alone for longer than this many days: no event received, note written or recovery since their creation or import (empty: keep them forever)",
+                help_text=(
+                    "Delete sessions left alone for longer than this many days: no event received, note written or recovery"
+                    " since their creation or import (empty: keep them forever)"
+                ),
                 null=True,
                 validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(36500)],
             ),

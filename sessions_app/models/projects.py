@@ -28,7 +28,10 @@ class Project(models.Model):
     # How long sessions are kept after Session.retained_from (sessions_app/retention); None: forever.
     retention_days = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(RETENTION_DAYS_MAX)],
-        help_text="Delete sessions left alone for longer than this many days: no event received, note written or recovery since their creation or import (empty: keep them forever)",
+        help_text=(
+            "Delete sessions left alone for longer than this many days: no event received, note written or recovery"
+            " since their creation or import (empty: keep them forever)"
+        ),
     )  # fmt: skip
 
     class Meta:

@@ -53,8 +53,8 @@ def projects_with_retention(projects: list[int] | None = None) -> list[Project]:
 
 
 def expired_sessions(*, now: datetime, held: bool, limit: int, projects: list[int] | None = None) -> list[Expired]:
-    """Sessions past retention, oldest first (by what retention counts from): those the sweep deletes (held=False) or those it keeps
-    (held=True, with why), at most `limit`."""
+    """Sessions past retention, oldest first (by what retention counts from): those the sweep deletes (held=False)
+    or those it keeps (held=True, with why), at most `limit`."""
     found: list[Expired] = []
     for project in projects_with_retention(projects):
         if len(found) >= limit:

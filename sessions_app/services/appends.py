@@ -260,9 +260,11 @@ def _store(
     """Insert events after the session's last one and update its summary.
 
     `received_at` is when the server received them, the session's activity
-    time from now on (and retention's, Session.retained_from); None for an import, whose events the server never
-    received as they happened: its activity is their claimed last time, never
-    later than now, and its turns count in their claimed hours.
+    time from now on (and what retention counts from, Session.retained_from);
+    None for an import, whose events the server never received as they
+    happened: its activity is their claimed last time, never later than now,
+    its retention counts from the import, and its turns count in their
+    claimed hours.
 
     The caller holds the session's lock inside a transaction. A caller that
     writes to several sessions in it passes `agent_counts` and applies them

@@ -2,10 +2,10 @@
 
 Notes are not events: each write here changes the notes table (and the
 audit log; adding and editing also what retention counts from,
-Session.retained_from) only, never an event, so the log stays append-only. Each write
-checks who may do it through `access` first, outside its transaction (a
-refusal's audit entry stays), then validates its input against the limits
-below, and stores nothing when either refuses.
+Session.retained_from) only, never an event, so the log stays append-only.
+Each write checks who may do it through `access` first, outside its
+transaction (a refusal's audit entry stays), then validates its input
+against the limits below, and stores nothing when either refuses.
 """
 
 from __future__ import annotations
