@@ -71,10 +71,11 @@ def build(n_sessions: int) -> dict:
             crashed, running, recovered = kind < 0.03, 0.03 <= kind < 0.04, 0.04 <= kind < 0.06
             interrupted = crashed or running
             last_activity = now if running else start + timedelta(minutes=10)
+            recovered_at = start + timedelta(minutes=11) if recovered else None
             sessions.append(Session(
                 id=sid, project=project, agent_name=agent, created_at=start, last_activity_at=last_activity,
-                last_received_at=last_activity, event_count=CALLS_PER_SESSION, interrupted=interrupted,
-                turn_stack=[0] if interrupted else [], recovered_at=start + timedelta(minutes=11) if recovered else None,
+                last_received_at=last_activity, retained_from=max(last_activity, recovered_at or last_activity),
+                event_count=CALLS_PER_SESSION, interrupted=interrupted, turn_stack=[0] if interrupted else [], recovered_at=recovered_at,
             ))  # fmt: skip
             for seq in range(CALLS_PER_SESSION):
                 tool = rng.choice(TOOLS)

@@ -21,7 +21,7 @@ from sessions_app import access, errors, retention, selectors
 class RetentionForm(forms.Form):
     retention_days = forms.IntegerField(
         required=False, min_value=1, max_value=retention.RETENTION_DAYS_MAX, label="Keep sessions for (days)",
-        help_text="after their last activity; leave empty to keep them forever",
+        help_text="after they were last written to, annotated, recovered or imported; leave empty to keep them forever",
     )  # fmt: skip
 
 
@@ -34,7 +34,8 @@ def project_retention(request, project):
         if form.is_valid():
             days = form.cleaned_data["retention_days"]
             retention.set_retention(project=project, days=days, actor=request.user)
-            messages.success(request, f"Sessions are kept {days} days after their last activity." if days else "Sessions are kept forever.")
+            kept = f"Sessions are kept {days} days after they were last written to, annotated, recovered or imported."
+            messages.success(request, kept if days else "Sessions are kept forever.")
             return redirect("project_retention", project.slug)
         return retention_page(request, project, form, status=422)
     return retention_page(request, project, form)

@@ -25,10 +25,13 @@ class Project(models.Model):
     slug = models.SlugField(max_length=64, unique=True, help_text="Short name used in URLs and the CLI (--project)")
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
-    # How long sessions are kept after their last activity (sessions_app/retention); None: forever.
+    # How long sessions are kept after Session.retained_from (sessions_app/retention); None: forever.
     retention_days = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(RETENTION_DAYS_MAX)],
-        help_text="Delete sessions quiet for longer than this many days (empty: keep them forever)",
+        help_text=(
+            "Delete sessions left alone for longer than this many days: no event received, note written or recovery"
+            " since their creation or import (empty: keep them forever)"
+        ),
     )  # fmt: skip
 
     class Meta:

@@ -70,6 +70,10 @@ class Session(models.Model):
     # Newest activity by the server's clock (when the last event was received, else creation;
     # an import's claimed last time, never past the import): status, stall window and list order.
     last_activity_at = models.DateTimeField(default=timezone.now)
+    # What retention counts from (sessions_app/retention), by the server's clock: the latest of the session's
+    # creation or import, its last event received, its last note added or edited and its last recovery, moved
+    # forward in those writes' transactions under the session's lock. An import of old events starts at the import.
+    retained_from = models.DateTimeField(default=timezone.now)
     # When the server received the last event (Event.received_at; a fork's: its last inherited
     # event's); None when unknown (stored before it was recorded, imported). What `active` reads,
     # and with last_event_at the header's clock-skew note.
@@ -108,6 +112,8 @@ class Session(models.Model):
             models.Index(fields=["project", "agent_name", "-created_at"], name="session_agent_idx"),
             models.Index(fields=["interrupted", "-last_activity_at", "-id"], name="session_interrupted_idx"),
             models.Index(fields=["project", "-last_activity_at", "-id"], name="session_project_activity_idx"),
+            # The retention sweep's read: a project's sessions past its retention, oldest first.
+            models.Index(fields=["project", "retained_from", "id"], name="session_retention_idx"),
         ]
 
     def __str__(self) -> str:

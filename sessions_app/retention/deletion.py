@@ -42,7 +42,8 @@ def delete_session(*, session_id: str, actor=None, by_retention: bool = False, n
 
     `actor` is who asked (None: a command). `by_retention`: the sweep asks, so its project's retention
     (as set now) is checked again under the lock, by the clock `now`: SessionNotExpired when an open turn
-    is unrecovered or the session is within it (active since, or the setting changed). Refuses a session
+    is unrecovered or the session is within it (written to, annotated or recovered since the sweep's
+    read, as Session.retained_from says, or the setting changed). Refuses a session
     with forks (SessionHasForks) and a missing one (SessionNotFound).
     """
     with transaction.atomic():
@@ -59,7 +60,7 @@ def delete_session(*, session_id: str, actor=None, by_retention: bool = False, n
         rows[Session._meta.label] = 1
         events = rows.get(Event._meta.label, 0)
         detail = {"session": session_id, "agent": session.agent_name, "events": events, "rows": rows,
-                  "last_activity_at": session.last_activity_at.isoformat()}  # fmt: skip
+                  "last_activity_at": session.last_activity_at.isoformat(), "retained_from": session.retained_from.isoformat()}  # fmt: skip
         if by_retention:
             detail["policy"] = f"retention: {days} days"
         audit(
@@ -76,7 +77,7 @@ def _retention_days(session: Session, now: datetime) -> int:
         raise SessionNotExpired(session.pk, expiry.HELD_WORDS[expiry.BLOCKED])
     project = Project.objects.only("retention_days").get(pk=session.project_id)
     limit = expiry.cutoff(project, now)
-    if limit is None or session.last_activity_at >= limit:
+    if limit is None or session.retained_from >= limit:
         raise SessionNotExpired(session.pk, "it is within its project's retention")
     return project.retention_days
 

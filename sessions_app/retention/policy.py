@@ -10,7 +10,8 @@ from sessions_app.services import audit
 
 
 def set_retention(*, project: Project, days: int | None, actor) -> Project:
-    """Keep the project's sessions `days` after their last activity (None: forever); audited when it changes."""
+    """Keep the project's sessions `days` after what retention counts from (Session.retained_from; None: forever);
+    audited when it changes."""
     if days is not None and not 1 <= days <= RETENTION_DAYS_MAX:
         raise ValueError(f"retention must be 1 to {RETENTION_DAYS_MAX} days, or none (keep forever), not {days}")
     with transaction.atomic():

@@ -24,12 +24,12 @@ class Swept:
 
 
 def sweep(*, now: datetime | None = None, limit: int = SWEEP_LIMIT, batch: int = BATCH) -> Swept:
-    """Delete the sessions past their project's retention, at most `limit`, oldest activity first; list those kept."""
+    """Delete the sessions past their project's retention, at most `limit`, oldest first (Session.retained_from); list those kept."""
     now = now or timezone.now()
     projects = [p.pk for p in expiry.projects_with_retention()]
     deleted: list[DeletedSession] = []
-    # Found held under their lock (a turn opened, a fork made, activity since the read): not tried again this sweep;
-    # the list of kept sessions below reads them as they now are.
+    # Found held under their lock (a turn opened, a fork made, written to, annotated or recovered since the
+    # read): not tried again this sweep; the list of kept sessions below reads them as they now are.
     skipped: set[str] = set()
     while len(deleted) < limit and projects:
         rows = expiry.expired_sessions(now=now, held=False, limit=batch + len(skipped), projects=projects)

@@ -1,9 +1,13 @@
 """Retention's reads: the sessions past their project's retention (Project.retention_days), by the server's clock.
 
-A session past it is deleted by the sweep (sessions_app/retention) unless it is
-held: an open turn still unrecovered (Session.interrupted) blocks it, and forks
-keep their parent (docs/session-log.md, Retention). Each read is one query on
-session_project_activity_idx per project with a retention.
+Retention counts from Session.retained_from: the latest of the session's
+creation or import, its last event received, its last note added or edited
+and its last recovery (not last_activity_at, which for an import is its
+events' claimed time). A session past it is deleted by the sweep
+(sessions_app/retention) unless it is held: an open turn still unrecovered
+(Session.interrupted) blocks it, and forks keep their parent
+(docs/session-log.md, Retention). Each read is one query on
+session_retention_idx per project with a retention.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ class Expired:
     session_id: str
     project_id: int
     agent_name: str
-    last_activity_at: datetime
+    retained_from: datetime  # what its retention counts from
     held: str | None  # None: the sweep deletes it; else BLOCKED or HAS_FORKS
 
     @property
@@ -39,7 +43,7 @@ class Expired:
 
 
 def cutoff(project: Project, now: datetime) -> datetime | None:
-    """Sessions last active before this are past the project's retention; None: kept forever."""
+    """Sessions retained from before this (Session.retained_from) are past the project's retention; None: kept forever."""
     return None if project.retention_days is None else now - timedelta(days=project.retention_days)
 
 
@@ -49,18 +53,18 @@ def projects_with_retention(projects: list[int] | None = None) -> list[Project]:
 
 
 def expired_sessions(*, now: datetime, held: bool, limit: int, projects: list[int] | None = None) -> list[Expired]:
-    """Sessions past retention, oldest activity first: those the sweep deletes (held=False) or those it keeps
-    (held=True, with why), at most `limit`."""
+    """Sessions past retention, oldest first (by what retention counts from): those the sweep deletes (held=False)
+    or those it keeps (held=True, with why), at most `limit`."""
     found: list[Expired] = []
     for project in projects_with_retention(projects):
         if len(found) >= limit:
             break
         forked = Exists(Session.objects.filter(parent_id=OuterRef("pk")))
-        rows = Session.objects.filter(project=project, last_activity_at__lt=cutoff(project, now)).annotate(forked=forked)
+        rows = Session.objects.filter(project=project, retained_from__lt=cutoff(project, now)).annotate(forked=forked)
         rows = rows.filter(interrupted=True) | rows.filter(forked=True) if held else rows.filter(interrupted=False, forked=False)
-        for session_id, agent_name, last_activity_at, interrupted, has_forks in rows.order_by("last_activity_at", "id").values_list(
-            "id", "agent_name", "last_activity_at", "interrupted", "forked"
+        for session_id, agent_name, retained_from, interrupted, has_forks in rows.order_by("retained_from", "id").values_list(
+            "id", "agent_name", "retained_from", "interrupted", "forked"
         )[: limit - len(found)]:
             why = BLOCKED if interrupted else HAS_FORKS if has_forks else None
-            found.append(Expired(session_id, project.pk, agent_name, last_activity_at, why))
+            found.append(Expired(session_id, project.pk, agent_name, retained_from, why))
     return found

@@ -99,6 +99,7 @@ def _new_session(
         seed_length=seed_length,
         created_at=now,
         last_activity_at=now,
+        retained_from=now,
     )
 
 
@@ -215,6 +216,14 @@ def _locked_session(session_id: str) -> Session:
     return session
 
 
+def retain_from(session: Session, moment: datetime) -> None:
+    """Retention counts from `moment` on, if that is later (a note written, say). The caller holds the
+    session's lock inside a transaction, so the sweep, which checks again under that lock, sees it."""
+    if moment > session.retained_from:
+        session.retained_from = moment
+        statements.save_fields(session, ["retained_from"])
+
+
 @dataclass(frozen=True, slots=True)
 class StoredEvent:
     """An event row as `_store` inserted it: the columns of `Event`, without a model instance.
@@ -251,9 +260,11 @@ def _store(
     """Insert events after the session's last one and update its summary.
 
     `received_at` is when the server received them, the session's activity
-    time from now on; None for an import, whose events the server never
-    received as they happened: its activity is their claimed last time, never
-    later than now, and its turns count in their claimed hours.
+    time from now on (and what retention counts from, Session.retained_from);
+    None for an import, whose events the server never received as they
+    happened: its activity is their claimed last time, never later than now,
+    its retention counts from the import, and its turns count in their
+    claimed hours.
 
     The caller holds the session's lock inside a transaction. A caller that
     writes to several sessions in it passes `agent_counts` and applies them
@@ -316,6 +327,9 @@ def _store(
     session.last_received_at = received_at
     session.last_activity_at = received_at or min(rows[-1].time, now)
     fields = ["event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_received_at", "last_activity_at"]
+    if received_at is not None and received_at > session.retained_from:
+        session.retained_from = received_at  # an import's events (None) were never received: it counts from the import
+        fields.append("retained_from")
     if not turn_stack and session.repeated_failures_at is not None:
         session.repeated_failures_at = None  # the crash it flagged is closed (recovered, or by the agent itself)
         fields.append("repeated_failures_at")

@@ -1,10 +1,11 @@
 """Notes: adding, editing and deleting the notes people pin beside a session's log.
 
 Notes are not events: each write here changes the notes table (and the
-audit log) only, never an event, so the log stays append-only. Each write
-checks who may do it through `access` first, outside its transaction (a
-refusal's audit entry stays), then validates its input against the limits
-below, and stores nothing when either refuses.
+audit log; adding and editing also what retention counts from,
+Session.retained_from) only, never an event, so the log stays append-only.
+Each write checks who may do it through `access` first, outside its
+transaction (a refusal's audit entry stays), then validates its input
+against the limits below, and stores nothing when either refuses.
 """
 
 from __future__ import annotations
@@ -15,11 +16,12 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_app import access
+from sessions_app import access, statements
 from sessions_app.errors import InvalidNote, NoteNotFound
 from sessions_app.log import events as log_events
 from sessions_app.models import AuditEntry, Note, Session
 
+from .appends import _locked_session, retain_from
 from .audit_log import audit
 from .publishing import publish_notes_changed_on_commit
 from .search_index import index_note, unindex_note
@@ -83,6 +85,10 @@ def add_note(*, actor: access.Actor, session_id: str, text: object, tags: object
     text, tags, seq = checked_text(text), checked_tags(tags), checked_seq(seq, session)
     now = timezone.now()
     with transaction.atomic():
+        # Under the session's lock: a sweep deleting it meanwhile makes this SessionNotFound, and one deciding
+        # now sees the note keep it (retention counts from the last note written).
+        session = _locked_session(session.pk)
+        retain_from(session, now)
         note = Note.objects.create(
             session=session, seq=seq, text=text, tags=tags, author=actor.user, author_name=actor.name, created_at=now, updated_at=now
         )
@@ -95,7 +101,7 @@ def add_note(*, actor: access.Actor, session_id: str, text: object, tags: object
 def edit_note(*, actor: access.Actor, note_id: int, text: object = UNCHANGED, tags: object = UNCHANGED) -> Note:
     """Change a note's text and/or tags (its author, or a project admin); UNCHANGED leaves a field as it is, None is
     refused. An edit that changes nothing stores nothing (no audit entry, the same updated_at)."""
-    access.note_for(actor, note_id, change=True)
+    found = access.note_for(actor, note_id, change=True)
     changes = {}
     if text is not UNCHANGED:
         changes["text"] = checked_text(text)
@@ -104,6 +110,10 @@ def edit_note(*, actor: access.Actor, note_id: int, text: object = UNCHANGED, ta
             raise InvalidNote("tags", "not_a_list", "tags may not be null: send [] to remove every tag")
         changes["tags"] = checked_tags(tags)
     with transaction.atomic():
+        # The session's lock before the note's, in the order retention's deletion takes them.
+        session = statements.get_for_update(Session, found.session_id)
+        if session is None:  # deleted since the access check, with its notes
+            raise NoteNotFound(note_id)
         note = _locked_note(note_id)
         changed = [name for name, value in changes.items() if getattr(note, name) != value]
         if not changed:
@@ -112,6 +122,7 @@ def edit_note(*, actor: access.Actor, note_id: int, text: object = UNCHANGED, ta
             setattr(note, name, changes[name])
         note.updated_at = timezone.now()
         note.save(update_fields=[*changed, "updated_at"])
+        retain_from(session, note.updated_at)
         _audit(note, actor, AuditEntry.NOTE_EDITED, changed=changed)
         publish_notes_changed_on_commit(note.session_id, [note.seq])
         index_note(note)

@@ -57,7 +57,7 @@ def test_retentions_pages_have_no_axe_violations_and_reflow_at_320_px(browser, s
     store([("user_message", {"content": "hi"})], session_id="parent")
     services.fork(session_id="parent", new_session_id="child")
     store([("turn_start", {"turn": 1})], session_id="crashed")
-    Session.objects.filter(pk__in=["parent", "crashed"]).update(last_activity_at="2020-01-01T00:00:00Z")
+    Session.objects.filter(pk__in=["parent", "crashed"]).update(last_activity_at="2020-01-01T00:00:00Z", retained_from="2020-01-01T00:00:00Z")
     pages = [
         ("retention tab", "/projects/default/retention", "table.held tbody tr.held-blocked"),
         ("delete confirmation", "/sessions/child/delete", "form button.danger"),

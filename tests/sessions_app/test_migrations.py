@@ -139,3 +139,43 @@ def test_0014_marks_sessions_indexed_except_from_the_first_event_the_backfill_ha
         assert "sessions_app_search_backfill" not in connection.introspection.table_names(cursor)
 
     MigrationExecutor(connection).migrate(executor.loader.graph.leaf_nodes("sessions_app"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_0017_starts_each_sessions_retention_from_its_latest_creation_activity_note_or_recovery():
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+    from django.utils import timezone
+
+    before, after = [("sessions_app", "0016_notify")], [("sessions_app", "0017_session_retained_from")]
+    executor = MigrationExecutor(connection)
+    executor.migrate(before)
+    old = executor.loader.project_state(before).apps
+    Project, Session, Note = (old.get_model("sessions_app", name) for name in ("Project", "Session", "Note"))
+    now = timezone.now()
+    ago = {days: now - timedelta(days=days) for days in (1, 2, 3, 4, 5, 10)}
+    project = Project.objects.create(slug="p", name="P")
+
+    def session(sid, created, active, recovered=None):
+        return Session.objects.create(id=sid, project=project, created_at=created, last_activity_at=active, recovered_at=recovered)
+
+    session("written", ago[10], ago[5])
+    session("imported", ago[1], ago[10])  # its events claim ten days ago; imported yesterday
+    session("recovered", ago[10], ago[10], recovered=ago[4])
+    noted = session("noted", ago[10], ago[10])
+    Note.objects.create(session=noted, text="a", author_name="ada", created_at=ago[5], updated_at=ago[5])
+    Note.objects.create(session=noted, text="b", author_name="ada", created_at=ago[5], updated_at=ago[2])  # edited two days ago
+    claims = session("imported-note-claims-the-future", ago[3], ago[10])
+    Note.objects.create(session=claims, text="c", author_name="x", created_at=ago[3], updated_at=now + timedelta(days=3650))
+
+    executor = MigrationExecutor(connection)
+    executor.migrate(after)
+    new = executor.loader.project_state(after).apps
+    retained = dict(new.get_model("sessions_app", "Session").objects.values_list("id", "retained_from"))
+    future = retained.pop("imported-note-claims-the-future")
+    assert retained == {"written": ago[5], "imported": ago[1], "recovered": ago[4], "noted": ago[2]}
+    assert now <= future <= timezone.now()  # never later than the migration
+
+    MigrationExecutor(connection).migrate(executor.loader.graph.leaf_nodes("sessions_app"))

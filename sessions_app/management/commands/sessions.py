@@ -251,7 +251,7 @@ class Command(BaseCommand):
             for gone in swept.deleted:
                 self.stdout.write(f"deleted {gone.session_id} ({gone.events} events)")
         for held in retention.held_sessions(projects=projects):
-            self.stdout.write(f"kept {held.session_id} (last activity {format_time(held.last_activity_at)}): {held.why}")
+            self.stdout.write(f"kept {held.session_id} (retention counts from {format_time(held.retained_from)}): {held.why}")
 
     def confirmed(self, question: str, done: str = "appended") -> bool:
         """Ask on the terminal; without one (cron, CI, a closed stdin) refuse instead of crashing."""

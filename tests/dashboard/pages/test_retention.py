@@ -42,7 +42,8 @@ def stored(session_id: str, items, days_quiet: float = 0) -> None:
     services.create_session(session_id=session_id, agent_name="bot")
     services.append_events(session_id=session_id, events=validate_batch(items))
     if days_quiet:
-        Session.objects.filter(pk=session_id).update(last_activity_at=timezone.now() - timedelta(days=days_quiet))
+        then = timezone.now() - timedelta(days=days_quiet)
+        Session.objects.filter(pk=session_id).update(last_activity_at=then, retained_from=then)
 
 
 def test_an_admin_sets_retention_on_the_projects_page_and_it_is_audited(admin):
@@ -71,7 +72,7 @@ def test_the_retention_tab_lists_the_sessions_kept_past_it_and_why(admin):
     stored("quiet", [f.user("hi")], days_quiet=10)
     text = client_of(admin).get("/projects/default/retention").content.decode()
     assert 'class="held-blocked"' in text and "crashed" in text and "blocking" in text and "still unrecovered" in text
-    assert 'class="held-has_forks"' in text and "it has forks" in text
+    assert 'class="held-has_forks"' in text and "it has forks" in text and "Retention counts from" in text
     assert "/sessions/quiet/" not in text  # deletable: the sweep's, not listed
 
 
