@@ -336,3 +336,16 @@ class Block:
     @property
     def pages_id(self) -> str:
         return f"pages-{self.first_seq}"
+
+    @property
+    def page_runs(self) -> list[Page | list[Page]]:
+        """The pages in order, each shown one alone and each run of stubs together (rendered in one go)."""
+        runs: list[Page | list[Page]] = []
+        for page in self.pages:
+            if page.shown:
+                runs.append(page)
+            elif runs and isinstance(runs[-1], list):
+                runs[-1].append(page)
+            else:
+                runs.append([page])
+        return runs

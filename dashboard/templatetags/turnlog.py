@@ -1,9 +1,13 @@
+import functools
 import hashlib
 import json
 import re
 
 from django import template
 from django.conf import settings
+from django.urls import reverse
+from django.utils.html import conditional_escape
+from django.utils.safestring import mark_safe
 
 from sessions_app import wording
 from sessions_app.log import clock as log_clock
@@ -67,3 +71,31 @@ def clock_skew(claimed, received) -> str:
     """ "clock ahead by 178 d" where a claimed time and its receive time differ by more than
     TURNLOG_CLOCK_SKEW_SECONDS, else "" (sessions_app.log.clock; pages and live frames alike)."""
     return log_clock.skew_note(claimed, received, settings.TURNLOG_CLOCK_SKEW_SECONDS)
+
+
+@functools.lru_cache(maxsize=1024)
+def _pages_url(session_id: str) -> str:
+    return conditional_escape(reverse("session_turn_page", args=[session_id]))
+
+
+def stub_html(session_id: str, page, oob: bool = False) -> str:
+    first, last, swap = int(page.first_seq), int(page.last_seq), ' hx-swap-oob="true"' if oob else ""
+    return (
+        f'<div class="page-stub" id="page-{int(page.turn_seq)}-{int(page.number)}" data-first="{first}" data-last="{last}"{swap}>'
+        f'<span class="stub-from">Not shown: seq {first}</span><span class="stub-to"> to seq {last}</span> '
+        f'<button type="button" hx-get="{_pages_url(session_id)}?turn={int(page.turn_seq)}&amp;page={int(page.number)}" '
+        f'hx-swap="none">Show seq {first}–{last}</button></div>'
+    )
+
+
+@register.simple_tag
+def page_stubs(session_id: str, pages, oob: bool = False) -> str:
+    """A long turn's pages not shown (dashboard.pages.transcript), each as the button that opens it. Built here rather
+    than by a partial, from the escaped URL and numbers alone: a turn of 100,000 events has 2,500 of them."""
+    return mark_safe("".join(stub_html(session_id, page, oob) for page in pages))
+
+
+@register.filter
+def listed(value) -> list:
+    """[value]: a tag that takes a list, given one."""
+    return [value]

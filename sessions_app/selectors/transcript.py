@@ -15,6 +15,7 @@ from sessions_app.models import CallSighting, Event, LedgerCall, Session
 from sessions_app.selectors.events import placed_log_events, to_log_events
 
 IN_BATCH = 500  # values per IN (...) list: SQLite's variable limit
+CHUNK = 256  # rows of a few small columns read at a time, backwards
 
 Placement = dict[int, tuple[int | None, int | None]]  # seq -> (turn_seq, step_seq)
 
@@ -26,18 +27,30 @@ def latest_block_starts(session: Session, *, before: int | None, count: int) -> 
     """Seqs of the last `count` block starts before `before`, newest first.
 
     A block starts at an event outside any turn or at a turn's own turn_start.
-    Read backwards in growing seq ranges of the unique (session, seq) index,
-    a few small columns at a time, so the cost follows the blocks shown, not
-    the length of the log.
+    Read backwards a few small columns at a time along the unique (session, seq)
+    index; an event inside a turn jumps to that turn's start, past the turns
+    nested in it (found on the (session, turn_seq, seq) index), so the cost
+    follows the blocks found, not the length of the log or of a turn.
     """
     end = session.event_count if before is None else min(before, session.event_count)
     starts: list[int] = []
-    span = 256
     while end > 0 and len(starts) < count:
-        low = max(end - span, 0)
-        rows = Event.objects.filter(session=session, seq__gte=low, seq__lt=end).order_by("-seq")
-        starts += [seq for seq, type_, turn_seq in rows.values_list("seq", "type", "turn_seq") if turn_seq is None or (type_ == "turn_start" and turn_seq == seq)]
-        end, span = low, span * 2
+        rows = Event.objects.filter(session=session, seq__lt=end).order_by("-seq").values_list("seq", "type", "turn_seq")[:CHUNK]
+        rows = list(rows)
+        if not rows:
+            break
+        for seq, type_, turn_seq in rows:
+            if seq >= end:
+                continue  # passed over by a jump
+            if turn_seq is None or (type_ == "turn_start" and turn_seq == seq):
+                starts.append(seq)
+            else:  # inside turn `turn_seq`: the turns nested in it before here are blocks of their own, then the turn
+                nested = Event.objects.filter(session=session, turn_seq__gt=turn_seq, turn_seq__lt=seq).values_list("turn_seq", flat=True)
+                starts += sorted(set(nested), reverse=True) + [turn_seq]
+                seq = turn_seq
+            end = seq
+            if len(starts) >= count:
+                break
     return starts[:count]
 
 
@@ -66,11 +79,8 @@ def turns_of(session: Session, seqs: Iterable[int]) -> dict[int, int | None]:
 
 def turn_last_seqs(session: Session, turns: Iterable[int]) -> dict[int, int]:
     """turn -> its last seq: its turn_end's, or for an open turn its latest event's (the (session, turn_seq, seq) index)."""
-    turns = set(turns)
-    if not turns:
-        return {}
-    last = turns_closed_at(session, turns)
-    for turn in turns - last.keys():
+    last = {}
+    for turn in set(turns):  # a closed turn's turn_end is its last event: one end of the index range each
         last[turn] = Event.objects.filter(session=session, turn_seq=turn).aggregate(last=Max("seq"))["last"]
     return {turn: seq for turn, seq in last.items() if seq is not None}
 
@@ -104,18 +114,15 @@ def placed_events_at(session: Session, seqs: Iterable[int]) -> tuple[list[log_ev
 
 
 def step_ends(session: Session, steps: Iterable[int]) -> dict[int, log_events.Event]:
-    """step_start seq -> the step_end that closed it, for those of `steps` closed (read by each step's turn and seq range)."""
-    steps = sorted(set(steps))
-    if not steps:
-        return {}
-    turns = turns_of(session, steps)
+    """step_start seq -> the step_end that closed it, for those of `steps` closed in their own turn (each read
+    forwards from its step along the (session, turn_seq, seq) index, up to the first that closes it)."""
     found = {}
-    for turn in {turns.get(s) for s in steps}:
-        mine = [s for s in steps if turns.get(s) == turn]
-        rows = Event.objects.filter(session=session, turn_seq=turn, seq__gt=min(mine), type="step_end", step_seq__in=mine)
-        found |= {event.seq: event for event in to_log_events(rows)}
-    placed = dict(Event.objects.filter(session=session, seq__in=list(found)).values_list("seq", "step_seq"))
-    return {placed[seq]: event for seq, event in found.items()}
+    turns = turns_of(session, steps)
+    for step in sorted(set(steps)):
+        rows = Event.objects.filter(session=session, turn_seq=turns.get(step), seq__gt=step, type="step_end", step_seq=step)
+        if ended := to_log_events(rows.order_by("seq")[:1]):
+            found[step] = ended[0]
+    return found
 
 
 def last_seq_of_turn(session: Session, turn_seq: int, *, before: int) -> int | None:
