@@ -180,13 +180,21 @@ def turn_changes(
     """A turn shown before this frame got `events` (none closing it): its head, the rows they add where a reload shows
     them, steps they close re-rendered, pages past the shown tail stubbed, the cards of its calls `answered` by
     new events; and the ids of the cards rendered."""
-    reading = transcript.read(session, [turn], turns=True)
-    [block], now = reading.blocks, reading.layouts[turn]
+    now = transcript.TurnLayout(turn, selectors.turn_last_seqs(session, [turn])[turn])
     before = transcript.TurnLayout(turn, selectors.last_seq_of_turn(session, turn, before=shown_through + 1))
     shown_before, shown_now = transcript.pages_shown(before.page_count), transcript.pages_shown(now.page_count)
+    # Only the pages the events change: theirs, and those where the steps they close began.
     ended = {e.seq: e for e in events if e.type == "step_end"}
+    changed = {transcript.page_number(turn, e.seq) for e in events}
+    changed |= {transcript.page_number(turn, s) for s in selectors.steps_closed_by(session, list(ended))}
+    # A dispatch, or a step closing, changes what recovery would say of the turn's unanswered calls (rules 1 to 3).
+    owed_move = any(e.type in ("tool_call", "step_end") for e in events)
+    if owed_move:
+        changed = shown_now
+    [block] = transcript.read(session, [turn], pages={turn: changed & shown_now}, layouts={turn: now}).blocks
     ended_steps = {step.start.seq for page in block.pages for step in page.parts if isinstance(step, Step) and step.end and step.end.seq in ended}
-    pieces = [out.render("turn-head", block=block, head_oob=True)]
+    # The head changes with a step started (its count); its badge with the status (the state frames), its end with the turn's.
+    pieces = [out.render("turn-head", block=block, head_oob=True)] if any(e.type == "step_start" for e in events) else []
     pieces += [out.page_stub(block, block.pages[number]) for number in sorted(shown_before - shown_now)]
     cards: set[str] = set()
     new_pages = []
@@ -217,11 +225,11 @@ def turn_changes(
                 loose_rows.append(out.render("row", block=block, row=part))
                 cards |= {card.id for card in part.cards}
         pieces += appended(page.dom_id, loose_rows)
-    for page in block.pages:  # cards that stood before and whose calls new events answered or dispatched
+    for page in block.pages:  # cards that stood before and whose calls new events answered, dispatched or made owed otherwise
         if page.shown and page.number in shown_before:
-            changed = [card for part in page.parts for row in rows_of(part) if row.event.seq <= shown_through for card in row.cards]
-            for card in changed:
-                if card.id in answered and card.id not in cards:
+            earlier = [card for part in page.parts for row in rows_of(part) if row.event.seq <= shown_through for card in row.cards]
+            for card in earlier:
+                if (card.id in answered or (owed_move and card.owed)) and card.id not in cards:
                     pieces.append(out.render("tool-card", block=block, card=card, card_oob=True))
                     cards.add(card.id)
     return pieces, cards

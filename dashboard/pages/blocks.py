@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -279,7 +280,7 @@ class Block:
     compacted_by: int | None = None
     summaries: list[Row] = field(default_factory=list)
     last_real: Event | None = None  # the turn's last event other than its turn_end and recovery's repairs
-    steps: int = 0  # a turn's step_starts, on every page (shown or not)
+    steps: int | Callable[[], int] = 0  # a turn's step_starts, on every page (shown or not); a read made when first shown
     fork_spots: dict[int, ForkSpot] = field(default_factory=dict)  # by seq: may a fork end at that event
 
     @property
@@ -318,6 +319,8 @@ class Block:
 
     @property
     def step_count(self) -> int:
+        if callable(self.steps):
+            self.steps = self.steps()
         return self.steps
 
     @property

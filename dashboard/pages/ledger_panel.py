@@ -30,7 +30,7 @@ from sessions_app import selectors
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger
 from sessions_app.log.recovery import TOOL_OUTCOME_UNKNOWN
-from sessions_app.models import Session
+from sessions_app.models import LedgerCall, Session
 
 
 ALL = "all"  # the switch's value: ?calls=all
@@ -41,11 +41,18 @@ ROWS = 50
 CHECK_ROWS = 50
 
 
+def row_id(key: str) -> str:
+    """The DOM id of a call's row, from its ledger key (a digest of an id too long for the column)."""
+    return "ledger-" + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class LedgerRow:
     row: selectors.CallRow
     arguments: str  # shortened
     turn_number: object | None  # the `turn` its turn_start gave, None outside every turn
+    dom_id: str
+    version: str
 
     @property
     def call(self) -> ledger.CallState:
@@ -67,48 +74,65 @@ class LedgerRow:
     def to_check(self) -> bool:
         return self.call.state in selectors.STATES_TO_CHECK
 
-    @property
-    def dom_id(self) -> str:
-        return "ledger-" + self.anchor
-
-    @property
-    def version(self) -> str:
-        """A digest of everything the row shows: the page fetches a row whose version it does not hold."""
-        notes = [(n.pk, n.text, tuple(n.tags), n.author_name) for n in self.row.notes]
-        shown = (self.call.state, self.call.result_seq, self.call.name, self.arguments, self.turn_number, self.row.side_effect, str(self.row.time), notes)
-        return hashlib.sha256(repr(shown).encode("utf-8", "surrogatepass")).hexdigest()[:12]
-
 
 @dataclass(frozen=True)
 class Ledger:
-    rows: list[LedgerRow]
+    rows: list[LedgerRow]  # those rendered: all of `order`'s for a page load, those a frame sends for one
     all_calls: bool
     complete: bool  # every call of the classes shown is here (else: some of those to check and the latest)
     to_check: int  # the calls to check, shown or not
+    order: list[tuple[str, str]]  # every row's (dom id, version), in the panel's order
+    checks_shown: int
 
     @property
-    def order(self) -> str:
+    def order_text(self) -> str:
         """The rows' ids and versions, in order: what a live frame's script arranges the panel by."""
-        return " ".join(f"{row.dom_id}:{row.version}" for row in self.rows)
+        return " ".join(f"{dom_id}:{version}" for dom_id, version in self.order)
+
+    @property
+    def count(self) -> int:
+        return len(self.order)
 
     @property
     def checks_not_shown(self) -> int:
-        return self.to_check - sum(row.to_check for row in self.rows)
+        return self.to_check - self.checks_shown
 
 
 def wants_all(value: str | None) -> bool:
     return value == ALL
 
 
-def ledger_of(session: Session, *, all_calls: bool) -> Ledger:
-    found = selectors.session_ledger(session, all_classes=all_calls, latest=ROWS, check=CHECK_ROWS)
-    shown = found.rows
-    turns = {r.call.turn_seq for r in shown} - {None}
+def ledger_of(session: Session, *, all_calls: bool, render: set[str] | None = None) -> Ledger:
+    """The panel's rows in order, each with its version (read from the call ledger's columns and the notes), and
+    rendered, the rows of the calls `render` names (stored keys; None: all of them)."""
+    window = selectors.ledger_window(session, all_classes=all_calls, latest=ROWS, check=CHECK_ROWS)
+    answers = selectors.answer_seqs(session, sorted(row.call_id for row in window.rows))
+    notes_at = selectors.notes_by_seq(session)
+
+    def version(row) -> str:
+        notes = [(n.pk, n.text, tuple(n.tags), n.author_name) for seq in dict.fromkeys([row.seq, *sorted(answers.get(row.call_id, ()))]) for n in notes_at.get(seq, ())]
+        shown = (row.call_id, window.state(row), row.result_seq, window.side_effect(row), notes)
+        return hashlib.sha256(repr(shown).encode("utf-8", "surrogatepass")).hexdigest()[:12]
+
+    def place(row) -> tuple:
+        state = window.state(row)
+        loud = window.side_effect(row) == "external_effect" and state == TOOL_OUTCOME_UNKNOWN
+        return (not loud, state not in selectors.STATES_TO_CHECK, row.seq, row.call_id)
+
+    ordered = sorted(window.rows, key=place)
+    order = [(row_id(row.call_id), version(row)) for row in ordered]
+    chosen = [row for row in ordered if render is None or row.call_id in render]
+    prep = LedgerCall._meta.get_field("call_id").get_prep_value
+    call_rows = {prep(r.call.call_id): r for r in selectors.call_rows(session, chosen, window.status, all_calls, window.policies)}
+    turns = {r.call.turn_seq for r in call_rows.values()} - {None}
     numbers = {seq: data.get("turn") if isinstance(data, dict) else None for seq, data in selectors.turn_start_data(session, turns)} if turns else {}
-    rows = [LedgerRow(r, short_arguments(r.call.arguments), numbers.get(r.call.turn_seq)) for r in shown]
-    # stable: unknown outcomes of external effects, then the other calls to check, then the rest, each in order of first sighting
-    rows.sort(key=lambda r: (not r.check_first, not r.to_check))
-    return Ledger(rows=rows, all_calls=all_calls, complete=found.complete, to_check=found.to_check)
+    versions = dict(order)
+    rows = [
+        LedgerRow(r, short_arguments(r.call.arguments), numbers.get(r.call.turn_seq), row_id(row.call_id), versions[row_id(row.call_id)])
+        for row in chosen if (r := call_rows.get(row.call_id)) is not None
+    ]  # fmt: skip
+    checks_shown = sum(window.state(row) in selectors.STATES_TO_CHECK for row in window.rows)
+    return Ledger(rows=rows, all_calls=all_calls, complete=window.complete, to_check=window.to_check, order=order, checks_shown=checks_shown)
 
 
 def short_arguments(arguments: object) -> str:
@@ -123,11 +147,11 @@ def short_arguments(arguments: object) -> str:
     return text if len(text) <= ARGUMENTS_CHARS else cut_at_word(text, ARGUMENTS_CHARS) + "…"
 
 
-def panel_context(session: Session, *, all_calls: bool, tab: str, note_rights: NoteRights) -> dict:
+def panel_context(session: Session, *, all_calls: bool, tab: str, note_rights: NoteRights, render: set[str] | None = None) -> dict:
     """What _ledger.html reads, for a page load and a live frame alike (the notes on the whole session with it)."""
     return {
         "session": session,
-        "ledger": ledger_of(session, all_calls=all_calls),
+        "ledger": ledger_of(session, all_calls=all_calls, render=render),
         "session_notes": [note for note in selectors.session_notes(session) if note.seq is None],
         "tab": tab,
         "note_rights": note_rights,
@@ -143,14 +167,13 @@ def panel_swap(session: Session, *, all_calls: bool, tab: str, note_rights: Note
 def panel_changes(
     session: Session, *, all_calls: bool, tab: str, note_rights: NoteRights, calls: set[str] = frozenset(), notes: bool = False
 ) -> list[str]:
-    """A live frame's pieces of the panel: its head, the rows of `calls` it shows, its order (the page fetches what
-    else changed), and with `notes` the notes on the whole session."""
-    context = panel_context(session, all_calls=all_calls, tab=tab, note_rights=note_rights)
-    ledger = context["ledger"]
+    """A live frame's pieces of the panel: its head, the rows of `calls` (call ids) it shows, its order (the page fetches
+    what else changed), and with `notes` the notes on the whole session."""
+    prep = LedgerCall._meta.get_field("call_id").get_prep_value
+    context = panel_context(session, all_calls=all_calls, tab=tab, note_rights=note_rights, render={prep(cid) for cid in calls})
     pieces = [render_to_string("sessions/_ledger.html#head", {**context, "swap_oob": True}).strip()]
-    rows = [entry for entry in ledger.rows if entry.call.call_id in calls]
-    if rows:
-        pieces.append(rows_swap(context, rows))
+    if context["ledger"].rows:
+        pieces.append(rows_swap(context, context["ledger"].rows))
     pieces.append(render_to_string("sessions/_ledger.html#order", {**context, "swap_oob": True}).strip())
     if notes:
         pieces.append(render_to_string("sessions/_ledger.html#session-notes", {**context, "swap_oob": True}).strip())
@@ -165,8 +188,9 @@ def rows_swap(context: dict, rows: list[LedgerRow]) -> str:
 
 def rows_asked(session: Session, *, all_calls: bool, tab: str, note_rights: NoteRights, ids: set[str]) -> str:
     """The rows the page asked for by id (those it lacks, or holds in another version), and the panel's order now."""
-    context = panel_context(session, all_calls=all_calls, tab=tab, note_rights=note_rights)
-    rows = [entry for entry in context["ledger"].rows if entry.dom_id in ids]
+    window_keys = {row_id(row.call_id): row.call_id for row in selectors.ledger_window(session, all_classes=all_calls, latest=ROWS, check=CHECK_ROWS).rows}
+    context = panel_context(session, all_calls=all_calls, tab=tab, note_rights=note_rights, render={window_keys[i] for i in ids if i in window_keys})
+    rows = context["ledger"].rows
     order = render_to_string("sessions/_ledger.html#order", {**context, "swap_oob": True}).strip()
     return (rows_swap(context, rows) if rows else "") + order
 

@@ -109,17 +109,20 @@ def read_blocks(session: Session, firsts: list[int], *, pages: dict[int, set[int
     return read(session, firsts, pages=pages).blocks
 
 
-def read(session: Session, firsts: list[int], *, pages: dict[int, set[int]] | None = None, turns: bool = False) -> Reading:
+def read(
+    session: Session, firsts: list[int], *, pages: dict[int, set[int]] | None = None, layouts: dict[int, TurnLayout] | None = None
+) -> Reading:
     """The blocks starting at `firsts` (block starts: turn_starts of their own turn, or events outside every turn;
-    `turns`: all of them turns), reading of each turn only its pages shown (or those `pages` names: turn -> numbers)."""
-    if turns:
+    with `layouts`, turns laid out so), reading of each turn only its pages shown (or those `pages` names: turn ->
+    numbers) and its turn_start."""
+    if layouts is not None:
         loose: set[int] = set()
     else:
         starts = selectors.block_start_columns(session, set(firsts))
         firsts = [seq for seq, (type_, turn_seq) in starts.items() if type_ == "turn_start" and turn_seq == seq]
         loose = {seq for seq, (_, turn_seq) in starts.items() if turn_seq is None}
-    layouts = {turn: TurnLayout(turn, last) for turn, last in selectors.turn_last_seqs(session, firsts).items()}
-    ranges = [(seq, seq) for seq in loose]
+        layouts = {turn: TurnLayout(turn, last) for turn, last in selectors.turn_last_seqs(session, firsts).items()}
+    ranges = [(seq, seq) for seq in [*loose, *layouts]]
     for turn, layout in layouts.items():
         for number in sorted(pages[turn] if pages and turn in pages else pages_shown(layout.page_count)):
             first, last = layout.page_range(number)
@@ -286,7 +289,7 @@ class Builder:
         if all(page.shown for page in block.pages):
             block.steps = sum(e.type == "step_start" and self.block_of[e.seq] == block.key for e in events)
         else:
-            block.steps = selectors.steps_in_turn(self.session, block.first_seq)
+            block.steps = lambda: selectors.steps_in_turn(self.session, block.first_seq)
 
     def last_real_event(self, block: Block) -> Event | None:
         """A recovered turn's last event before recovery's repairs, which may fill its last pages."""

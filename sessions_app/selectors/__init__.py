@@ -38,7 +38,7 @@ from sessions_app.selectors.projects import (
     user_token,
     user_tokens,
 )
-from sessions_app.selectors.session_ledger import STATES_TO_CHECK, SessionLedger, session_ledger
+from sessions_app.selectors.session_ledger import STATES_TO_CHECK, LedgerWindow, SessionLedger, answer_seqs, call_rows, ledger_window, session_ledger
 from sessions_app.selectors.recovery import (
     complete_tail,
     dangling_patch,
@@ -81,6 +81,7 @@ from sessions_app.selectors.transcript import (
     placed_events_from,
     placed_events_in,
     step_ends,
+    steps_closed_by,
     steps_in_turn,
     stored_columns,
     turn_last_seqs,

@@ -132,10 +132,34 @@ def inherited_rows(session: Session, keys: set[str]) -> dict[str, LedgerCall]:
     return found
 
 
+@dataclass(frozen=True)
+class LedgerWindow:
+    """The call ledger's rows a list shows (session_ledger's choice), before any event is read for them."""
+
+    rows: list[LedgerCall]  # in order of first sighting
+    complete: bool
+    to_check: int
+    status: str
+    policies: list
+
+    def state(self, row: LedgerCall) -> str:
+        return row_state(row, self.status)
+
+    def side_effect(self, row: LedgerCall) -> str:
+        return side_effect_class(row.tool, self.policies)
+
+
 def session_ledger(session: Session, *, all_classes: bool, latest: int | None = None, check: int | None = None) -> SessionLedger:
     """The session's calls (external_effect and unknown only, unless `all_classes`) as session_calls states
     them. With `latest`: every call whose state is one to check (with `check`, the first `check` of them,
     unknown outcomes of external effects first, then in order of first sighting), and the `latest` newest others."""
+    window = ledger_window(session, all_classes=all_classes, latest=latest, check=check)
+    rows = call_rows(session, window.rows, window.status, all_classes, window.policies)
+    return SessionLedger(rows=rows, complete=window.complete, to_check=window.to_check)
+
+
+def ledger_window(session: Session, *, all_classes: bool, latest: int | None = None, check: int | None = None) -> LedgerWindow:
+    """The rows session_ledger states, chosen from the call ledger's columns alone."""
     levels = levels_of(session)
     overridden = _overridden(levels)
     status = session.status
@@ -151,7 +175,7 @@ def session_ledger(session: Session, *, all_classes: bool, latest: int | None = 
 
     if latest is None:
         chosen = [row for k, level in enumerate(levels) for row in read(level, k, _scope(level))]
-        return SessionLedger(rows=call_rows(session, chosen, status, all_classes, policies), complete=True)
+        return LedgerWindow(sorted(chosen, key=lambda r: r.seq), True, sum(row_state(r, status) in STATES_TO_CHECK for r in chosen), status, policies)
     chosen_by_key: dict[str, LedgerCall] = {}
     for k, level in enumerate(levels):
         for condition in _may_need_checking(level):
@@ -186,8 +210,19 @@ def session_ledger(session: Session, *, all_classes: bool, latest: int | None = 
             break
         chosen_by_key[row.call_id] = row
         taken += 1
-    rows = call_rows(session, list(chosen_by_key.values()), status, all_classes, policies)
-    return SessionLedger(rows=rows, complete=complete and not skipped, to_check=to_check)
+    rows = sorted(chosen_by_key.values(), key=lambda r: r.seq)
+    return LedgerWindow(rows, complete and not skipped, to_check, status, policies)
+
+
+def answer_seqs(session: Session, keys: list[str]) -> dict[str, list[int]]:
+    """Stored call id -> the seqs of its dispatches and results (where notes on the call may be pinned)."""
+    touched: dict[str, list[int]] = {}
+    answers = Event.objects.filter(session=session, type__in=("tool_call", "tool_result"), call_id__isnull=False)
+    batches = [answers] if len(keys) > IN_BATCH else [answers.filter(call_id__in=keys)]  # many: one read of them all
+    for batch in batches:
+        for key, seq in batch.values_list("call_id", "seq"):
+            touched.setdefault(key, []).append(seq)
+    return touched
 
 
 def _scope(level: _Level):
@@ -244,13 +279,7 @@ def call_rows(session: Session, rows: list[LedgerCall], status: str, all_classes
     for i in range(0, len(seqs), IN_BATCH):
         found = Event.objects.filter(session=session, seq__in=seqs[i : i + IN_BATCH]).values_list("seq", "type", "data", "time")
         sightings.update({seq: (type_, data, time) for seq, type_, data, time in found})
-    touched: dict[str, list[int]] = {}  # stored call id -> seqs of its dispatches and results
-    keys = sorted({row.call_id for row in rows})
-    answers = Event.objects.filter(session=session, type__in=("tool_call", "tool_result"), call_id__isnull=False)
-    batches = [answers] if len(keys) > IN_BATCH else [answers.filter(call_id__in=keys)]  # many: one read of them all
-    for batch in batches:
-        for key, seq in batch.values_list("call_id", "seq"):
-            touched.setdefault(key, []).append(seq)
+    touched = answer_seqs(session, sorted({row.call_id for row in rows}))  # stored call id -> seqs of its dispatches and results
     notes_at = notes_by_seq(session)
     placed = []
     for row in rows:

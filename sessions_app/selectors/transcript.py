@@ -7,7 +7,7 @@ from datetime import datetime
 
 from collections.abc import Callable, Iterable
 
-from django.db.models import Max
+from django.db.models import Max, OuterRef, Subquery
 
 from sessions_app.log import events as log_events
 from sessions_app.log.recovery import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN
@@ -39,12 +39,13 @@ def latest_block_starts(session: Session, *, before: int | None, count: int) -> 
         rows = list(rows)
         if not rows:
             break
+        lowest = rows[-1][0]
         for seq, type_, turn_seq in rows:
             if seq >= end:
                 continue  # passed over by a jump
             if turn_seq is None or (type_ == "turn_start" and turn_seq == seq):
                 starts.append(seq)
-            else:  # inside turn `turn_seq`: the turns nested in it before here are blocks of their own, then the turn
+            elif turn_seq < lowest:  # inside a turn begun before these rows: its nested turns are blocks, then the turn
                 nested = Event.objects.filter(session=session, turn_seq__gt=turn_seq, turn_seq__lt=seq).values_list("turn_seq", flat=True)
                 starts += sorted(set(nested), reverse=True) + [turn_seq]
                 seq = turn_seq
@@ -79,10 +80,13 @@ def turns_of(session: Session, seqs: Iterable[int]) -> dict[int, int | None]:
 
 def turn_last_seqs(session: Session, turns: Iterable[int]) -> dict[int, int]:
     """turn -> its last seq: its turn_end's, or for an open turn its latest event's (the (session, turn_seq, seq) index)."""
-    last = {}
-    for turn in set(turns):  # a closed turn's turn_end is its last event: one end of the index range each
-        last[turn] = Event.objects.filter(session=session, turn_seq=turn).aggregate(last=Max("seq"))["last"]
-    return {turn: seq for turn, seq in last.items() if seq is not None}
+    turns = sorted(set(turns))
+    if not turns:
+        return {}
+    # A closed turn's turn_end is its last event: one end of the index range each, read by a subquery per turn_start.
+    latest = Event.objects.filter(session=session, turn_seq=OuterRef("seq")).order_by("-seq").values("seq")[:1]
+    rows = Event.objects.filter(session=session, seq__in=turns).annotate(last=Subquery(latest)).values_list("seq", "last")
+    return {turn: last for turn, last in rows if last is not None}
 
 
 def merged(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -123,6 +127,13 @@ def step_ends(session: Session, steps: Iterable[int]) -> dict[int, log_events.Ev
         if ended := to_log_events(rows.order_by("seq")[:1]):
             found[step] = ended[0]
     return found
+
+
+def steps_closed_by(session: Session, step_ends: list[int]) -> set[int]:
+    """The steps (their step_start seqs) that the step_ends at seqs `step_ends` close."""
+    if not step_ends:
+        return set()
+    return set(Event.objects.filter(session=session, seq__in=step_ends).values_list("step_seq", flat=True)) - {None}
 
 
 def last_seq_of_turn(session: Session, turn_seq: int, *, before: int) -> int | None:

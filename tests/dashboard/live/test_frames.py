@@ -145,7 +145,7 @@ def test_a_late_result_re_renders_its_card_only(viewer, session_id):
 
 
 COUNTER = itertools.count()
-EVENTS = st.sampled_from(["step", "open step", "close step", "message", "call", "result", "turn", "user"])
+EVENTS = st.sampled_from(["step", "open step", "close step", "message", "call", "dispatch", "result", "turn", "user"])
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -187,6 +187,11 @@ def choose(kind: str, state: dict) -> list[tuple[str, dict]]:
     if kind == "call":
         state["calls"].append(f"c{n}")
         return [("assistant_message", call(f"c{n}"))]
+    if kind == "dispatch":
+        if state["calls"]:
+            cid = state["calls"][-1]
+            return [("tool_call", {"id": cid, "name": "lookup"})]
+        return []
     if kind == "result":
         if state["calls"]:
             cid = state["calls"].pop(0)

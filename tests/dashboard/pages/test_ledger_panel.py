@@ -15,7 +15,7 @@ from tests.sessions_app.services.test_recovery import store
 
 pytestmark = pytest.mark.django_db
 
-ROW = re.compile(r'<tr id="ledger-call-[0-9a-f]+" class="ledger-row [^"]*" data-call="(?P<cid>[^"]*)" data-state="(?P<state>[^"]+)"')
+ROW = re.compile(r'<tr id="ledger-[0-9a-f]+" class="ledger-row [^"]*" data-call="(?P<cid>[^"]*)" data-state="(?P<state>[^"]+)"')
 
 
 def call(cid: str, name: str, **arguments) -> dict:

@@ -22,17 +22,32 @@ def stored(events: list[dict]):
     return session
 
 
-def test_block_starts_are_read_backwards_in_growing_ranges_past_a_long_turn():
-    # seq 0 a message, seqs 1-302 one turn, seq 303 a message: 304 events, three blocks.
-    session = stored([f.user(), f.event("turn_start", turn=1), *(f.user(str(i)) for i in range(300)), f.event("turn_end", turn=1), f.user()])
+@pytest.mark.parametrize("length", [300, 3000])
+def test_block_starts_are_found_past_a_long_turn_in_three_reads_whatever_its_length(length):
+    # seq 0 a message, then one turn, then a message: three blocks.
+    session = stored([f.user(), f.event("turn_start", turn=1), *(f.user(str(i)) for i in range(length)), f.event("turn_end", turn=1), f.user()])
+    last = length + 3
     with CaptureQueriesContext(connection) as reads:
-        assert selectors.latest_block_starts(session, before=None, count=3) == [303, 1, 0]
-    assert len(reads) == 2  # seqs 48-303, then 0-47: the turn's start lies past the first range
+        assert selectors.latest_block_starts(session, before=None, count=3) == [last, 1, 0]
+    assert len(reads) == 3  # the latest rows; the turns nested in the one they are in (none); from its start back
     with CaptureQueriesContext(connection) as reads:
-        assert selectors.latest_block_starts(session, before=None, count=1) == [303]
+        assert selectors.latest_block_starts(session, before=None, count=1) == [last]
     assert len(reads) == 1
     assert selectors.latest_block_starts(session, before=1, count=3) == [0]
     assert selectors.latest_block_starts(session, before=0, count=3) == []
+
+
+def test_turns_nested_in_a_turn_are_blocks_of_their_own():
+    session = stored([
+        f.event("turn_start", turn=1),  # 0
+        f.user("a"),                     # 1
+        f.event("turn_start", turn=2),  # 2: nested
+        f.user("b"),                     # 3
+        f.event("turn_end", turn=2),    # 4
+        f.user("c"),                     # 5: back in turn 1
+        f.event("turn_end", turn=1),    # 6
+    ])  # fmt: skip
+    assert selectors.latest_block_starts(session, before=None, count=5) == [2, 0]
 
 
 def test_a_late_result_touches_the_block_where_its_call_was_made():
