@@ -141,7 +141,7 @@ class Client(_Base):
         return self.send(endpoints.import_session(blob, session_id, project))
 
     def stream(self, session_id: str, *, after: int | None = None, open_timeout: float = 10.0) -> Iterator[Event]:
-        """The session's events with seq > `after` (all when None), then each new one as it is committed.
+        """The session's events with seq > `after` (all when None or -1), then each new one as it is committed.
 
         Resumes from the last seq after any close except the final refusals
         (4401, 4404: StreamClosed). It never ends by itself: break out of the

@@ -6,8 +6,8 @@ backlog after `after`, then each new event once, in seq order (docs/api.md,
 `after` = the last seq it yielded, so it never skips or repeats an event.
 It stops for good on the codes that no retry can change: 4401
 (unauthenticated, or the token was revoked or expired), 4404 (no such
-session), and 4400 and 4403, which only a request this client never makes
-gets (a malformed `after`; a login-cookie socket from another origin).
+session), 4400 (an `after` below -1), and 4403, which only a request this
+client never makes gets (a login-cookie socket from another origin).
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def close_of(error: BaseException | None, connection: Any) -> tuple[int | None, 
 
 
 def follow(base_url: str, headers: Mapping[str, str], session_id: str, after: int | None, *, open_timeout: float) -> Iterator[Event]:
-    """Every event of the session with seq > `after` (all when None), then each new one, for ever.
+    """Every event of the session with seq > `after` (all when None or -1), then each new one, for ever.
 
     Closing the generator (or leaving a `for` loop over it) closes the socket.
     """

@@ -25,7 +25,7 @@ logger = logging.getLogger(__name__)
 # refuses any other code and the socket stays open), hence 4012 for 1012
 # "service restart", and 4500/4503 named after HTTP statuses like the others.
 # The pages reconnect after 4012, 4500 and 4503 (static/turnlog/turnlog.js).
-CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= 0, or a number too long to read (sessions_app.params)
+CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= -1, or a number too long to read (sessions_app.params)
 CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session; or the token or login session ended since (api.md)
 CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not the site's own (stream.origin_allowed)
 CLOSE_NOT_FOUND = 4404  # no such session (api.md)
@@ -45,7 +45,7 @@ async def close_without_database(consumer, error: BaseException) -> None:
 class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     """JSON frames `{"type": "session_event", "event": Event}` for one session.
 
-    First every stored event with seq > `after` (all when `after` is absent),
+    First every stored event with seq > `after` (all when `after` is absent or -1),
     read in pages of `stream.PAGE_SIZE`; then each new event, exactly once and
     in seq order, for as long as the socket is open. Frames from the client
     are ignored.
@@ -63,8 +63,8 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
       change, expiry) or its user deactivated (dashboard.live.credentials);
     - 4403: authenticated only by the login cookie, and the Origin header is
       missing or not the site's own (scheme, host and port);
-    - 4400: `after` is not exactly one decimal integer >= 0 (e.g. `abc`,
-      `-1`, `1.5`, empty, or given twice), or has more than 4,300 digits
+    - 4400: `after` is not exactly one decimal integer >= 0 or -1 (e.g. `abc`,
+      `-2`, `1.5`, empty, or given twice), or has more than 4,300 digits
       (as has the page socket's `first`);
     - 4404: no session with this id that the user (or token) may read; also on
       an open stream, within TURNLOG_CREDENTIAL_CHECK_SECONDS of the user
@@ -116,7 +116,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         try:
             after = stream.parse_after(self.scope.get("query_string", b""))
         except ValueError:
-            return await self.close(code=CLOSE_BAD_REQUEST, reason="after must be an integer >= 0")
+            return await self.close(code=CLOSE_BAD_REQUEST, reason="after must be an integer >= -1")
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
         try:
             session = await database_sync_to_async(stream.readable_session)(actor, session_id)

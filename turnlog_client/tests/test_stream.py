@@ -51,6 +51,23 @@ def test_the_stream_sends_the_backlog_then_each_new_event(client):
     assert follower.events.empty()
 
 
+def test_a_stream_after_minus_one_starts_from_the_first_event(client):
+    client.create_session("s1")
+    client.append("s1", [note(i) for i in range(3)])
+    follower = Follower(client, "s1", after=-1)
+    assert follower.take(3) == [0, 1, 2]
+    client.append("s1", [note(3)])
+    assert follower.take(1) == [3]
+    assert follower.ended.empty()
+
+
+def test_a_stream_after_below_minus_one_is_refused_4400(client):
+    client.create_session("s1")
+    with pytest.raises(StreamClosed) as closed:
+        next(client.stream("s1", after=-2))
+    assert closed.value.code == 4400
+
+
 def test_the_stream_resumes_from_its_last_seq_after_the_server_goes_away(own_server, token):
     with Client(own_server.url, token) as api:
         api.create_session("s1")
