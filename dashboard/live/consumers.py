@@ -12,6 +12,7 @@ import logging
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from dashboard import outage
 from dashboard.live import credentials, hub, stream
@@ -34,6 +35,10 @@ CLOSE_SERVER_ERROR = 4500  # the stream failed on the server (a bug); reconnect 
 # CLOSE_UNAVAILABLE, 4503 (dashboard.outage; dashboard.middleware closes most of them): the database is
 # unreachable as the socket opens; reconnect later with ?after=<last seq>.
 CLOSE_RENEW = 4012  # a browser socket is renewed (dashboard.live.sessions); reconnect now with ?after=<last seq>
+
+
+class FrameTooLarge(Exception):
+    """An event whose frame is larger than the websocket message limit (TURNLOG_WS_MAX_MESSAGE_BYTES)."""
 
 
 async def close_without_database(consumer, error: BaseException) -> None:
@@ -72,7 +77,9 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     - 4503: the database is unreachable as the socket opens; the client
       reconnects a little later with `?after=<last seq it has>`;
     - 4500: the stream failed on the server (a bug); the client reconnects
-      with `?after=<last seq it has>`.
+      with `?after=<last seq it has>`. Also, until the limit is raised, at an
+      event whose frame is larger than TURNLOG_WS_MAX_MESSAGE_BYTES (logged;
+      the limit holds every event but those docs/api.md names).
 
     An open stream that loses the database stays open and catches up when it
     is back; one that loses Redis is served by the database poll meanwhile.
@@ -148,6 +155,11 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             await events.run()
         except asyncio.CancelledError:
             raise
+        except FrameTooLarge as too_large:
+            logger.error("session %s: %s: no stream sends it until the limit is raised", events.session_id, too_large)
+            if not self._failed:
+                self._failed = True
+                await self.close(code=CLOSE_SERVER_ERROR, reason=str(too_large))
         except Exception:
             logger.exception("the event stream of session %s failed", events.session_id)
             await self._stream_failed()
@@ -166,7 +178,11 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def _send_events(self, wires: list[dict]) -> None:
         for wire in wires:
-            await self.send(text_data=hub.json_text(wire))
+            text = hub.json_text(wire)
+            # Daphne would fail a larger message with a traceback of its own (json_text is ASCII: length is size).
+            if len(text) > settings.TURNLOG_WS_MAX_MESSAGE_BYTES:
+                raise FrameTooLarge(f"event {wire['seq']} is {len(text)} bytes as a frame, above TURNLOG_WS_MAX_MESSAGE_BYTES")
+            await self.send(text_data=text)
 
     # The JSON stream carries events only: notes are read through the API (GET .../notes).
     _notes_changed = None
