@@ -1,5 +1,6 @@
 # `make run`: set everything up and serve the dashboard on http://127.0.0.1:8000 (or HOST=... PORT=...)
-#   with the automatic recovery worker (manage.py recovery_worker) beside it, stopped when the server exits
+#   with the automatic recovery worker (manage.py recovery_worker) beside it, stopped when the server exits;
+#   the server is Daphne's runserver, which takes its websocket limits from the settings (TURNLOG_WS_MAX_MESSAGE_BYTES)
 # `make simulate`: live demo agents against the server `make run` started (the same HOST=... PORT=...)
 # `make run-scaleout`: docs/deploy.md's deployment on this machine: 2 Daphne + the worker + nginx on PostgreSQL
 #   (DATABASE_URL, default its own database turnlog_scaleout at 127.0.0.1:5432) and a Redis of its own, free ports

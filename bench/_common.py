@@ -235,10 +235,24 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class Server:
-    """One `daphne dashboard.asgi:application` subprocess on a free port (or another app, from `cwd`)."""
+TURNLOG_APPLICATION = "dashboard.asgi:application"
 
-    def __init__(self, env: dict, log_path: Path, *, application: str = "dashboard.asgi:application", cwd: Path = ROOT):
+
+def daphne_command(port: int, *, application: str = TURNLOG_APPLICATION, tree: Path = ROOT) -> list[str]:
+    """Daphne serving `application` from `tree` on `port`, as the tree's users start it: Turnlog as the tree's
+    own `turnlog daphne` (its websocket limits; a tree from before that command gets plain `daphne`, as then)."""
+    cli = tree / "dashboard" / "cli.py"
+    if application == TURNLOG_APPLICATION and cli.exists() and "def daphne(" in cli.read_text():
+        # `python -c` from the tree imports the tree's own dashboard package, not the one installed here.
+        turnlog = [str(VENV_BIN / "python"), "-c", "import sys; from dashboard.cli import main; sys.exit(main())"]
+        return [*turnlog, "daphne", "-b", "127.0.0.1", "-p", str(port)]
+    return [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), application]
+
+
+class Server:
+    """One Daphne subprocess on a free port serving the site (daphne_command), or another app, from `cwd`."""
+
+    def __init__(self, env: dict, log_path: Path, *, application: str = TURNLOG_APPLICATION, cwd: Path = ROOT):
         self.env = env
         self.log_path = log_path
         self.application, self.cwd = application, cwd
@@ -248,7 +262,7 @@ class Server:
     def start(self, token: str) -> Server:
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
-                [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(self.port), self.application],
+                daphne_command(self.port, application=self.application, tree=self.cwd),
                 cwd=self.cwd,
                 env=self.env,
                 stdout=log,

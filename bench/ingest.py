@@ -5,7 +5,7 @@ database) this script:
 
 1. creates the database, runs `manage.py migrate` and `manage.py create_token bench`
    against it (subprocesses with DATABASE_URL set);
-2. starts `daphne dashboard.asgi:application` on a free port as a real
+2. starts `turnlog daphne` (Daphne serving dashboard.asgi:application) on a free port as a real
    subprocess with the same DATABASE_URL (DJANGO_DEBUG unset);
 3. POSTs realistic event batches (user/assistant messages of a few hundred
    bytes, tool_call/tool_result, turn/step events) to

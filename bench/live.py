@@ -3,7 +3,7 @@
 Part (a), for each scenario (each in its own child process, on a fresh database):
 
 - **embedded**: a fresh SQLite file, the in-memory channel layer, ONE
-  `daphne dashboard.asgi:application` subprocess; every viewer and every
+  `turnlog daphne` (Daphne) subprocess; every viewer and every
   append goes to it;
 - **scale-out**: a fresh PostgreSQL database, the Redis channel layer
   (`REDIS_URL`), TWO daphne subprocesses behind no balancer: viewers split

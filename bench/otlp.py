@@ -9,7 +9,7 @@ protobuf; and the same runs as native events, batch by batch. Every request
 body is encoded before any clock starts, on both sides.
 
 Turnlog runs on its embedded default: a fresh SQLite file, the in-memory
-channel layer, one `daphne dashboard.asgi:application` subprocess with the
+channel layer, one `turnlog daphne` (Daphne) subprocess with the
 settings' defaults (DJANGO_DEBUG unset), migrated, with a `create_token`
 token (its project receives the spans). Phoenix runs from its own virtualenv
 (`arize-phoenix`, pinned; `make phoenix-venv`) as `phoenix serve` on a fresh

@@ -2,7 +2,7 @@
 
 For each code tree given (default: this checkout; `--tree DIR` more than once
 compares checkouts, e.g. a `git worktree` of an older commit, in the same run)
-this starts `daphne dashboard.asgi:application` from that tree on a fresh
+this starts Daphne from that tree as the tree's users do (`turnlog daphne`) on a fresh
 SQLite database (migrated, a token, one session) and sends, over one
 keep-alive connection, rounds of: GET of an unknown /api/ path (404: the
 server's and Django's fixed cost), GET of the session, GET of 10 events, and
@@ -27,7 +27,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from _common import ROOT, VENV_BIN, Client, Target, free_port, make_events
+from _common import ROOT, Client, Target, daphne_command, free_port, make_events
 
 KINDS = ("404", "session", "events", "append")
 
@@ -44,7 +44,7 @@ class TreeServer:
         self.target.setup(servers=0)
         port = free_port()
         self.process = subprocess.Popen(
-            [str(VENV_BIN / "daphne"), "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"],
+            daphne_command(port, tree=tree),
             cwd=tree,
             env=self.target.env,
             stdout=subprocess.DEVNULL,

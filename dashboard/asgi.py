@@ -18,6 +18,7 @@ from django.core.handlers.exception import response_for_exception  # noqa: E402
 from django.http import Http404  # noqa: E402
 
 from dashboard.access_log import HttpAccessLog, WebsocketAccessLog  # noqa: E402
+from dashboard.cli import refuse_a_small_daphne_limit  # noqa: E402
 from dashboard.health import HealthProbes  # noqa: E402
 from dashboard.lanes import AppendLane, EventsLane  # noqa: E402
 from dashboard.middleware import WebsocketDatabaseGuard  # noqa: E402
@@ -45,6 +46,8 @@ def cache_twisted_content_type_parsing() -> None:
 
 
 cache_twisted_content_type_parsing()
+# Daphne's command reads its websocket limits from its options alone: started without ours, it is refused here.
+refuse_a_small_daphne_limit(sys.argv)
 
 application = ProtocolTypeRouter(
     {

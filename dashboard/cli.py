@@ -1,6 +1,7 @@
 """`turnlog`, the command of an installed Turnlog (pyproject's [project.scripts]), as `make run` is the source tree's.
 
     turnlog serve [--host H] [--port P]   migrate if needed, then the server (Daphne) and the worker, as `make run`
+    turnlog daphne [DAPHNE OPTIONS]       one server process alone: Daphne serving the site with its websocket limits
     turnlog worker [OPTIONS]              the worker alone (`manage.py recovery_worker [OPTIONS]`)
     turnlog manage COMMAND [ARGS]         any management command (`manage.py COMMAND [ARGS]`)
 """
@@ -14,6 +15,7 @@ import subprocess
 import sys
 
 SETTINGS_MODULE = "dashboard.settings"
+APPLICATION = "dashboard.asgi:application"
 MANAGE = "turnlog manage"  # what the commands' help and messages call manage.py here
 # Any of these stops `turnlog serve` and, gracefully, both its processes.
 STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))  # no SIGHUP on Windows
@@ -22,6 +24,8 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", SETTINGS_MODULE)
+    if argv[:1] == ["daphne"]:  # every argument after it is Daphne's
+        return daphne(argv[1:])
     # Every argument after `manage` or `worker` is Django's to parse (argparse would take their options as ours).
     if argv[:1] in (["manage"], ["worker"]):
         from django.core.management import execute_from_command_line
@@ -34,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     serve_parser = commands.add_parser("serve", help="migrate if needed, then run the server and the worker")
     serve_parser.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)")
     serve_parser.add_argument("--port", type=int, default=8000, help="the port to listen on (default 8000)")
+    commands.add_parser("daphne", help="run one server process alone: Daphne with the site's websocket limits [DAPHNE OPTIONS]")
     commands.add_parser("worker", help="run the worker alone: manage.py recovery_worker [--once] [--interval SECONDS]")
     commands.add_parser("manage", help="run a management command: manage.py COMMAND [ARGS]")
     arguments = parser.parse_args(argv)
@@ -74,10 +79,7 @@ def serve(host: str, port: int) -> int:
     try:
         if stopping:
             return 128 + signal.SIGTERM.value
-        server = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", host, "-p", str(port), "dashboard.asgi:application"],
-            **options,
-        )
+        server = subprocess.Popen([sys.executable, "-m", "daphne", *daphne_options(), "-b", host, "-p", str(port), APPLICATION], **options)
         processes.append(server)
         if stopping:
             server.terminate()
@@ -88,6 +90,47 @@ def serve(host: str, port: int) -> int:
         worker.wait()
     # Killed by a signal: the shell's convention (128 + its number), as `make run` exits 130 on Ctrl-C.
     return code if code >= 0 else 128 - code
+
+
+def daphne_options() -> list[str]:
+    """Daphne's options every way of starting it passes: the websocket limits of the settings (Daphne's own
+    default, 1 MiB, is below the frame of an event the API accepts; dashboard/settings.py)."""
+    from django.conf import settings
+
+    limit = str(settings.TURNLOG_WS_MAX_MESSAGE_BYTES)
+    return ["--websocket-max-message-size", limit, "--websocket-max-frame-size", limit]
+
+
+def daphne(arguments: list[str]) -> int:
+    """`daphne [OPTIONS] dashboard.asgi:application` in this process, with daphne_options() before OPTIONS."""
+    from daphne.cli import CommandLineInterface
+
+    command = [*daphne_options(), *arguments, APPLICATION]
+    sys.argv = ["daphne", *command]  # as Daphne's own command: dashboard.asgi checks the limit it was given
+    CommandLineInterface().run(command)
+    return 0
+
+
+def refuse_a_small_daphne_limit(argv: list[str]) -> None:
+    """ImproperlyConfigured when `argv` is Daphne's command (`daphne`, `python -m daphne`) with a websocket
+    message limit below TURNLOG_WS_MAX_MESSAGE_BYTES, Daphne's default of 1 MiB included: its streams would
+    fail on the first event whose frame is larger, and close 4500 on every reconnect."""
+    from pathlib import Path
+
+    if not argv or not (Path(argv[0]).name == "daphne" or Path(argv[0]).parts[-2:] == ("daphne", "__main__.py")):
+        return
+    from daphne.cli import CommandLineInterface
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    given = CommandLineInterface().parser.parse_known_args(argv[1:])[0].websocket_max_message_size
+    needed = settings.TURNLOG_WS_MAX_MESSAGE_BYTES
+    if 0 < given < needed:  # 0: no limit
+        raise ImproperlyConfigured(
+            f"Daphne's websocket message limit is {given} bytes, below TURNLOG_WS_MAX_MESSAGE_BYTES ({needed}): start it as"
+            f" `turnlog daphne [OPTIONS]`, which passes the limits, or pass --websocket-max-message-size {needed}"
+            f" --websocket-max-frame-size {needed}"
+        )
 
 
 def metrics_dir(settings) -> str:

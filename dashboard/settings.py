@@ -295,6 +295,24 @@ if TURNLOG_OTLP_MAX_BODY_BYTES < 1:
 # twentieth of its ingest. Bodies up to either limit above stay in memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = max(TURNLOG_MAX_REQUEST_BYTES, TURNLOG_OTLP_MAX_BODY_BYTES)
 
+# Daphne's websocket message limit (README, "Websocket message limit"): a stream frame is one event's JSON,
+# and a frame over the limit fails the socket, so the limit must hold the largest event a request above can
+# make. A character of text becomes at most a 6-byte escape in that JSON (\u007f for a raw DEL or \u00e9
+# for an é of a JSON body, \u0001 for a control character of an OTLP/protobuf string); separators, numbers
+# and ids grow less; the margin holds the frame's envelope, the seq and time. (Not covered: on PostgreSQL a
+# number written with a large exponent reads back with all its digits, 1e308 with 309 of them.)
+WS_FRAME_EXPANSION, WS_FRAME_MARGIN = 6, 64 * 1024
+WS_MESSAGE_BYTES_NEEDED = WS_FRAME_EXPANSION * max(TURNLOG_MAX_REQUEST_BYTES, TURNLOG_OTLP_MAX_BODY_BYTES) + WS_FRAME_MARGIN
+TURNLOG_WS_MAX_MESSAGE_BYTES = int(os.environ.get("TURNLOG_WS_MAX_MESSAGE_BYTES") or WS_MESSAGE_BYTES_NEEDED)
+if TURNLOG_WS_MAX_MESSAGE_BYTES < WS_MESSAGE_BYTES_NEEDED:
+    raise ImproperlyConfigured(
+        f"TURNLOG_WS_MAX_MESSAGE_BYTES is {TURNLOG_WS_MAX_MESSAGE_BYTES}, below the {WS_MESSAGE_BYTES_NEEDED} bytes a stream"
+        f" frame of an accepted event can take ({WS_FRAME_EXPANSION} x the larger of TURNLOG_MAX_REQUEST_BYTES and"
+        f" TURNLOG_OTLP_MAX_BODY_BYTES, plus {WS_FRAME_MARGIN}): unset it, or lower those limits"
+    )
+# `make run`'s server (Daphne's runserver) reads these; `turnlog daphne` and `turnlog serve` pass them to Daphne.
+DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE = DAPHNE_WEBSOCKET_MAX_FRAME_SIZE = TURNLOG_WS_MAX_MESSAGE_BYTES
+
 # Threads that run the database work of the append, events and session endpoints
 # (sessions_app/db_threads.py: each keeps its connection, on PostgreSQL one from the pool;
 # SQLite's appends get one more thread); 0 runs it on the request's own thread, as the in-process tests do.

@@ -1,9 +1,9 @@
 """`make run-scaleout`: the deployment of docs/deploy.md on one machine, to try and to test.
 
-Starts N Daphne processes (2 by default) and the worker on one PostgreSQL
-database and one Redis, behind nginx with the configuration generated from
-deploy/nginx.conf.template, each on a free port (never the shared 6379 or
-8000). Like a process supervisor (systemd's Restart=always), it starts any
+Starts N Daphne processes (2 by default, each `turnlog daphne`) and the
+worker on one PostgreSQL database and one Redis, behind nginx with the
+configuration generated from deploy/nginx.conf.template, each on a free port
+(never the shared 6379 or 8000). Like a process supervisor (systemd's Restart=always), it starts any
 of them again a second after it dies; nginx sends requests to the other
 Daphnes meanwhile. Ctrl-C (or SIGTERM) stops everything.
 
@@ -35,6 +35,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 TEMPLATE = PROJECT_DIR / "deploy" / "nginx.conf.template"
+# Each Daphne as docs/deploy.md's unit starts it: `turnlog daphne` passes the site's websocket limits.
+TURNLOG = Path(sys.executable).parent / "turnlog"
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/turnlog_scaleout"
 RESTART_DELAY = 1.0  # seconds before a process that died is started again
 # nginx keeps a quiet socket open this much longer than the app's renewal of it (TURNLOG_SOCKET_RENEW_SECONDS).
@@ -170,7 +172,7 @@ class ScaleOut:
         self.children.append(Child("worker", [sys.executable, "manage.py", "recovery_worker"], logs / "worker.log", env).start())
         daphne_ports = [free_port() for _ in range(self.daphne_count)]
         for index, port in enumerate(daphne_ports):
-            command = [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "dashboard.asgi:application"]
+            command = [str(TURNLOG), "daphne", "-b", "127.0.0.1", "-p", str(port)]
             self.children.append(Child(f"daphne-{index}", command, logs / f"daphne-{index}.log", env, port=port).start())
         renew = float(env.get("TURNLOG_SOCKET_RENEW_SECONDS") or 3600)
         config = nginx_config(

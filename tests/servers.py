@@ -35,8 +35,13 @@ def database_url(settings: dict) -> str:
     )
 
 
+# The `turnlog` command of this virtualenv (pip's editable install of the source tree).
+TURNLOG = Path(sys.executable).parent / "turnlog"
+
+
 class DaphneServer:
-    """`daphne dashboard.asgi:application` as a subprocess; can be stopped and started again on its port."""
+    """`turnlog daphne` (Daphne serving dashboard.asgi:application, as docs/deploy.md runs each server process)
+    as a subprocess; can be stopped and started again on its port."""
 
     def __init__(self, database_settings: dict, log_path: Path, *, arguments: tuple[str, ...] = (), **env: str):
         self.port = free_port()
@@ -51,7 +56,7 @@ class DaphneServer:
     def start(self) -> DaphneServer:
         log = self.log_path.open("a")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port), *self.arguments, "dashboard.asgi:application"],
+            [TURNLOG, "daphne", "-b", "127.0.0.1", "-p", str(self.port), *self.arguments],
             cwd=PROJECT_DIR, env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
         log.close()

@@ -163,3 +163,15 @@ def test_every_command_option_is_in_a_documented_usage_line():
         }
         documented = [line for line in lines if usage in line and all(option in line for option in options)]
         assert documented, (usage, sorted(options))
+
+
+def test_every_documented_way_of_starting_daphne_gives_it_the_websocket_limit():
+    """Daphne's own default (1 MiB) fails any larger frame: the guides start it as `turnlog daphne`, which passes
+    TURNLOG_WS_MAX_MESSAGE_BYTES (or with the options themselves); `make run`'s runserver reads it from the settings."""
+    for doc in ("README.md", "docs/deploy.md"):
+        for line in (ROOT / doc).read_text().splitlines():
+            if re.search(r"\bdaphne\b[^`]*dashboard\.asgi:application", line):
+                assert "--websocket-max-message-size" in line, (doc, line)
+    assert "ExecStart=/srv/turnlog/.venv/bin/turnlog daphne -b 127.0.0.1 -p %i" in (ROOT / "docs" / "deploy.md").read_text()
+    assert "manage.py runserver $(HOST):$(PORT)" in (ROOT / "Makefile").read_text()
+    assert settings.DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE == settings.DAPHNE_WEBSOCKET_MAX_FRAME_SIZE == settings.TURNLOG_WS_MAX_MESSAGE_BYTES

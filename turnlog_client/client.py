@@ -21,7 +21,7 @@ import httpx
 from turnlog_client import endpoints
 from turnlog_client.endpoints import Call
 from turnlog_client.errors import SessionExists, TransportError, retryable
-from turnlog_client.stream import follow, follow_async
+from turnlog_client.stream import MAX_FRAME_BYTES, follow, follow_async
 from turnlog_client.types import (
     AppendResult, Event, EventsPage, ImportResult, Message, NewEvent, Plan, RepairApplied, Session, SessionPage,
 )  # fmt: skip
@@ -145,14 +145,19 @@ class Client(_Base):
     def import_session(self, blob: Mapping[str, Any], *, session_id: str | None = None, project: str | None = None) -> ImportResult:
         return self.send(endpoints.import_session(blob, session_id, project))
 
-    def stream(self, session_id: str, *, after: int | None = None, open_timeout: float = 10.0) -> Iterator[Event]:
-        """The session's events with seq > `after` (all when None), then each new one as it is committed.
+    def stream(
+        self, session_id: str, *, after: int | None = None, open_timeout: float = 10.0, max_frame_bytes: int | None = MAX_FRAME_BYTES
+    ) -> Iterator[Event]:
+        """The session's events with seq > `after` (all when None or -1), then each new one as it is committed.
 
         Resumes from the last seq after any close except the final refusals
         (4401, 4404: StreamClosed). It never ends by itself: break out of the
-        loop, or close the generator.
+        loop, or close the generator. `max_frame_bytes` bounds one frame (one
+        event's JSON; None: any size): the default, 128 MiB, holds any event a
+        server with the default request limits accepts; a larger one ends the
+        stream with StreamClosed(1009).
         """
-        return follow(self.url, self.headers, session_id, after, open_timeout=open_timeout)
+        return follow(self.url, self.headers, session_id, after, open_timeout=open_timeout, max_frame_bytes=max_frame_bytes)
 
     def writer(
         self, session_id: str | None = None, *, agent_name: str | None = None, metadata: Mapping[str, Any] | None = None,
@@ -330,6 +335,8 @@ class AsyncClient(_Base):
     ) -> ImportResult:
         return await self.send(endpoints.import_session(blob, session_id, project))
 
-    def stream(self, session_id: str, *, after: int | None = None, open_timeout: float = 10.0) -> AsyncIterator[Event]:
+    def stream(
+        self, session_id: str, *, after: int | None = None, open_timeout: float = 10.0, max_frame_bytes: int | None = MAX_FRAME_BYTES
+    ) -> AsyncIterator[Event]:
         """As Client.stream, for `async for`."""
-        return follow_async(self.url, self.headers, session_id, after, open_timeout=open_timeout)
+        return follow_async(self.url, self.headers, session_id, after, open_timeout=open_timeout, max_frame_bytes=max_frame_bytes)

@@ -6,8 +6,10 @@ backlog after `after`, then each new event once, in seq order (docs/api.md,
 `after` = the last seq it yielded, so it never skips or repeats an event.
 It stops for good on the codes that no retry can change: 4401
 (unauthenticated, or the token was revoked or expired), 4404 (no such
-session), and 4400 and 4403, which only a request this client never makes
-gets (a malformed `after`; a login-cookie socket from another origin).
+session), 4400 (an `after` below -1), 4403, which only a request this
+client never makes gets (a login-cookie socket from another origin), and
+1009, this client's own close of a frame larger than `max_frame_bytes`
+(the same event would come again).
 """
 
 from __future__ import annotations
@@ -27,8 +29,11 @@ from turnlog_client.errors import StreamClosed
 from turnlog_client.retry import Backoff
 from turnlog_client.types import Event
 
-FINAL_CLOSE_CODES = frozenset({4400, 4401, 4403, 4404})
-MAX_FRAME_BYTES = 64 * 1024 * 1024  # above the server's request limit (16 MiB by default): any stored event fits
+FRAME_TOO_LARGE = 1009  # websockets' close of a message above its max_size
+FINAL_CLOSE_CODES = frozenset({4400, 4401, 4403, 4404, FRAME_TOO_LARGE})
+# Above the server's default websocket message limit (TURNLOG_WS_MAX_MESSAGE_BYTES, 96 MiB and 64 KiB for its
+# default 16 MiB requests): every event such a server accepts fits. A server with larger limits needs more.
+MAX_FRAME_BYTES = 128 * 1024 * 1024
 RECONNECT = Backoff(initial=0.1, maximum=5.0)
 
 
@@ -59,7 +64,9 @@ class Cursor:
         return delay
 
 
-def close_of(error: BaseException | None, connection: Any) -> tuple[int | None, str]:
+def close_of(error: BaseException | None, connection: Any, max_frame_bytes: int | None) -> tuple[int | None, str]:
+    if isinstance(error, ConnectionClosed) and error.sent is not None and error.sent.code == FRAME_TOO_LARGE:
+        return FRAME_TOO_LARGE, f"a frame was larger than max_frame_bytes ({max_frame_bytes}): stream with a larger one"
     if isinstance(error, ConnectionClosed) and error.rcvd is not None:
         return error.rcvd.code, error.rcvd.reason
     if connection is not None and connection.close_code is not None:
@@ -67,9 +74,13 @@ def close_of(error: BaseException | None, connection: Any) -> tuple[int | None, 
     return None, str(error or "")
 
 
-def follow(base_url: str, headers: Mapping[str, str], session_id: str, after: int | None, *, open_timeout: float) -> Iterator[Event]:
-    """Every event of the session with seq > `after` (all when None), then each new one, for ever.
+def follow(
+    base_url: str, headers: Mapping[str, str], session_id: str, after: int | None, *, open_timeout: float,
+    max_frame_bytes: int | None = MAX_FRAME_BYTES,
+) -> Iterator[Event]:  # fmt: skip
+    """Every event of the session with seq > `after` (all when None or -1), then each new one, for ever.
 
+    A frame (one event's JSON) larger than `max_frame_bytes` (None: any size) ends it with StreamClosed(1009).
     Closing the generator (or leaving a `for` loop over it) closes the socket.
     """
     cursor = Cursor(after)
@@ -78,7 +89,7 @@ def follow(base_url: str, headers: Mapping[str, str], session_id: str, after: in
         try:
             with connect_sync(
                 stream_url(base_url, session_id, cursor.after), additional_headers=dict(headers),
-                open_timeout=open_timeout, max_size=MAX_FRAME_BYTES,
+                open_timeout=open_timeout, max_size=max_frame_bytes,
             ) as connection:  # fmt: skip
                 for raw in connection:
                     if (event := cursor.take(raw)) is not None:
@@ -87,12 +98,13 @@ def follow(base_url: str, headers: Mapping[str, str], session_id: str, after: in
             raise
         except (ConnectionClosed, InvalidHandshake, OSError, TimeoutError) as exc:
             error = exc
-        time.sleep(cursor.closed(*close_of(error, connection)))
+        time.sleep(cursor.closed(*close_of(error, connection, max_frame_bytes)))
 
 
 async def follow_async(
-    base_url: str, headers: Mapping[str, str], session_id: str, after: int | None, *, open_timeout: float
-) -> AsyncIterator[Event]:
+    base_url: str, headers: Mapping[str, str], session_id: str, after: int | None, *, open_timeout: float,
+    max_frame_bytes: int | None = MAX_FRAME_BYTES,
+) -> AsyncIterator[Event]:  # fmt: skip
     """`follow` for asyncio: an async iterator with the same resumption."""
     cursor = Cursor(after)
     while True:
@@ -100,7 +112,7 @@ async def follow_async(
         try:
             async with connect_async(
                 stream_url(base_url, session_id, cursor.after), additional_headers=dict(headers),
-                open_timeout=open_timeout, max_size=MAX_FRAME_BYTES,
+                open_timeout=open_timeout, max_size=max_frame_bytes,
             ) as connection:  # fmt: skip
                 async for raw in connection:
                     if (event := cursor.take(raw)) is not None:
@@ -109,4 +121,4 @@ async def follow_async(
             raise
         except (ConnectionClosed, InvalidHandshake, OSError, TimeoutError) as exc:
             error = exc
-        await asyncio.sleep(cursor.closed(*close_of(error, connection)))
+        await asyncio.sleep(cursor.closed(*close_of(error, connection, max_frame_bytes)))

@@ -12,6 +12,7 @@ import logging
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.conf import settings
 
 from dashboard import outage
 from dashboard.live import credentials, hub, stream
@@ -25,7 +26,7 @@ logger = logging.getLogger(__name__)
 # refuses any other code and the socket stays open), hence 4012 for 1012
 # "service restart", and 4500/4503 named after HTTP statuses like the others.
 # The pages reconnect after 4012, 4500 and 4503 (static/turnlog/turnlog.js).
-CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= 0, or a number too long to read (sessions_app.params)
+CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= -1, or a number too long to read (sessions_app.params)
 CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session; or the token or login session ended since (api.md)
 CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not the site's own (stream.origin_allowed)
 CLOSE_NOT_FOUND = 4404  # no such session (api.md)
@@ -34,6 +35,10 @@ CLOSE_SERVER_ERROR = 4500  # the stream failed on the server (a bug); reconnect 
 # CLOSE_UNAVAILABLE, 4503 (dashboard.outage; dashboard.middleware closes most of them): the database is
 # unreachable as the socket opens; reconnect later with ?after=<last seq>.
 CLOSE_RENEW = 4012  # a browser socket is renewed (dashboard.live.sessions); reconnect now with ?after=<last seq>
+
+
+class FrameTooLarge(Exception):
+    """An event whose frame is larger than the websocket message limit (TURNLOG_WS_MAX_MESSAGE_BYTES)."""
 
 
 async def close_without_database(consumer, error: BaseException) -> None:
@@ -45,7 +50,7 @@ async def close_without_database(consumer, error: BaseException) -> None:
 class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     """JSON frames `{"type": "session_event", "event": Event}` for one session.
 
-    First every stored event with seq > `after` (all when `after` is absent),
+    First every stored event with seq > `after` (all when `after` is absent or -1),
     read in pages of `stream.PAGE_SIZE`; then each new event, exactly once and
     in seq order, for as long as the socket is open. Frames from the client
     are ignored.
@@ -63,8 +68,8 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
       change, expiry) or its user deactivated (dashboard.live.credentials);
     - 4403: authenticated only by the login cookie, and the Origin header is
       missing or not the site's own (scheme, host and port);
-    - 4400: `after` is not exactly one decimal integer >= 0 (e.g. `abc`,
-      `-1`, `1.5`, empty, or given twice), or has more than 4,300 digits
+    - 4400: `after` is not exactly one decimal integer >= 0 or -1 (e.g. `abc`,
+      `-2`, `1.5`, empty, or given twice), or has more than 4,300 digits
       (as has the page socket's `first`);
     - 4404: no session with this id that the user (or token) may read; also on
       an open stream, within TURNLOG_CREDENTIAL_CHECK_SECONDS of the user
@@ -72,7 +77,9 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     - 4503: the database is unreachable as the socket opens; the client
       reconnects a little later with `?after=<last seq it has>`;
     - 4500: the stream failed on the server (a bug); the client reconnects
-      with `?after=<last seq it has>`.
+      with `?after=<last seq it has>`. Also, until the limit is raised, at an
+      event whose frame is larger than TURNLOG_WS_MAX_MESSAGE_BYTES (logged;
+      the limit holds every event but those docs/api.md names).
 
     An open stream that loses the database stays open and catches up when it
     is back; one that loses Redis is served by the database poll meanwhile.
@@ -116,7 +123,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         try:
             after = stream.parse_after(self.scope.get("query_string", b""))
         except ValueError:
-            return await self.close(code=CLOSE_BAD_REQUEST, reason="after must be an integer >= 0")
+            return await self.close(code=CLOSE_BAD_REQUEST, reason="after must be an integer >= -1")
         session_id = self.scope["url_route"]["kwargs"]["session_id"]
         try:
             session = await database_sync_to_async(stream.readable_session)(actor, session_id)
@@ -148,6 +155,11 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             await events.run()
         except asyncio.CancelledError:
             raise
+        except FrameTooLarge as too_large:
+            logger.error("session %s: %s: no stream sends it until the limit is raised", events.session_id, too_large)
+            if not self._failed:
+                self._failed = True
+                await self.close(code=CLOSE_SERVER_ERROR, reason=str(too_large))
         except Exception:
             logger.exception("the event stream of session %s failed", events.session_id)
             await self._stream_failed()
@@ -166,7 +178,11 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
 
     async def _send_events(self, wires: list[dict]) -> None:
         for wire in wires:
-            await self.send(text_data=hub.json_text(wire))
+            text = hub.json_text(wire)
+            # Daphne would fail a larger message with a traceback of its own (json_text is ASCII: length is size).
+            if len(text) > settings.TURNLOG_WS_MAX_MESSAGE_BYTES:
+                raise FrameTooLarge(f"event {wire['seq']} is {len(text)} bytes as a frame, above TURNLOG_WS_MAX_MESSAGE_BYTES")
+            await self.send(text_data=text)
 
     # The JSON stream carries events only: notes are read through the API (GET .../notes).
     _notes_changed = None

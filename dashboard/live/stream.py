@@ -139,14 +139,19 @@ def origin_allowed(scope) -> bool:
         return False
 
 
+# `after=-1` asks for every event with seq > -1, all of them: the same as no `after`.
+FROM_THE_START = "-1"
+
+
 def parse_after(query_string: bytes) -> int | None:
-    """The `after` query parameter: None when absent; ValueError unless it is one decimal integer >= 0."""
+    """The `after` query parameter: None when absent or -1 (every event); ValueError unless it is one
+    decimal integer >= 0, or -1."""
     values = parse_qs(query_string.decode("latin-1"), keep_blank_values=True).get("after")
-    if values is None:
+    if values is None or values == [FROM_THE_START]:
         return None
     after = decimal_int(values[0], name="after") if len(values) == 1 else None
     if after is None:
-        raise ValueError(f"after must be one integer >= 0, got {values!r}")
+        raise ValueError(f"after must be one integer >= -1, got {values!r}")
     return after
 
 

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from websockets.sync.client import connect
+
+from tests.dashboard.live.test_large_events import LARGE_MESSAGE
 from tests.servers import PROJECT_DIR, free_port
 
 
@@ -161,6 +164,44 @@ def test_the_installed_command_migrates_serves_and_stops(installed: Path, run_en
     assert not list(installed.glob("lib/python*/site-packages/var"))  # nothing written into the installation
     shown = turnlog(installed, "manage", "sessions", "list", env=run_env, cwd=cwd)
     assert shown.returncode == 0 and "installed-1" in shown.stdout, shown.stderr
+
+
+@pytest.mark.parametrize("command", [["serve"], ["daphne", "-b", "127.0.0.1"]], ids=["serve", "daphne"])
+def test_the_installed_server_streams_an_event_larger_than_daphnes_default_websocket_limit(
+    installed: Path, run_env: dict[str, str], tmp_path: Path, command: list[str]
+):
+    """Daphne's own limit (1 MiB) would fail the frame, and the stream would close 4500 on every reconnect."""
+    assert turnlog(installed, "manage", "migrate", env=run_env, cwd=tmp_path).returncode == 0
+    created = turnlog(installed, "manage", "create_token", "x", env=run_env, cwd=tmp_path)
+    token = created.stdout.strip().splitlines()[-1]
+    port = free_port()
+    log_path = tmp_path / "server.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen([installed / "bin" / "turnlog", *command, "--port" if command == ["serve"] else "-p", str(port)],
+                                  env=run_env, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+
+        def answers():
+            assert server.poll() is None, log_path.read_text()
+            try:
+                return request(f"{url}/healthz")
+            except OSError:
+                return None
+
+        wait_until(answers, 60, f"turnlog {command[0]} did not answer within 60 s")
+        api = f"{url}/api/v1"
+        assert request(f"{api}/sessions", token=token, body={"id": "large"})[0] == 201
+        assert request(f"{api}/sessions/large/events", token=token, body={"events": [{"type": "user_message", "data": {"content": LARGE_MESSAGE}}]})[0] == 201
+        listed = json.loads(request(f"{api}/sessions/large/events", token=token)[1])["events"]
+        stream = f"ws://127.0.0.1:{port}/ws/v1/sessions/large/events"
+        with connect(stream, additional_headers={"Authorization": f"Bearer {token}"}, max_size=None) as socket_:
+            assert [json.loads(socket_.recv(timeout=60))["event"]] == listed
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+    assert listed[0]["data"]["content"] == LARGE_MESSAGE
+    assert "Traceback" not in log_path.read_text(), log_path.read_text()
 
 
 def test_serve_migrates_a_new_database_and_ends_the_worker_when_the_server_cannot_start(

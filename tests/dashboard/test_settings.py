@@ -6,20 +6,25 @@ import http.client
 import json
 import os
 import re
+import socket
 import stat
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.db import connection
+from websockets.sync.client import connect
 
 from dashboard.secret_key import development_secret_key
 from sessions_app import services
 from tests.access import token_for
-from tests.servers import PROJECT_DIR, DaphneServer
+from tests.dashboard.live.test_large_events import LARGE_MESSAGE
+from tests.servers import PROJECT_DIR, TURNLOG, DaphneServer, database_url, free_port
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
 from tests.sessions_app.services.test_recovery import store
 
@@ -61,6 +66,90 @@ def test_turnlog_max_request_bytes_is_the_real_limit_of_a_request_body(limited_s
     assert str(LIMIT) in body["detail"]
     status, body = post(limited_server, token, path, append_body(LIMIT))
     assert (status, body) == (201, {"first_seq": 0, "next_seq": 1})
+
+
+# The websocket message limit: derived from the request limits, refused below them, given to every Daphne
+
+
+DEFAULT_WS_LIMIT = 6 * 16 * 1024 * 1024 + 64 * 1024
+
+
+def ws_limits(**env: str) -> subprocess.CompletedProcess:
+    show = "from django.conf import settings as s; print(s.TURNLOG_WS_MAX_MESSAGE_BYTES, s.DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE, s.DAPHNE_WEBSOCKET_MAX_FRAME_SIZE)"
+    return manage("shell", "-v", "0", "-c", show, **env)
+
+
+def test_the_websocket_limit_is_six_times_the_larger_request_limit_and_a_margin_unless_set_above():
+    assert ws_limits().stdout.split() == [str(DEFAULT_WS_LIMIT)] * 3
+    assert ws_limits(TURNLOG_OTLP_MAX_BODY_BYTES=str(32 << 20)).stdout.split() == [str(6 * (32 << 20) + 65536)] * 3
+    assert ws_limits(TURNLOG_MAX_REQUEST_BYTES="1000", TURNLOG_OTLP_MAX_BODY_BYTES="500").stdout.split() == ["71536"] * 3
+    assert ws_limits(TURNLOG_WS_MAX_MESSAGE_BYTES=str(1 << 30)).stdout.split() == [str(1 << 30)] * 3
+
+
+def test_a_websocket_limit_below_what_an_accepted_event_can_need_is_refused():
+    checked = manage("check", TURNLOG_WS_MAX_MESSAGE_BYTES=str(DEFAULT_WS_LIMIT - 1))
+    assert checked.returncode != 0
+    assert f"ImproperlyConfigured: TURNLOG_WS_MAX_MESSAGE_BYTES is {DEFAULT_WS_LIMIT - 1}, below the {DEFAULT_WS_LIMIT} bytes" in checked.stderr
+    raised = manage("check", TURNLOG_WS_MAX_MESSAGE_BYTES="1048576", TURNLOG_MAX_REQUEST_BYTES="1000", TURNLOG_OTLP_MAX_BODY_BYTES="1000")
+    assert raised.returncode == 0, raised.stderr  # the request limits lowered instead
+
+
+def daphne_command(*command: str, **env: str) -> subprocess.CompletedProcess:
+    """A server command that must refuse to start (else it is stopped after 20 s and the test fails)."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "TURNLOG_"))}
+    return subprocess.run(command, cwd=PROJECT_DIR, env={**base, **env}, capture_output=True, text=True, timeout=20)
+
+
+@pytest.mark.parametrize(
+    ("command", "given"),
+    [
+        ([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", "0", "dashboard.asgi:application"], 1048576),
+        ([str(TURNLOG.with_name("daphne")), "--websocket-max-message-size", "2097152", "-p", "0", "dashboard.asgi:application"], 2097152),
+        ([str(TURNLOG), "daphne", "-p", "0", "--websocket-max-message-size", str(DEFAULT_WS_LIMIT - 1)], DEFAULT_WS_LIMIT - 1),
+    ],
+    ids=["daphne's default", "a smaller limit", "turnlog daphne given a smaller limit"],
+)
+def test_daphne_refuses_to_serve_with_a_websocket_limit_below_the_setting(command, given):
+    served = daphne_command(*command)
+    assert served.returncode != 0
+    expected = f"ImproperlyConfigured: Daphne's websocket message limit is {given} bytes, below TURNLOG_WS_MAX_MESSAGE_BYTES ({DEFAULT_WS_LIMIT})"
+    assert expected in served.stderr, served.stderr
+
+
+def test_runserver_as_make_run_starts_it_streams_an_event_above_daphnes_default_websocket_limit(transactional_db, tmp_path, django_user_model):
+    """`make run` serves with `manage.py runserver` (Daphne's): it reads the limit from the settings."""
+    services.create_session(session_id="large")
+    token = token_for(django_user_model.objects.create_user("agent"))
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": database_url(connection.settings_dict)}
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    log_path = tmp_path / "runserver.log"
+    with log_path.open("w") as log:
+        server = subprocess.Popen([sys.executable, "manage.py", "runserver", "--noreload", f"127.0.0.1:{port}"],
+                                  cwd=PROJECT_DIR, env=env, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not port_open(port):
+            assert server.poll() is None and time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.1)
+        body = json.dumps({"events": [{"type": "user_message", "data": {"content": LARGE_MESSAGE}}]}).encode()
+        served = SimpleNamespace(url=f"http://127.0.0.1:{port}")  # what post() reads of a DaphneServer
+        assert post(served, token, "/api/v1/sessions/large/events", body) == (201, {"first_seq": 0, "next_seq": 1})
+        with connect(f"ws://127.0.0.1:{port}/ws/v1/sessions/large/events", additional_headers={"Authorization": f"Bearer {token}"}, max_size=None) as stream:
+            frame = json.loads(stream.recv(timeout=60))
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    assert frame["event"]["data"]["content"] == LARGE_MESSAGE
+    assert "Traceback" not in log_path.read_text(), log_path.read_text()
+
+
+def port_open(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+        return True
+    except OSError:
+        return False
 
 
 # The production environment README.md documents (and .ci/run checks).

@@ -34,12 +34,15 @@ from django.conf import settings
 from django.db import connection
 from playwright.sync_api import expect
 from prometheus_client.parser import text_string_to_metric_families
+from websockets.sync.client import connect
 
 from sessions_app import services
 from tests.access import token_for
 from tests.conftest import running_in_ci
 from tests.e2e.conftest import open_page, wait_until
+from tests.dashboard.live.test_large_events import LARGE_MESSAGE
 from tests.servers import PROJECT_DIR, RedisServer, database_url
+from turnlog_client import Client
 
 pytestmark = [pytest.mark.browser, pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -231,6 +234,25 @@ def test_two_daphnes_behind_nginx_serve_one_page_through_a_redis_restart_and_eac
 
     logs = scaleout.logs()
     assert not [name for name, text in logs.items() if "Traceback" in text], logs
+
+
+def test_a_message_larger_than_daphnes_default_websocket_limit_reaches_streams_on_the_other_daphne_and_through_nginx(scaleout, plain_user):
+    """Each Daphne the launcher starts carries a frame above Daphne's default 1 MiB, as the deployment's units do."""
+    token = token_for(plain_user)
+    assert request(f"{scaleout.url}/api/v1/sessions", method="POST", body={"id": "large"}, token=token)[0] == 201
+    auth = {"Authorization": f"Bearer {token}"}
+    with connect(f"ws://127.0.0.1:{scaleout.daphne(1)['port']}/ws/v1/sessions/large/events", additional_headers=auth, max_size=None) as live:
+        for text in ("before", LARGE_MESSAGE):
+            body = {"events": [{"type": "user_message", "data": {"content": text}}]}
+            assert request(f"{scaleout.daphne_url(0)}/api/v1/sessions/large/events", method="POST", body=body, token=token)[0] == 201
+        status, listed = request(f"{scaleout.url}/api/v1/sessions/large/events", token=token)
+        assert status == 200 and [event["data"]["content"] for event in listed["events"]] == ["before", LARGE_MESSAGE]
+        assert [json.loads(live.recv(timeout=60))["event"] for _ in range(2)] == listed["events"]
+    with Client(scaleout.url, token) as client:  # through nginx
+        stream = client.stream("large", open_timeout=60)
+        assert [next(stream), next(stream)] == listed["events"]
+        stream.close()
+    assert not [name for name, text in scaleout.logs().items() if "Traceback" in text]
 
 
 def test_throttling_counts_failed_logins_under_the_address_nginx_saw_not_one_the_client_wrote(scaleout, plain_user):

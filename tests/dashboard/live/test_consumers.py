@@ -123,7 +123,9 @@ async def test_without_after_every_stored_event_arrives_as_stored(sid, token):
     await close(ws)
 
 
-@pytest.mark.parametrize(("after", "expected"), [("2", [3, 4]), ("0", [1, 2, 3, 4]), ("4", []), ("99", []), (str(10**30), [])])
+@pytest.mark.parametrize(
+    ("after", "expected"), [("2", [3, 4]), ("0", [1, 2, 3, 4]), ("-1", [0, 1, 2, 3, 4]), ("4", []), ("99", []), (str(10**30), [])]
+)
 async def test_after_n_sends_only_the_events_after_n(sid, token, after, expected):
     await create(sid, 5)
     ws = await open_socket(sid, token=token, query=f"after={after}")
@@ -368,7 +370,7 @@ async def test_an_unknown_session_without_credentials_is_closed_4401():
     assert await closed_with(socket("no-such-session")) == 4401
 
 
-@pytest.mark.parametrize("after", ["abc", "-1", "", "1.5", "+1", " 1", "1&after=2"])
+@pytest.mark.parametrize("after", ["abc", "-2", "-0", "-01", "", "1.5", "-1.5", "+1", " 1", " -1", "1&after=2", "-1&after=-1"])
 async def test_a_bad_after_is_closed_4400(sid, token, after):
     await create(sid, 1)
     assert await closed_with(socket(sid, token=token, query=f"after={after}")) == 4400

@@ -23,7 +23,7 @@ from sessions_app.log.events import validate_batch
 from sessions_app.models import Role
 from tests.access import member
 from tests.dashboard.conftest import QUIET, WAIT, down_for, opened
-from tests.dashboard.live.test_consumers import append, append_sync, create, open_socket
+from tests.dashboard.live.test_consumers import append, append_sync, close, create, open_socket
 from tests.dashboard.pages.test_fork_views import offered
 from tests import dom
 from tests.servers import DaphneServer
@@ -61,6 +61,16 @@ async def test_a_page_socket_needs_a_login_and_an_allowed_origin(sid, session_co
     assert await closed_with(await browser_socket(f"/ws/sessions/{sid}/live", session_cookie, "https://evil.test")) == 4403
     assert await closed_with(await browser_socket("/ws/sessions/nope/live", session_cookie)) == 4404
     assert await closed_with(await browser_socket("/ws/sessions/live", None)) == 4401
+
+
+async def test_a_page_socket_after_minus_one_follows_from_the_first_event_and_below_it_is_closed_4400(sid, session_cookie):
+    await create(sid, 3)
+    page = await browser_socket(f"/ws/sessions/{sid}/live?after=-1", session_cookie)
+    frame = await page.receive_from(timeout=WAIT)
+    assert '<section id="event-0"' in frame and 'data-last-seq="2"' in frame  # seqs 0 to 2, as without `after`
+    await close(page)
+    for after in ("-2", "-1.5", "-01"):
+        assert await closed_with(await browser_socket(f"/ws/sessions/{sid}/live?after={after}", session_cookie)) == 4400
 
 
 async def test_new_blocks_are_appended_and_new_rows_appended_where_they_stand(sid, session_cookie):
