@@ -125,6 +125,9 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     "session_list": [Probe("GET", "/", by_role(LOGIN, "200 -P", "200 +P"))],
     "session_detail": [page_read(CLOSED + "/"), page_read(OPEN + "/?view=raw")],
     "session_blocks": [page_read(CLOSED + "/blocks")],
+    # Seq 1 opens the closed session's turn: its first page, asked by turn and page, and by the seq of its turn_end.
+    "session_turn_page": [page_read(CLOSED + "/pages?turn=1&page=0"), page_read(CLOSED + "/pages?seq=4")],
+    "session_ledger_rows": [page_read(CLOSED + "/ledger?rows=ledger-0000000000000000")],
     "event_json": [page_read(CLOSED + "/events/0.json")],
     "session_lineage": [page_read(CLOSED + "/lineage")],
     # Agents: every world session's agent is "matrix", in alpha and in beta; each reader sees only their projects' failures.

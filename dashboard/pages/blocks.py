@@ -249,6 +249,35 @@ class Step:
         return min([*(row.event.seq for row in self.rows), *([self.end.seq] if self.end_here and self.end else [])])
 
 
+# Seqs per page of a turn: a page load shows at most three pages of a turn (120 events).
+TURN_PAGE = 40
+
+
+def page_number(turn_seq: int, seq: int) -> int:
+    return (seq - turn_seq) // TURN_PAGE
+
+
+def pages_shown(count: int) -> set[int]:
+    """The pages of a turn of `count` pages that a page load shows: all of three or fewer, else the first and the last two."""
+    return set(range(count)) if count <= 3 else {0, count - 2, count - 1}
+
+
+@dataclass(frozen=True)
+class TurnLayout:
+    """Where a turn's events are: from its turn_start to `last_seq` (its turn_end, or its latest event)."""
+
+    turn_seq: int
+    last_seq: int
+
+    @property
+    def page_count(self) -> int:
+        return page_number(self.turn_seq, self.last_seq) + 1
+
+    def page_range(self, number: int) -> tuple[int, int]:
+        first = self.turn_seq + number * TURN_PAGE
+        return first, first + TURN_PAGE - 1
+
+
 @dataclass
 class Page:
     """TURN_PAGE seqs of one turn (dashboard.pages.transcript): shown with its parts, or as a stub to load."""

@@ -12,7 +12,7 @@ The page load renders `sessions/_ledger.html` from `panel_context`. A live frame
 sends the panel's head, the rows of the calls its events name, and the panel's
 order: each row's id and version (a digest of what it shows). The page's script
 puts the rows in that order, drops those no longer listed, and fetches
-(`ledger_rows`) any it lacks or holds in another version: a row whose state
+(`rows_asked`) any it lacks or holds in another version: a row whose state
 follows the session's status, or one that a change elsewhere brought into the window.
 """
 
@@ -187,12 +187,12 @@ def rows_swap(context: dict, rows: list[LedgerRow]) -> str:
 
 
 def rows_asked(session: Session, *, all_calls: bool, tab: str, note_rights: NoteRights, ids: set[str]) -> str:
-    """The rows the page asked for by id (those it lacks, or holds in another version), and the panel's order now."""
+    """The rows the page asked for by id (those it lacks, or holds in another version). Not the order: the live frames
+    alone send it, in the order of the changes (an answer may arrive after a later frame's order)."""
     window_keys = {row_id(row.call_id): row.call_id for row in selectors.ledger_window(session, all_classes=all_calls, latest=ROWS, check=CHECK_ROWS).rows}
     context = panel_context(session, all_calls=all_calls, tab=tab, note_rights=note_rights, render={window_keys[i] for i in ids if i in window_keys})
     rows = context["ledger"].rows
-    order = render_to_string("sessions/_ledger.html#order", {**context, "swap_oob": True}).strip()
-    return (rows_swap(context, rows) if rows else "") + order
+    return rows_swap(context, rows) if rows else ""
 
 
 def touched_by(events: list[log_events.Event]) -> bool:

@@ -25,13 +25,17 @@ from dataclasses import dataclass, field, replace
 
 from dashboard.pages.blocks import (
     ROLE_OF,
+    TURN_PAGE,  # noqa: F401  (callers read the layout of turns from here)
     Block,
     BlockCall,
     Page,
     Row,
     Step,
     ToolCard,
+    TurnLayout,
     Value,
+    page_number,
+    pages_shown,
 )
 from dashboard.pages.fork_spots import fork_spots
 from sessions_app import selectors
@@ -45,35 +49,6 @@ from sessions_app.wording import json_text
 
 # A turn and the user message before it are two blocks: a page opens on about six turns.
 BLOCKS_PER_PAGE = 12
-# Seqs per page of a turn: a page load shows at most three pages of a turn (120 events).
-TURN_PAGE = 40
-
-
-def page_number(turn_seq: int, seq: int) -> int:
-    return (seq - turn_seq) // TURN_PAGE
-
-
-def pages_shown(count: int) -> set[int]:
-    """The pages of a turn of `count` pages that a page load shows: all of three or fewer, else the first and the last two."""
-    return set(range(count)) if count <= 3 else {0, count - 2, count - 1}
-
-
-@dataclass(frozen=True)
-class TurnLayout:
-    """Where a turn's events are: from its turn_start to `last_seq` (its turn_end, or its latest event)."""
-
-    turn_seq: int
-    last_seq: int
-
-    @property
-    def page_count(self) -> int:
-        return page_number(self.turn_seq, self.last_seq) + 1
-
-    def page_range(self, number: int) -> tuple[int, int]:
-        first = self.turn_seq + number * TURN_PAGE
-        return first, first + TURN_PAGE - 1
-
-
 @dataclass
 class Window:
     blocks: list[Block]

@@ -75,6 +75,37 @@
     });
   }
 
+  // What the reader opened or closed, by place: a block sent again as a shell and its parts (a turn closing, a
+  // summary compacting it) comes back with every <details> as a reload renders it; these are set again after it.
+  var readerChose = {};
+  function placeOf(el) {
+    var owner = el.parentElement && el.parentElement.closest("[id]");
+    var ownerId = owner ? owner.id : "";
+    var same = (owner || document).querySelectorAll("details");
+    var n = 0;
+    for (var i = 0; i < same.length && same[i] !== el; i++) {
+      var other = same[i].parentElement && same[i].parentElement.closest("[id]");
+      if ((other ? other.id : "") === ownerId && same[i].className === el.className) n++;
+    }
+    return ownerId + "|" + el.className + "|" + n;
+  }
+  function restoreReadersChoices() {
+    Object.keys(readerChose).forEach(function (place) {
+      var parts = place.split("|");
+      var owner = parts[0] ? document.getElementById(parts[0]) : document;
+      if (!owner) return;
+      var found = Array.prototype.filter.call(owner.querySelectorAll("details"), function (el) {
+        var other = el.parentElement && el.parentElement.closest("[id]");
+        return (other ? other.id : "") === parts[0] && el.className === parts[1];
+      })[Number(parts[2])];
+      if (!found) return;
+      found.open = readerChose[place];
+      if (readerChose[place]) {  // a compaction folded around what the reader opened: it stays in view
+        for (var up = found.parentElement && found.parentElement.closest("details.compacted"); up; up = up.parentElement && up.parentElement.closest("details.compacted")) up.open = true;
+      }
+    });
+  }
+
   function setLiveState(text, state) {
     var el = document.getElementById("live-state");
     if (el) { el.textContent = text; el.setAttribute("data-state", state); }
@@ -241,7 +272,17 @@
         htmx.ajax("GET", url, { swap: "none" }).then(function () { arrangeLedger(false); });
       }
     }
-    document.body.addEventListener("htmx:wsAfterMessage", function () { arrangeLedger(true); });
+    document.body.addEventListener("htmx:wsAfterMessage", function () { arrangeLedger(true); restoreReadersChoices(); });
+    document.addEventListener("click", function (event) {
+      var summary = event.target.closest && event.target.closest("summary");
+      var details = summary && summary.parentElement;
+      if (details && details.tagName === "DETAILS") readerChose[placeOf(details)] = !details.open;
+    });
+    // Rows fetched, or sent by a frame, land at the table's end: put in order whichever way they came.
+    document.body.addEventListener("htmx:oobAfterSwap", function (event) {
+      var target = event.detail && event.detail.target;
+      if (target && (target.id === "ledger-rows" || target.id === "ledger-order")) arrangeLedger(false);
+    });
     document.body.addEventListener("htmx:wsAfterMessage", function () {
       var empty = document.getElementById("no-events");
       if (empty && document.querySelector("#blocks .block, #raw-rows .raw-row")) empty.remove();

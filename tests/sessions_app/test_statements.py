@@ -165,7 +165,7 @@ def test_save_fields_stores_what_save_with_update_fields_stores():
     by_orm.save(update_fields=fields)
     statements.save_fields(by_statement, fields)
     stored = {s.pk: s for s in Session.objects.filter(pk__in=["orm", "statement"])}
-    expected = field_values(stored["orm"]) | {"id": "statement", "created_at": stored["statement"].created_at}
+    expected = field_values(stored["orm"]) | {"id": "statement", "created_at": stored["statement"].created_at, "retained_from": stored["statement"].retained_from}
     assert field_values(stored["statement"]) == expected
     assert stored["statement"].agent_name == "agent"
     with connection.cursor() as cursor:  # the very text or values in the columns, not only what reads back

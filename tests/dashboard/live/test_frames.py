@@ -135,6 +135,17 @@ def test_closing_a_long_turn_re_reads_it_whole_in_small_messages(viewer, session
     page.assert_reads_as_a_reload()
 
 
+def test_a_value_of_a_million_characters_arrives_as_its_preview_and_a_link_to_the_whole(viewer, session_id):
+    page = OpenPage(viewer, session_id)
+    value = "word " * 220_000  # 1,100,000 characters
+    append(session_id, ("user_message", {"content": value}), *tool_step(1))
+    messages = page.follow()
+    assert all(len(m.encode()) <= frames.FRAME_BYTES for m in messages)
+    assert "show all (1100000 characters)" in "".join(messages) and value not in "".join(messages)
+    page.assert_reads_as_a_reload()
+    assert "show all (1100000 characters)" in page.load()
+
+
 def test_a_late_result_re_renders_its_card_only(viewer, session_id):
     append(session_id, *tool_step(1, answered=False))
     page = OpenPage(viewer, session_id)
