@@ -293,7 +293,7 @@ async def stop_task(task: asyncio.Task | None) -> None:
             await task
 
 
-class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
+class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocketConsumer):
     """Row updates for the session list: changed rows replaced, new matching sessions prepended."""
 
     _refresh: asyncio.Task | None = None
@@ -321,7 +321,7 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
             return await close_without_database(self, error)
         self.statuses: dict[str, str] = {}
         self._refresh = asyncio.create_task(self.refresh_statuses())
-        self._access = credentials.register(
+        self.credential = self._access = credentials.register(
             credentials.Registration(
                 user_id=self.scope["user"].pk,
                 token=None,

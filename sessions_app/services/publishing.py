@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 # The channel-layer group of the session list page.
 SESSIONS_GROUP = "sessions"
+# The channel-layer group of every process's check of its open streams' credentials (dashboard.live.credentials).
+CREDENTIALS_GROUP = "credentials"
 
 
 def session_group(session_id: str) -> str:
@@ -58,6 +60,12 @@ def publish_notes_changed_on_commit(session_id: str, seqs: Sequence[int | None])
     change = uuid.uuid4().hex  # one render per change for the pages alike, live.SharedRenders
     message = {"type": "session_notes", "session_id": session_id, "seqs": sorted(set(seqs), key=lambda s: (s is not None, s)), "change": change}
     transaction.on_commit(lambda: _send([(session_group(session_id), message)]))
+
+
+def publish_credentials_ended_on_commit() -> None:
+    """Tell every process, once the caller's transaction commits, that a credential may have stopped authenticating
+    (a login ended, a password changed, a user deactivated, a token revoked): each checks its open streams at once."""
+    transaction.on_commit(lambda: _send([(CREDENTIALS_GROUP, {"type": "credentials_ended"})]))
 
 
 def publish_events(session_id: str, events: Sequence[StoredEvent | Event]) -> None:
