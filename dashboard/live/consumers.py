@@ -61,8 +61,9 @@ class SessionEventsConsumer(credentials.CheckedSends, AsyncJsonWebsocketConsumer
       open stream whose token was revoked or expired, whose login session
       ended (logout, password change, expiry) or whose user was deactivated:
       no frame is sent after a check finds it (each frame waits for one), and
-      the socket closes at once, or within TURNLOG_CREDENTIAL_CHECK_SECONDS
-      for an end nothing told (an expiry) (dashboard.live.credentials);
+      the socket closes within moments of a logout, password change,
+      deactivation or revocation (each is told to every process), within
+      TURNLOG_CREDENTIAL_CHECK_SECONDS of an expiry (dashboard.live.credentials);
     - 4403: authenticated only by the login cookie, and the Origin header is
       missing or not the site's own (scheme, host and port);
     - 4400: `after` is not exactly one decimal integer >= 0 (e.g. `abc`,
