@@ -124,12 +124,16 @@ class _AccessWatcher:
         self.sockets: set[Registration] = set()
         self.task: asyncio.Task | None = None
         self.listener: asyncio.Task | None = None
-        self.waiting: list[tuple[Registration, asyncio.Future]] = []  # frames waiting for the next round
+        # What the next round checks: frames waiting for it, and sockets just registered (None: nothing awaits).
+        self.waiting: list[tuple[Registration, asyncio.Future | None]] = []
         self.wake = asyncio.Event()
         self.heard = False  # a credential ended somewhere: the next round is a full one
 
     def add(self, registration: Registration) -> None:
         self.sockets.add(registration)
+        # Checked again soon: an end told between its socket's authentication and now was told to the sockets before it.
+        self.waiting.append((registration, None))
+        self.wake.set()
         if self.task is None:
             self.task = self.loop.create_task(self._run(), name="turnlog-access-watcher")
             self.listener = self.loop.create_task(self._listen(), name="turnlog-credentials-listener")
@@ -148,6 +152,11 @@ class _AccessWatcher:
 
     def hear(self) -> None:
         self.heard = True
+        self.wake.set()
+
+    def check_all(self) -> None:
+        """Every socket's credential, at the next round (not their access)."""
+        self.waiting.extend((registration, None) for registration in self.sockets)
         self.wake.set()
 
     def stop(self) -> None:
@@ -172,7 +181,7 @@ class _AccessWatcher:
             self.wake.clear()
             # Read at every round, so tests (and a changed setting) need no restart.
             full = self.heard or self.loop.time() >= next_full
-            waiting, self.waiting = [(r, f) for r, f in self.waiting if not f.done()], []
+            waiting, self.waiting = [(r, f) for r, f in self.waiting if f is None or not f.done()], []
             if held_until is not None and self.loop.time() < held_until and not full:
                 self.waiting[:0] = waiting
                 continue
@@ -180,11 +189,11 @@ class _AccessWatcher:
                 continue
             self.heard = False
             # Only what is known now: a socket registered or a frame asked during the query waits for the next round.
-            asked = list(self.sockets) if full else list(dict.fromkeys(r for r, _ in waiting))
+            asked = list(self.sockets) if full else list(dict.fromkeys(r for r, _ in waiting if r in self.sockets))
             if full:
                 next_full = self.loop.time() + settings.TURNLOG_CREDENTIAL_CHECK_SECONDS
             try:
-                verdicts = await db_threads.run(lost if full else ended_credentials, asked)
+                verdicts = await db_threads.run(lost if full else ended_credentials, asked) if asked else []
             except DATABASE_UNAVAILABLE as error:
                 outage.database_outage.failed(error)
                 self.waiting[:0] = waiting  # held until a round can be made
@@ -194,7 +203,7 @@ class _AccessWatcher:
             except Exception as error:
                 logger.exception("checking the access of %d open streams failed", len(asked))
                 for _, future in waiting:  # their streams fail (4500) and reconnect, rather than wait for ever
-                    if not future.done():
+                    if future is not None and not future.done():
                         future.set_exception(error)
                 continue
             held_until, delay = None, None
@@ -205,7 +214,7 @@ class _AccessWatcher:
                 registration.ended = True
                 self.sockets.discard(registration)
             for registration, future in waiting:
-                if not future.done():
+                if future is not None and not future.done():
                     future.set_result(not registration.ended)
             if closing:
                 # Shielded: the last socket going away cancels this task, which must not cut a close short.
@@ -229,6 +238,7 @@ class _AccessWatcher:
             while True:
                 try:
                     await layer.group_add(services.CREDENTIALS_GROUP, channel)
+                    self.check_all()  # what ended before it joined was told to no one here
                     async with asyncio.timeout(REJOIN_SECONDS):  # then joined again
                         while True:
                             await layer.receive(channel)
