@@ -3,6 +3,8 @@ the channel layer's credentials group, once the change commits, whatever path ma
 
 from __future__ import annotations
 
+import asyncio
+import time
 from datetime import timedelta
 from importlib import import_module
 
@@ -129,3 +131,18 @@ def test_clearing_expired_sessions_stays_one_delete_and_tells_nothing(told, pers
     assert [s for s in statements if s not in ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE")] == ["DELETE"], statements
     assert LoginSession.objects.count() == 0
     assert told.drain() == []
+
+
+def test_a_layer_that_does_not_answer_holds_a_logout_back_half_a_second_at_most(person, monkeypatch):
+    """A Redis that does not answer (a connect to a host that is gone waits 3 s): the logout answers, the periodic checks remain."""
+
+    async def unanswered(group, message):
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(get_channel_layer(), "group_send", unanswered)
+    client = logged_in(person)
+    key = client.cookies[settings.SESSION_COOKIE_NAME].value
+    started = time.monotonic()
+    assert client.post("/logout/").status_code == 302
+    assert time.monotonic() - started < 1.0
+    assert not LoginSession.objects.filter(pk=key).exists()
