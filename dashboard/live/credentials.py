@@ -207,7 +207,8 @@ class _AccessWatcher:
                         future.set_exception(error)
                 continue
             held_until, delay = None, None
-            outage.database_outage.reached()
+            if full:  # (the frames' rounds leave the outage's end to the periodic round and the streams' reads)
+                outage.database_outage.reached()
             # Only sockets that were asked about and are still open.
             closing = [(registration, why) for registration, why in verdicts if registration in self.sockets]
             for registration, _ in closing:
