@@ -118,21 +118,33 @@ def lost(registrations: list[Registration]) -> list[tuple[Registration, str]]:
     return verdicts
 
 
+class _Round:
+    """One round of checks to come: the registrations asking, and what their frames await."""
+
+    __slots__ = ("asking", "done", "error")
+
+    def __init__(self):
+        self.asking: set[Registration] = set()
+        self.done = asyncio.Event()
+        self.error: BaseException | None = None  # a check that failed for a bug
+
+
 class _AccessWatcher:
     def __init__(self, loop: asyncio.AbstractEventLoop):
         self.loop = loop
         self.sockets: set[Registration] = set()
         self.task: asyncio.Task | None = None
         self.listener: asyncio.Task | None = None
-        # What the next round checks: frames waiting for it, and sockets just registered (None: nothing awaits).
-        self.waiting: list[tuple[Registration, asyncio.Future | None]] = []
+        # The next round (frames waiting for it, sockets just registered), and those an outage held back.
+        self.next = _Round()
+        self.held: list[_Round] = []
         self.wake = asyncio.Event()
         self.heard = False  # a credential ended somewhere: the next round is a full one
 
     def add(self, registration: Registration) -> None:
         self.sockets.add(registration)
         # Checked again soon: an end told between its socket's authentication and now was told to the sockets before it.
-        self.waiting.append((registration, None))
+        self.next.asking.add(registration)
         self.wake.set()
         if self.task is None:
             self.task = self.loop.create_task(self._run(), name="turnlog-access-watcher")
@@ -141,14 +153,13 @@ class _AccessWatcher:
     def discard(self, registration: Registration) -> None:
         self.sockets.discard(registration)
 
-    def ask(self, registration: Registration) -> asyncio.Future:
-        """A future: whether the registration's credential holds, by the next round (one that starts after this call)."""
-        future = self.loop.create_future()
+    def ask(self, registration: Registration) -> _Round:
+        """The round that will check the registration's credential: the next one to start."""
         if registration not in self.sockets:  # registered with a watcher that died
             self.add(registration)
-        self.waiting.append((registration, future))
+        self.next.asking.add(registration)
         self.wake.set()
-        return future
+        return self.next
 
     def hear(self) -> None:
         self.heard = True
@@ -156,7 +167,7 @@ class _AccessWatcher:
 
     def check_all(self) -> None:
         """Every socket's credential, at the next round (not their access)."""
-        self.waiting.extend((registration, None) for registration in self.sockets)
+        self.next.asking |= self.sockets
         self.wake.set()
 
     def stop(self) -> None:
@@ -181,30 +192,26 @@ class _AccessWatcher:
             self.wake.clear()
             # Read at every round, so tests (and a changed setting) need no restart.
             full = self.heard or self.loop.time() >= next_full
-            waiting, self.waiting = [(r, f) for r, f in self.waiting if f is None or not f.done()], []
-            if held_until is not None and self.loop.time() < held_until and not full:
-                self.waiting[:0] = waiting
+            if not full and (not (self.next.asking or self.held) or (held_until is not None and self.loop.time() < held_until)):
                 continue
-            if not full and not waiting:
-                continue
-            self.heard = False
             # Only what is known now: a socket registered or a frame asked during the query waits for the next round.
-            asked = list(self.sockets) if full else list(dict.fromkeys(r for r, _ in waiting if r in self.sockets))
+            rounds, self.next, self.held, self.heard = [*self.held, self.next], _Round(), [], False
+            asked = list(self.sockets) if full else [r for r in set().union(*(r.asking for r in rounds)) if r in self.sockets]
             if full:
                 next_full = self.loop.time() + settings.TURNLOG_CREDENTIAL_CHECK_SECONDS
             try:
                 verdicts = await db_threads.run(lost if full else ended_credentials, asked) if asked else []
             except DATABASE_UNAVAILABLE as error:
                 outage.database_outage.failed(error)
-                self.waiting[:0] = waiting  # held until a round can be made
+                self.held = [r for r in rounds if r.asking]  # their frames wait until a round can be made
                 delay = min(delay * 2, stream.DB_RETRY_CAP) if delay else stream.DB_RETRY_FIRST
-                held_until = self.loop.time() + delay if self.waiting else None
+                held_until = self.loop.time() + delay if self.held else None
                 continue
             except Exception as error:
                 logger.exception("checking the access of %d open streams failed", len(asked))
-                for _, future in waiting:  # their streams fail (4500) and reconnect, rather than wait for ever
-                    if future is not None and not future.done():
-                        future.set_exception(error)
+                for done in rounds:  # their streams fail (4500) and reconnect, rather than wait for ever
+                    done.error = error
+                    done.done.set()
                 continue
             held_until, delay = None, None
             if full:  # (the frames' rounds leave the outage's end to the periodic round and the streams' reads)
@@ -214,9 +221,8 @@ class _AccessWatcher:
             for registration, _ in closing:
                 registration.ended = True
                 self.sockets.discard(registration)
-            for registration, future in waiting:
-                if future is not None and not future.done():
-                    future.set_result(not registration.ended)
+            for done in rounds:
+                done.done.set()
             if closing:
                 # Shielded: the last socket going away cancels this task, which must not cut a close short.
                 await asyncio.shield(self._close(closing))
@@ -300,7 +306,11 @@ async def still_authenticates(registration: Registration) -> bool:
     (False at once for a socket being closed or gone)."""
     if registration.ended:
         return False
-    return await _current_watcher().ask(registration)
+    checked = _current_watcher().ask(registration)
+    await checked.done.wait()
+    if checked.error is not None:
+        raise RuntimeError("checking the credentials of open streams failed") from checked.error
+    return not registration.ended
 
 
 class CheckedSends:
