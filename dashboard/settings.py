@@ -99,6 +99,9 @@ INSTALLED_APPS = [
     "dashboard",
 ]
 
+# Django's database sessions; each deleted one (a logout) is told to the open streams' checks at once.
+SESSION_ENGINE = "sessions_app.services.logins"
+
 # Four of these run their hooks in the event loop under ASGI (dashboard/middleware.py
 # says why). Security, sessions, CSRF and clickjacking stay Django's own classes:
 # `check --deploy` looks for them by name, and skips its HSTS, SSL and cookie checks without them.

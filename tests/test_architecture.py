@@ -24,7 +24,7 @@ PRODUCT = ("sessions_app", "dashboard", "turnlog_client")
 ROOMS = {
     "sessions_app": [
         ("core", ["sessions_app.log", "sessions_app.otel.mapping"]),
-        ("support", ["sessions_app=", "sessions_app.apps", "sessions_app.errors", "sessions_app.params",
+        ("support", ["sessions_app=", "sessions_app.errors", "sessions_app.params",
                      "sessions_app.wording", "sessions_app.field_paths", "sessions_app.cursors",
                      "sessions_app.db_threads", "sessions_app.statements", "sessions_app.demo",
                      # The metrics' instruments: the writes and the live side count with them (the room is a door).
@@ -34,8 +34,9 @@ ROOMS = {
                    "sessions_app.search"]),
         ("writes", ["sessions_app.services", "sessions_app.invitations", "sessions_app.ledger",
                     "sessions_app.notify", "sessions_app.retention"]),
+        # The app's config is a door: Django calls its ready(), which connects the writes' receivers.
         ("doors", ["sessions_app.api", "sessions_app.otel", "sessions_app.admin", "sessions_app.management",
-                   "sessions_app.worker", "sessions_app.metrics"]),
+                   "sessions_app.worker", "sessions_app.metrics", "sessions_app.apps"]),
     ],
     "dashboard": [
         ("support", ["dashboard=", "dashboard.outage", "dashboard.secret_key", "dashboard.log_filters",

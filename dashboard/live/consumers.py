@@ -47,7 +47,7 @@ async def close_without_database(consumer, error: BaseException) -> None:
     await consumer.close(code=CLOSE_UNAVAILABLE, reason="database unavailable")
 
 
-class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
+class SessionEventsConsumer(credentials.CheckedSends, AsyncJsonWebsocketConsumer):
     """JSON frames `{"type": "session_event", "event": Event}` for one session.
 
     First every stored event with seq > `after` (all when `after` is absent or -1),
@@ -63,9 +63,12 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
     Close codes (each after accepting the socket, checked in this order):
 
     - 4401: unauthenticated (no valid token, no login session); also on an
-      open stream, within TURNLOG_CREDENTIAL_CHECK_SECONDS of its token
-      being revoked or expiring, its login session ending (logout, password
-      change, expiry) or its user deactivated (dashboard.live.credentials);
+      open stream whose token was revoked or expired, whose login session
+      ended (logout, password change, expiry) or whose user was deactivated:
+      no frame is sent after a check finds it (each frame waits for one), and
+      the socket closes within moments of a logout, password change,
+      deactivation or revocation (each is told to every process), within
+      TURNLOG_CREDENTIAL_CHECK_SECONDS of an expiry (dashboard.live.credentials);
     - 4403: authenticated only by the login cookie, and the Origin header is
       missing or not the site's own (scheme, host and port);
     - 4400: `after` is not exactly one decimal integer >= 0 or -1 (e.g. `abc`,
@@ -131,7 +134,7 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
             return await close_without_database(self, error)
         if session is None:
             return await self.close(code=CLOSE_NOT_FOUND, reason="no such session")
-        self._credential = credentials.register(
+        self.credential = self._credential = credentials.register(
             credentials.Registration(
                 user_id=actor.user.pk,
                 token=actor.token,
@@ -177,12 +180,13 @@ class SessionEventsConsumer(AsyncJsonWebsocketConsumer):
         await self.close(code=CLOSE_GONE, reason="the session was deleted")
 
     async def _send_events(self, wires: list[dict]) -> None:
-        for wire in wires:
-            text = hub.json_text(wire)
+        texts = [hub.json_text(wire) for wire in wires]
+        for wire, text in zip(wires, texts):
             # Daphne would fail a larger message with a traceback of its own (json_text is ASCII: length is size).
             if len(text) > settings.TURNLOG_WS_MAX_MESSAGE_BYTES:
                 raise FrameTooLarge(f"event {wire['seq']} is {len(text)} bytes as a frame, above TURNLOG_WS_MAX_MESSAGE_BYTES")
-            await self.send(text_data=text)
+        # The events are in hand: one check of the credential clears all their frames.
+        await self.send_cleared(texts)
 
     # The JSON stream carries events only: notes are read through the API (GET .../notes).
     _notes_changed = None

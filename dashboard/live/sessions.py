@@ -132,9 +132,8 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         await self.send_messages(await shared_frames.get(key, render))
 
     async def send_messages(self, messages: list[str]) -> None:
-        """A frame's messages, in order (dashboard.live.frames.pack)."""
-        for message in messages:
-            await self.send(text_data=message)
+        """A frame's messages, in order (dashboard.live.frames.pack), after one check of the socket's login for them all."""
+        await self.send_cleared(messages)
 
     async def _notes_changed(self, message: dict) -> None:
         """A note was added, edited or deleted: its place (card, row, the session's notes) and the ledger panel
@@ -298,7 +297,7 @@ async def stop_task(task: asyncio.Task | None) -> None:
             await task
 
 
-class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
+class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocketConsumer):
     """Row updates for the session list: changed rows replaced, new matching sessions prepended."""
 
     _refresh: asyncio.Task | None = None
@@ -326,7 +325,7 @@ class SessionListConsumer(RenewedSocket, AsyncWebsocketConsumer):
             return await close_without_database(self, error)
         self.statuses: dict[str, str] = {}
         self._refresh = asyncio.create_task(self.refresh_statuses())
-        self._access = credentials.register(
+        self.credential = self._access = credentials.register(
             credentials.Registration(
                 user_id=self.scope["user"].pk,
                 token=None,

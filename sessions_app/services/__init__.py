@@ -11,13 +11,14 @@ from .audit_log import audit
 from .forks import fork
 from .notes import UNCHANGED, add_note, delete_note, edit_note
 from .otlp import IngestResult, SpanRefusal, close_settled_turns, ingest_spans, sessions_to_settle
-from .publishing import SESSIONS_GROUP, session_group
+from .publishing import CREDENTIALS_GROUP, SESSIONS_GROUP, session_group
 from .recovery import RepairResult, patch_dangling_calls, recover, recover_automatically
 from .search_index import index_pending
 from .transfer import import_blob
 
 __all__ = [
     "AGENT_NAME_MAX",
+    "CREDENTIALS_GROUP",
     "SESSIONS_GROUP",
     "UNCHANGED",
     "AppendResult",

@@ -12,6 +12,7 @@ from sessions_app.log import events as log_events
 from sessions_app.models import ApiToken, AuditEntry, Membership, Project, Role
 
 from .audit_log import audit
+from .publishing import publish_credentials_ended_on_commit
 
 
 class InvalidScopes(ValueError):
@@ -67,13 +68,14 @@ def issue_token(
 
 
 def revoke_token(*, token: ApiToken, by=None) -> bool:
-    """Revoke a token at once (API answers 401; open streams close within TURNLOG_CREDENTIAL_CHECK_SECONDS).
+    """Revoke a token at once (API answers 401; its open streams send nothing more and close within moments).
 
     False when it was already revoked.
     """
     with transaction.atomic():
         changed = ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
         if changed:
+            publish_credentials_ended_on_commit()
             audit(
                 project=token.project_id,
                 actor=by,

@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 # The channel-layer group of the session list page.
 SESSIONS_GROUP = "sessions"
+# The channel-layer group of every process's check of its open streams' credentials (dashboard.live.credentials).
+CREDENTIALS_GROUP = "credentials"
 
 
 def session_group(session_id: str) -> str:
@@ -60,6 +62,17 @@ def publish_notes_changed_on_commit(session_id: str, seqs: Sequence[int | None])
     transaction.on_commit(lambda: _send([(session_group(session_id), message)]))
 
 
+# The longest a logout (or another end of a credential) waits for the layer to take the message telling it.
+CREDENTIALS_SEND_SECONDS = 0.5
+
+
+def publish_credentials_ended_on_commit() -> None:
+    """Tell every process, once the caller's transaction commits, that a credential may have stopped authenticating
+    (a login ended, a password changed, a user deactivated, a token revoked): each checks its open streams at once.
+    A layer that does not take it within CREDENTIALS_SEND_SECONDS is left: the periodic checks remain."""
+    transaction.on_commit(lambda: _send([(CREDENTIALS_GROUP, {"type": "credentials_ended"})], within=CREDENTIALS_SEND_SECONDS))
+
+
 def publish_events(session_id: str, events: Sequence[StoredEvent | Event]) -> None:
     """Publish a commit's events once each, in seq order, then tell the list.
 
@@ -84,7 +97,8 @@ def session_changed(session_id: str) -> tuple[str, dict]:
     return SESSIONS_GROUP, {"type": "session_changed", "session_id": session_id}
 
 
-def _send(messages: list[tuple[str, dict]]) -> None:
+def _send(messages: list[tuple[str, dict]], *, within: float | None = None) -> None:
+    """`within`: the longest the caller's thread waits for the layer (off the event loop); None: as long as it takes."""
     layer = get_channel_layer()
     if layer is None:
         return
@@ -98,7 +112,7 @@ def _send(messages: list[tuple[str, dict]]) -> None:
             instruments.PUBLISH_FAILURES.labels(instruments.STOPPING).inc(len(messages))
         return
     try:
-        async_to_sync(_send_all)(layer, messages)
+        async_to_sync(_send_all)(layer, messages) if within is None else async_to_sync(_send_all_within)(layer, messages, within)
     except Exception:
         logger.exception("publishing %d messages failed", len(messages))
         instruments.PUBLISH_FAILURES.labels(instruments.ERROR).inc(len(messages))
@@ -137,6 +151,15 @@ async def _publish_posted(outboxes: dict, group: str, outbox: collections.deque)
     finally:
         if outboxes.get(group) is outbox:
             del outboxes[group]
+
+
+async def _send_all_within(layer, messages: list[tuple[str, dict]], seconds: float) -> None:
+    try:
+        async with asyncio.timeout(seconds):
+            await _send_all(layer, messages)
+    except TimeoutError:  # a Redis that does not answer (a connect to an unreachable host waits 3 s)
+        logger.warning("publishing %d messages gave up after %s s", len(messages), seconds)
+        instruments.PUBLISH_FAILURES.labels(instruments.UNREACHABLE).inc(len(messages))
 
 
 async def _send_all(layer, messages: list[tuple[str, dict]]) -> None:

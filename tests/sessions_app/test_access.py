@@ -445,3 +445,60 @@ def test_probing_another_projects_session_through_pages_and_the_api_adds_one_row
         assert browser.get("/sessions/b1/").status_code == 404
         assert api.get("/api/v1/sessions/b1").status_code == 404
     assert sorted(detail.get("token", "") for _, _, detail in denials()) == ["", api.headers["Authorization"][7:17]]
+
+
+# The checks of open streams' credentials (dashboard.live.credentials asks them before each frame) ------------
+
+
+def test_usable_token_ids_follows_the_rule_of_usable_tokens_at_every_count(django_user_model):
+    """Compiled statements with the rule applied in Python: the same answer as ApiToken.objects.usable()."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from tests.access import token_for
+
+    owner, leaver = django_user_model.objects.create_user("owner"), django_user_model.objects.create_user("leaver")
+    secrets = [token_for(owner) for _ in range(6)] + [token_for(leaver)]
+    ids = [ApiToken.usable_for(secret).pk for secret in secrets]
+    services.revoke_token(token=ApiToken.objects.get(pk=ids[1]))
+    ApiToken.objects.filter(pk=ids[2]).update(expires_at=timezone.now() - timedelta(seconds=1))
+    ApiToken.objects.filter(pk=ids[3]).update(expires_at=timezone.now() + timedelta(hours=1))
+    leaver.is_active = False
+    leaver.save()
+    for count in range(1, len(ids) + 1):  # the IN lists of 1, 2, 4 and 8 places
+        asked = set(ids[:count]) | {10**9}  # and one that does not exist
+        assert access.usable_token_ids(asked) == set(ApiToken.objects.usable().filter(pk__in=asked).values_list("pk", flat=True))
+    assert access.usable_token_ids(set(ids)) == {ids[0], ids[3], ids[4], ids[5]}
+
+
+def test_ended_logins_are_those_django_would_no_longer_log_in(django_user_model, settings):
+    from importlib import import_module
+
+    from django.contrib.auth import get_user
+    from django.test import Client, RequestFactory
+
+    people = [django_user_model.objects.create_user(f"p{n}", password="old-horse-battery") for n in range(3)]
+    clients = []
+    for person in people * 2:
+        client = Client()
+        client.force_login(person)
+        clients.append(client)
+    logins = {(client.cookies[settings.SESSION_COOKIE_NAME].value, person.pk) for client, person in zip(clients, people * 2)}
+    assert access.ended_logins(logins) == set()
+    clients[0].post("/logout/")
+    people[1].set_password("a-new-horse-battery")
+    people[1].save()
+    people[2].is_active = False
+    people[2].save()
+
+    def django_logs_in(key: str) -> bool:
+        request = RequestFactory().get("/")
+        request.session = import_module(settings.SESSION_ENGINE).SessionStore(key)
+        return get_user(request).is_authenticated
+
+    expected = {(key, pk) for key, pk in logins if not django_logs_in(key)}
+    assert len(expected) == 5, "the logout, and both logins of the new password's user and of the deactivated one"
+    assert access.ended_logins(logins) == expected
+    ((kept_key, _),) = logins - expected
+    assert access.ended_logins({(kept_key, people[1].pk)}) == {(kept_key, people[1].pk)}, "a login is its own user's"

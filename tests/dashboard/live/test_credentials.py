@@ -18,12 +18,14 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from dashboard.live import credentials
 from channels.testing import WebsocketCommunicator
+
+from dashboard.live import credentials, stream
+from dashboard.live.credentials import Registration
 
 from dashboard.asgi import application
 from dashboard.live.consumers import CLOSE_NOT_FOUND, CLOSE_RENEW, CLOSE_UNAUTHENTICATED
-from sessions_app import services
+from sessions_app import access, services
 from sessions_app.models import ApiToken, Project, Role, hash_token
 from tests.access import member, token_for
 from tests.conftest import ApiClient
@@ -279,7 +281,10 @@ async def test_the_verdicts_of_every_socket_take_three_queries(user):
 async def test_a_database_outage_skips_rounds_and_closes_no_socket_for_it(sid, token, quick_checks, monkeypatch, fresh_outage, caplog):
     await create(sid)
     ws = await open_socket(sid, token=token)
-    monkeypatch.setattr(credentials, "lost", flaky := down_for(3, credentials.lost))
+    await registered(1)
+    assert await ws.receive_nothing(3 * QUICK_CHECK)
+    # Every check reads the tokens first: the periodic rounds, and those the revocation's message starts.
+    monkeypatch.setattr(access, "usable_token_ids", flaky := down_for(3, access.usable_token_ids))
     await revoke(token)
     # The rounds that cannot read the tokens close nothing (the revoked token included: it is not known yet).
     await quiet_while(ws, lambda: len(flaky.failures) < 3)
@@ -336,3 +341,128 @@ async def test_the_list_socket_is_renewed_when_the_projects_its_user_reads_chang
     assert connected and await ws.receive_nothing(3 * QUICK_CHECK), "unchanged access: the list stays open"
     await database_sync_to_async(member)(user, Role.VIEWER, team)
     assert await close_code(ws, timeout=3) == CLOSE_RENEW, "reconnects and lists the new project's sessions too"
+
+
+# Each frame's check -----------------------------------------------------
+
+
+@pytest.fixture
+def periodic_check_off(settings):
+    settings.TURNLOG_CREDENTIAL_CHECK_SECONDS = 3600
+
+
+@pytest.fixture
+def nothing_told(monkeypatch):
+    """No process hears that a credential ended: only each frame's own check can see it."""
+
+    async def deaf(watcher):
+        return
+
+    monkeypatch.setattr(credentials._AccessWatcher, "_listen", deaf, raising=False)  # (none listened before)
+
+
+async def test_revoking_a_token_closes_its_idle_streams_at_once(sid, token, periodic_check_off):
+    await create(sid)
+    ws = await open_socket(sid, token=token)
+    await revoke(token)
+    assert await close_code(ws, timeout=WAIT) == CLOSE_UNAUTHENTICATED
+
+
+async def test_after_a_revocation_its_stream_sends_no_event_even_before_it_hears_of_it(sid, token, periodic_check_off, nothing_told):
+    await create(sid)
+    ws = await open_socket(sid, token=token)
+    await registered(1)
+    assert await ws.receive_nothing(3 * QUICK_CHECK), "open, and past the check of its registration"
+    await revoke(token)
+    assert await ws.receive_nothing(3 * QUICK_CHECK), "nothing tells this process: the idle stream stays open"
+    await append(sid, 1)
+    assert await close_code(ws, timeout=WAIT) == CLOSE_UNAUTHENTICATED, "closed instead of sending seq 0"
+
+
+async def test_one_round_clears_the_frames_of_every_socket_waiting(sid, user, token, session_cookie, periodic_check_off, monkeypatch):
+    """Six sockets get the same commit: their checks share rounds (a round per commit, not per socket)."""
+    rounds: list[list[Registration]] = []
+    ended = credentials.ended_credentials
+
+    def spy(registrations):
+        rounds.append(list(registrations))
+        return ended(registrations)
+
+    monkeypatch.setattr(credentials, "ended_credentials", spy)
+    await create(sid)
+    sockets = [await open_socket(sid, token=token) for _ in range(3)]
+    sockets += [await open_socket(sid, cookie=session_cookie, origin="http://testserver") for _ in range(3)]
+    await registered(6)
+    assert await sockets[-1].receive_nothing(3 * QUICK_CHECK), "past the checks of their registrations"
+    rounds.clear()
+    await append(sid, 1)
+    for ws in sockets:
+        assert [e["seq"] for e in await frames(ws, 1)] == [0]
+    assert sorted(len(asked) for asked in rounds) != [1] * 6, "one round per socket"
+    assert sum(len(asked) for asked in rounds) == 6 and len(rounds) <= 2, [len(asked) for asked in rounds]
+    for ws in sockets:
+        await close(ws)
+
+
+async def test_a_round_clears_only_the_frames_that_asked_before_it_started(user, periodic_check_off, nothing_told, monkeypatch):
+    """A token revoked during a round, for a frame that asked during it, is seen by the next round."""
+    first_secret, second_secret = [await database_sync_to_async(token_for)(user) for _ in range(2)]
+    first, second = await row_of(first_secret), await row_of(second_secret)
+    in_query, release, armed = threading.Event(), threading.Event(), threading.Event()
+    rounds: list[list[int]] = []
+    ended = credentials.ended_credentials
+
+    def slow(registrations):
+        if armed.is_set():
+            rounds.append([r.token.pk for r in registrations])
+        if len(rounds) == 1:
+            in_query.set()
+            release.wait(WAIT)
+        return ended(registrations)
+
+    monkeypatch.setattr(credentials, "ended_credentials", slow)
+
+    async def never(why):
+        pass
+
+    registrations = [
+        credentials.register(Registration(user_id=user.pk, token=t, project_id=t.project_id, close=never)) for t in (first, second)
+    ]
+    await asyncio.sleep(3 * QUICK_CHECK)  # past the checks of their registrations
+    armed.set()
+    first_cleared = asyncio.ensure_future(credentials.still_authenticates(registrations[0]))
+    assert await asyncio.to_thread(in_query.wait, WAIT)
+    second_cleared = asyncio.ensure_future(credentials.still_authenticates(registrations[1]))
+    await revoke(second_secret)
+    release.set()
+    assert await asyncio.wait_for(first_cleared, WAIT) is True
+    assert await asyncio.wait_for(second_cleared, WAIT) is False, "the round that started before the revocation did not clear it"
+    assert rounds == [[first.pk], [second.pk]]
+    for registration in registrations:
+        credentials.unregister(registration)
+
+
+async def test_a_database_outage_holds_the_frames_until_a_check_can_be_made(sid, token, periodic_check_off, monkeypatch, fresh_outage):
+    """Neither closed for it nor sent unchecked: the event is sent once the check answers."""
+    monkeypatch.setattr(stream, "DB_RETRY_CAP", 0.2)
+    await create(sid)
+    ws = await open_socket(sid, token=token)
+    await registered(1)
+    assert await ws.receive_nothing(3 * QUICK_CHECK), "past the check of its registration"
+    monkeypatch.setattr(credentials, "ended_credentials", flaky := down_for(4, credentials.ended_credentials))
+    await append(sid, 1)
+    await quiet_while(ws, lambda: len(flaky.failures) < 4)
+    assert [e["seq"] for e in await frames(ws, 1)] == [0]
+    await close(ws)
+
+
+async def test_a_revocation_during_an_outage_is_seen_by_the_check_that_finally_answers(sid, token, periodic_check_off, nothing_told, monkeypatch, fresh_outage):
+    await create(sid)
+    ws = await open_socket(sid, token=token)
+    await registered(1)
+    assert await ws.receive_nothing(3 * QUICK_CHECK), "past the check of its registration"
+    monkeypatch.setattr(credentials, "ended_credentials", flaky := down_for(2, credentials.ended_credentials))
+    await append(sid, 1)
+    await quiet_while(ws, lambda: len(flaky.failures) < 1)
+    await revoke(token)
+    assert await close_code(ws, timeout=WAIT) == CLOSE_UNAUTHENTICATED, "closed instead of sending seq 0"

@@ -26,13 +26,25 @@ from django.utils import timezone
 from dashboard.asgi import application
 from dashboard.live import credentials
 from dashboard.live.consumers import CLOSE_UNAUTHENTICATED
+from sessions_app import services
+from sessions_app.log.events import validate_batch
 from tests.dashboard.conftest import WAIT, opened
 from tests.dashboard.live.test_consumers import create
+from tests.sessions_app import factories as f
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
 
 QUICK_CHECK = 0.2
-PATHS = {"json stream": "/ws/v1/sessions/{sid}/events", "page": "/ws/sessions/{sid}/live?after=0", "list": "/ws/sessions/live"}
+# Every socket a login opens.
+PATHS = {
+    "json stream": "/ws/v1/sessions/{sid}/events",
+    "page": "/ws/sessions/{sid}/live?after=0",
+    "recovery page": "/ws/sessions/{sid}/recovery/live?next_seq=0&digest=" + "0" * 64 + "&after=0",
+    "list": "/ws/sessions/live",
+    "fleet calls": "/ws/calls/live",
+}
+# Those that send a frame when an event is appended (the fleet's rows change with calls only).
+EVENT_PATHS = {name: path for name, path in PATHS.items() if name != "fleet calls"}
 PASSWORD = "old-horse-battery"
 
 
@@ -178,3 +190,110 @@ async def test_a_check_of_many_login_sockets_takes_two_more_queries(person):
 
     verdicts, queries = await database_sync_to_async(check)()
     assert verdicts == [] and queries == 4, "users, memberships, login sessions, their users"
+
+
+# Exactly: no frame after the end, and the end heard at once ----------------------------------------------
+
+
+@pytest.fixture
+def periodic_check_off(settings):
+    """The periodic round far away: whatever closes a socket here is the end being told, or a frame's check."""
+    settings.TURNLOG_CREDENTIAL_CHECK_SECONDS = 3600
+
+
+@pytest.fixture
+def nothing_told(monkeypatch):
+    """No process hears that a login ended: only each frame's own check can see it."""
+
+    async def deaf(watcher):
+        return
+
+    monkeypatch.setattr(credentials._AccessWatcher, "_listen", deaf, raising=False)  # (none listened before)
+
+
+@pytest.fixture(params=EVENT_PATHS.values(), ids=EVENT_PATHS.keys())
+def event_path(request, sid):
+    return request.param.format(sid=sid)
+
+
+@database_sync_to_async
+def append_text(sid: str, text: str) -> None:
+    services.append_events(session_id=sid, events=validate_batch([f.user(text)]))
+
+
+async def drained(communicator: WebsocketCommunicator) -> WebsocketCommunicator:
+    """The socket with the frames it sent so far read (its backlog, a first status)."""
+    while not await communicator.receive_nothing(3 * QUICK_CHECK):
+        assert (await communicator.receive_output())["type"] == "websocket.send"
+    return communicator
+
+
+async def frames_until_closed(communicator: WebsocketCommunicator) -> tuple[list[str], int]:
+    """Every text frame until the close (which must come within WAIT), and its code."""
+    received = []
+    while True:
+        message = await communicator.receive_output(timeout=WAIT)
+        if message["type"] == "websocket.close":
+            await communicator.disconnect(code=message["code"], timeout=WAIT)
+            return received, message["code"]
+        received.append(message.get("text") or "")
+
+
+async def test_after_a_logout_a_socket_sends_no_frame_even_before_it_hears_of_it(sid, person, event_path, periodic_check_off, nothing_told):
+    """The frame of an event committed after the logout waits for a check, which finds the login gone: the
+    socket closes 4401 instead of sending it."""
+    await create(sid, 1)
+    browser = await database_sync_to_async(login)(person)
+    ws = await drained(await cookie_socket(event_path, browser))
+    assert (await database_sync_to_async(browser.post)("/logout/")).status_code == 302
+    assert await ws.receive_nothing(3 * QUICK_CHECK), "nothing tells this process: the socket stays open while idle"
+    await append_text(sid, "after-the-logout")
+    received, code = await frames_until_closed(ws)
+    assert code == CLOSE_UNAUTHENTICATED
+    assert received == [], received
+
+
+async def test_a_check_is_per_socket_not_per_shared_frame(sid, person, periodic_check_off, nothing_told):
+    """Two logins' page sockets share each frame's render; the logged-out one's is not sent, the other's is."""
+    await create(sid, 1)
+    leaving, staying = await database_sync_to_async(login)(person), await database_sync_to_async(login)(person)
+    path = PATHS["page"].format(sid=sid)
+    gone, kept = await drained(await cookie_socket(path, leaving)), await drained(await cookie_socket(path, staying))
+    await database_sync_to_async(leaving.post)("/logout/")
+    await append_text(sid, "after-the-logout")
+    assert await frames_until_closed(gone) == ([], CLOSE_UNAUTHENTICATED)
+    frame = await kept.receive_from(timeout=WAIT)
+    assert "after-the-logout" in frame
+    await kept.disconnect(timeout=WAIT)
+
+
+async def log_out(browser: Client, user) -> None:
+    assert (await database_sync_to_async(browser.post)("/logout/")).status_code == 302
+
+
+async def change_password(browser: Client, user) -> None:
+    await set_password(user, "n3w-horse-battery")
+
+
+@database_sync_to_async
+def deactivate(browser: Client, user) -> None:
+    user.is_active = False
+    user.save()
+
+
+@database_sync_to_async
+def delete_user(browser: Client, user) -> None:
+    user.delete()
+
+
+ENDS = {"logout": log_out, "password change": change_password, "deactivation": deactivate, "user deleted": delete_user}
+
+
+@pytest.mark.parametrize("end", ENDS.values(), ids=ENDS.keys())
+async def test_the_end_of_a_login_closes_its_idle_sockets_at_once(sid, person, path, end, periodic_check_off):
+    """Told through the channel layer on commit: no periodic round, no frame needed."""
+    await create(sid, 1)
+    browser = await database_sync_to_async(login)(person)
+    ws = await cookie_socket(path, browser)
+    await end(browser, person)
+    assert await closed_with(ws) == CLOSE_UNAUTHENTICATED
