@@ -123,7 +123,8 @@ def ledger_of(session: Session, *, all_calls: bool, render: set[str] | None = No
     order = [(row_id(row.call_id), version(row)) for row in ordered]
     chosen = [row for row in ordered if render is None or row.call_id in render]
     prep = LedgerCall._meta.get_field("call_id").get_prep_value
-    call_rows = {prep(r.call.call_id): r for r in selectors.call_rows(session, chosen, window.status, all_calls, window.policies)}
+    found = selectors.call_rows(session, chosen, window.status, all_calls, window.policies, answers=answers, notes_at=notes_at)
+    call_rows = {prep(r.call.call_id): r for r in found}
     turns = {r.call.turn_seq for r in call_rows.values()} - {None}
     numbers = {seq: data.get("turn") if isinstance(data, dict) else None for seq, data in selectors.turn_start_data(session, turns)} if turns else {}
     versions = dict(order)

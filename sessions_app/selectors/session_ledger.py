@@ -269,9 +269,13 @@ def _newest(level: _Level, overridden: set[str], session: Session, size: int) ->
         after = Q(seq__lt=last.seq) | Q(seq=last.seq, id__lt=last.id)
 
 
-def call_rows(session: Session, rows: list[LedgerCall], status: str, all_classes: bool, policies: list) -> list[CallRow]:
+def call_rows(
+    session: Session, rows: list[LedgerCall], status: str, all_classes: bool, policies: list, *,
+    answers: dict[str, list[int]] | None = None, notes_at: dict | None = None,
+) -> list[CallRow]:  # fmt: skip
     """The rows as CallRows in order of first sighting, as session_calls builds them: name and arguments from the
-    first-sighting event (the session's own copy of it), the class by name, notes at the sighting, dispatches, results."""
+    first-sighting event (the session's own copy of it), the class by name, notes at the sighting, dispatches, results.
+    A caller that read the calls' `answers` (answer_seqs) and the session's `notes_at` (notes_by_seq) passes them."""
     if not rows:
         return []
     sightings: dict[int, tuple] = {}
@@ -279,8 +283,8 @@ def call_rows(session: Session, rows: list[LedgerCall], status: str, all_classes
     for i in range(0, len(seqs), IN_BATCH):
         found = Event.objects.filter(session=session, seq__in=seqs[i : i + IN_BATCH]).values_list("seq", "type", "data", "time")
         sightings.update({seq: (type_, data, time) for seq, type_, data, time in found})
-    touched = answer_seqs(session, sorted({row.call_id for row in rows}))  # stored call id -> seqs of its dispatches and results
-    notes_at = notes_by_seq(session)
+    touched = answer_seqs(session, sorted({row.call_id for row in rows})) if answers is None else answers  # stored call id -> seqs
+    notes_at = notes_by_seq(session) if notes_at is None else notes_at
     placed = []
     for row in rows:
         type_, data, time = sightings[row.seq]

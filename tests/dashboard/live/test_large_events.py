@@ -197,3 +197,39 @@ def test_an_event_whose_frame_outgrows_the_limit_closes_the_stream_4500_saying_w
     log = server.log_path.read_text()
     said = rf"session {sid}: event 0 is \d+ bytes as a frame, above TURNLOG_WS_MAX_MESSAGE_BYTES: no stream sends it until the limit is raised"
     assert re.search(said, log) and "Traceback" not in log, log
+
+
+def page_socket(server: DaphneServer, cookie: str, session_id: str, after: int) -> ClientConnection:
+    """The session page's socket, as a logged-in browser on that server opens it."""
+    headers = {"Cookie": f"{settings.SESSION_COOKIE_NAME}={cookie}", "Origin": server.url}
+    url = f"ws://127.0.0.1:{server.port}/ws/sessions/{session_id}/live?after={after}"
+    return connect(url, additional_headers=headers, open_timeout=WAIT, max_size=None)
+
+
+def page_frames_through(ws: ClientConnection, last_seq: int) -> list[str]:
+    """The page's messages up to the one whose cursor shows `last_seq`."""
+    messages = []
+    while f'data-last-seq="{last_seq}"' not in (messages[-1] if messages else ""):
+        messages.append(ws.recv(timeout=WAIT))
+    return messages
+
+
+def test_the_session_page_shows_a_large_message_and_a_large_otlp_attribute_as_previews_live_and_on_reload(
+    writer_and_reader, token, session_cookie, sid
+):
+    writer, reader = writer_and_reader
+    assert call(writer, token, "/api/v1/sessions", json.dumps({"id": sid}).encode())[0] == 201
+    append(writer, token, sid, [{"type": "user_message", "data": {"content": "small, before"}}])
+    with page_socket(reader, session_cookie, sid, after=0) as page:
+        append(writer, token, sid, [{"type": "user_message", "data": {"content": LARGE_MESSAGE}}])
+        export(writer, token, otlp_tool_span(sid, LARGE_ATTRIBUTE))
+        last = len(listed(reader, token, sid)) - 1
+        messages = page_frames_through(page, last)
+    live = "".join(messages)
+    assert max(len(m.encode()) for m in messages) < 64 * 1024  # each message: the previews, never the values
+    assert "show all (1100000 characters)" in live and "(5000000 characters)" in live
+    request = urllib.request.Request(f"{reader.url}/sessions/{sid}/", headers={"Cookie": f"{settings.SESSION_COOKIE_NAME}={session_cookie}"})
+    with urllib.request.urlopen(request, timeout=WAIT) as answer:
+        reloaded = answer.read().decode()
+    assert "show all (1100000 characters)" in reloaded and "(5000000 characters)" in reloaded
+    assert len(reloaded.encode()) < 1_000_000  # the previews, not the 7 MB of the values
