@@ -1,4 +1,5 @@
 import functools
+import gc
 import os
 import sys
 
@@ -49,6 +50,27 @@ cache_twisted_content_type_parsing()
 # Daphne's command reads its websocket limits from its options alone: started without ours, it is refused here.
 refuse_a_small_daphne_limit(sys.argv)
 
+GC_YOUNG_THRESHOLD = 10_000
+
+
+def freeze_startup_objects() -> None:
+    """Python's full collections walk every tracked object; a server holds some hundred thousand from startup alone
+    (Django, its apps, the compiled templates), and a full collection walking them took 50-400 ms every few
+    seconds under live page load: the tail of frame latency (docs/benchmarks.md). The site's templates are
+    compiled first (Django's loader keeps them), then everything is frozen: never walked again."""
+    from django.conf import settings
+    from django.template.loader import get_template
+
+    templates = settings.SITE_FILES_DIR / "templates"
+    for path in sorted(templates.rglob("*.html")):
+        get_template(path.relative_to(templates).as_posix())
+    gc.collect()
+    gc.freeze()
+    # A frame allocates tens of thousands of short-lived objects: with the default 700, the young generations were
+    # collected hundreds of times a second and the full one every few seconds.
+    gc.set_threshold(GC_YOUNG_THRESHOLD, *gc.get_threshold()[1:])
+
+
 application = ProtocolTypeRouter(
     {
         # Daphne serves the few static files itself (no extra service for
@@ -59,3 +81,4 @@ application = ProtocolTypeRouter(
         "websocket": WebsocketAccessLog(WebsocketDatabaseGuard(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))),
     }
 )
+freeze_startup_objects()
