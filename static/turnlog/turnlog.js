@@ -190,6 +190,8 @@
       if (form) closeForkForm(form);
     });
     // A link to #seq-N whose event is on a page of a long turn not shown, or in earlier turns: fetched, then shown.
+    // Swapped with no settle delay: until htmx settles, a page swapped in for its stub keeps the stub's attributes
+    // (its class too, which hides a stub inside a run), and scrolling to what it holds would do nothing.
     function reveal(attempts) {
       var match = /^#seq-(\d+)$/.exec(window.location.hash);
       var transcript = document.querySelector("[data-pages-url]");
@@ -204,9 +206,9 @@
         else if (attempts > 0) reveal(attempts - 1);
       };
       if (earlier && seq < before) {
-        htmx.ajax("GET", earlier.getAttribute("hx-get"), { target: earlier.closest(".earlier"), swap: "outerHTML" }).then(settled);
+        htmx.ajax("GET", earlier.getAttribute("hx-get"), { target: earlier.closest(".earlier"), swap: "outerHTML settle:0ms" }).then(settled);
       } else if (firstShown) {
-        htmx.ajax("GET", transcript.getAttribute("data-pages-url") + "?seq=" + seq, { swap: "none" }).then(function () {
+        htmx.ajax("GET", transcript.getAttribute("data-pages-url") + "?seq=" + seq, { swap: "none settle:0ms" }).then(function () {
           var found = document.getElementById("seq-" + seq);
           if (found) found.scrollIntoView({ block: "start" });
         });
