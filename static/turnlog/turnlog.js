@@ -44,6 +44,11 @@
   // the reader left it in (found again by its nearest id and its place under it).
   // Anything else is as a reload renders it: a block a new summary compacts
   // collapses, unless it holds something the reader opened, which stays in view.
+  // A block or step re-read comes as its shell, then its parts in later swaps: the
+  // state of what the shell left out waits in leftBehind for the part that brings it back.
+  var leftBehind = {};  // place -> open
+  var newlyCompacted = new WeakSet();  // compacted details a shell just brought, until a part opens them
+
   function detailsByPlace(root) {
     var found = {};
     root.querySelectorAll("details").forEach(function (el) {
@@ -56,23 +61,39 @@
     return found;
   }
 
-  function keepReadersDetails(target, fragment) {
+  // removed: the elements the swap takes away (the target itself when the fragment replaces it).
+  function keepReadersDetails(target, fragment, removed) {
     var before = detailsByPlace(target);
+    removed.forEach(function (el) { Object.assign(before, detailsByPlace(el)); });
     var after = detailsByPlace(fragment);
     var openedByReader = [];
     Object.keys(after).forEach(function (place) {
       var shown = after[place];
-      if (!before[place]) return;
-      if (before[place].el.open && !shown.el.open) openedByReader.push(shown.el);
-      shown.el.open = before[place].el.open;
+      var open = before[place] ? before[place].el.open : leftBehind[place];
+      delete leftBehind[place];
+      if (open === undefined) return;
+      if (open && !shown.el.open) openedByReader.push(shown.el);
+      shown.el.open = open;
+    });
+    removed.forEach(function (el) {
+      Object.keys(detailsByPlace(el)).forEach(function (place) {
+        if (!after[place]) leftBehind[place] = before[place].el.open;
+      });
     });
     Object.keys(after).forEach(function (place) {
       var shown = after[place];
-      if (!before[place] && shown.el.classList.contains("compacted") &&
-          openedByReader.some(function (el) { return shown.el.contains(el); })) {
+      if (before[place] || !shown.el.classList.contains("compacted")) return;
+      if (openedByReader.some(function (el) { return shown.el.contains(el); })) {
         shown.el.open = true;  // newly compacted around what the reader is reading
+      } else {
+        newlyCompacted.add(shown.el);
       }
     });
+    var around = target.closest && target.closest("details.compacted");
+    if (around && newlyCompacted.has(around) && openedByReader.length) {
+      around.open = true;  // a part put back into a block newly compacted holds what the reader opened
+      newlyCompacted.delete(around);
+    }
   }
 
   function setLiveState(text, state) {
@@ -149,11 +170,14 @@
       var target = event.detail.target, fragment = event.detail.fragment;
       if (!fragment) return;
       // Appends are idempotent: a frame sent again after a cut socket replaces what it appended before.
+      var removed = [];
       Array.prototype.forEach.call(fragment.children || [], function (child) {
         var existing = child.id && document.getElementById(child.id);
-        if (existing && existing !== target && !existing.contains(target)) existing.remove();
+        if (existing === target) removed.push(target);  // an element replaced by its new render
+        else if (existing && !existing.contains(target)) removed.push(existing);
       });
-      keepReadersDetails(target, fragment);
+      keepReadersDetails(target, fragment, removed);
+      removed.forEach(function (el) { if (el !== target) el.remove(); });
     });
     // A fork form opens under its control: keep it in view; Cancel or Escape
     // closes it and gives focus back to the control.
