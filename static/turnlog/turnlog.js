@@ -264,10 +264,14 @@
       if (missing.length && fetchMissing) {
         var url = order.getAttribute("data-url");
         url += (url.indexOf("?") < 0 ? "?" : "&") + "rows=" + encodeURIComponent(missing.join(","));
-        htmx.ajax("GET", url, { swap: "none" }).then(function () { arrangeLedger(false); });
+        // From the panel: htmx queues a request behind one under way from the same element (a link's page fetch too).
+        htmx.ajax("GET", url, { source: document.getElementById("ledger-panel") || document.body, swap: "none" });
       }
     }
     document.body.addEventListener("htmx:wsAfterMessage", function () { arrangeLedger(true); });
+    // Fetched rows are appended: put in order once swapped in. Not on htmx.ajax's promise, which htmx resolves at
+    // once for a request it queues behind one under way.
+    document.body.addEventListener("htmx:afterRequest", function () { arrangeLedger(false); });
     document.body.addEventListener("htmx:wsAfterMessage", function () {
       var empty = document.getElementById("no-events");
       if (empty && document.querySelector("#blocks .block, #raw-rows .raw-row")) empty.remove();

@@ -240,3 +240,24 @@ def test_a_link_followed_within_the_page_reaches_an_event_on_a_page_not_shown(lo
     expect(page.locator(f"#seq-{seq}")).to_have_count(0)
     page.evaluate(f"() => {{ window.location.hash = '#seq-{seq}'; }}")
     expect(page.locator(f"#seq-{seq}")).to_be_in_viewport(timeout=LIVE)
+
+
+def test_a_link_followed_while_ledger_rows_are_fetched_reaches_its_event(logged_in, server, staff_user, paged):
+    """The page fetches ledger rows after a live change; a link followed meanwhile still fetches its page and scrolls."""
+    seq = paged["latest"]["turn"] + 2 * TURN_PAGE + 5
+    page = logged_in.new_page()
+    page.goto(f"{server.url}/sessions/{paged['sid']}/")
+    expect(page.locator("#live-state")).to_have_attribute("data-state", "open", timeout=LIVE)
+    held, released = [], []
+    page.route(f"**/sessions/{paged['sid']}/ledger?*", lambda route: route.continue_() if released else held.append(route))
+    status, body = api_post(server, staff_user, f"/api/v1/sessions/{paged['sid']}/notes", {"text": "checked", "seq": paged["latest"]["far_call"]})
+    assert status == 201, body
+    for _ in range(LIVE // 100):  # the note's row, fetched: kept under way
+        if held:
+            break
+        page.wait_for_timeout(100)
+    assert len(held) == 1
+    page.evaluate(f"() => {{ window.location.hash = '#seq-{seq}'; }}")
+    expect(page.locator(f"#seq-{seq}")).to_be_in_viewport(timeout=LIVE)
+    released.append(True)
+    held[0].continue_()
