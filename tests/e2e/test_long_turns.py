@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from django.db import connection
 from playwright.sync_api import expect
 
 from dashboard.pages.transcript import TURN_PAGE
@@ -73,6 +72,9 @@ def servers(transactional_db, tmp_path):
 
 
 def test_a_long_open_turn_growing_live_reads_as_a_reload_after_every_append(browser, servers, staff_user):
+    """465 events of one turn, appended one at a time across page ends and in batches of about 100, with a user message
+    of 1,100,000 characters among them: after each append the open page reads as a fresh load, the large value cut
+    live as on a reload, every websocket message under 64 KiB."""
     pages_server, writes_server = servers
     log = Log("long-live")
     status, body = api_post(writes_server, staff_user, "/api/v1/sessions", {"id": log.sid, "agent_name": "long-agent"})
@@ -87,7 +89,7 @@ def test_a_long_open_turn_growing_live_reads_as_a_reload_after_every_append(brow
         for number, event in enumerate(events):
             pages.compare(f"{step}, event {number + 1} of {len(events)} alone", append([event]))
 
-    append([("user_message", {"content": "go"}), ("turn_start", {"turn": 1})])  # the turn: seqs 1 to 40 its page 0
+    append([("user_message", {"content": "go"}), ("turn_start", {"turn": 1})])  # the turn opens at seq 1: its page 0 is seqs 1 to 40
     pages = Pages(browser, pages_server, staff_user, sid=log.sid, queries=("",))
     page = pages.transcript
     singly("a step whose call stays unanswered", log.step(answered=False))  # c1, on page 0: answered much later
