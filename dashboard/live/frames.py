@@ -356,8 +356,8 @@ def pinned_places(out: Renderer, session: Session, seqs: list[int]) -> list[str]
     ids = {cid for e in events if (cid := event_call_id(e)) is not None}
     cards = {card.id: (block, card) for block, card in shown_cards(session, ids, session.event_count)}
     pieces = [out.render("tool-card", block=block, card=card, card_oob=True) for block, card in cards.values()]
-    # Rows too: a result standing apart from its call's card shows the note on its own row as well.
-    plain = [e for e in events if e.type != "tool_call" or event_call_id(e) not in cards]
+    # A result or dispatch in another block than its call's card is a row there too (a row the card shows is not built).
+    plain = [e for e in events if event_call_id(e) not in cards or cards[event_call_id(e)][1].sighted_seq != e.seq]
     if plain:
         plain_placement = {e.seq: placement[e.seq] for e in plain}
         turns = {t for t, _ in plain_placement.values() if t is not None}

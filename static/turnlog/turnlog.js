@@ -44,6 +44,11 @@
   // the reader left it in (found again by its nearest id and its place under it).
   // Anything else is as a reload renders it: a block a new summary compacts
   // collapses, unless it holds something the reader opened, which stays in view.
+  // A block or step re-read comes as its shell, then its parts in later swaps: the
+  // state of what the shell left out waits in leftBehind for the part that brings it back.
+  var leftBehind = {};  // place -> open
+  var newlyCompacted = new WeakSet();  // compacted details a shell just brought, until a part opens them
+
   function detailsByPlace(root) {
     var found = {};
     root.querySelectorAll("details").forEach(function (el) {
@@ -56,54 +61,39 @@
     return found;
   }
 
-  function keepReadersDetails(target, fragment) {
+  // removed: the elements the swap takes away (the target itself when the fragment replaces it).
+  function keepReadersDetails(target, fragment, removed) {
     var before = detailsByPlace(target);
+    removed.forEach(function (el) { Object.assign(before, detailsByPlace(el)); });
     var after = detailsByPlace(fragment);
     var openedByReader = [];
     Object.keys(after).forEach(function (place) {
       var shown = after[place];
-      if (!before[place]) return;
-      if (before[place].el.open && !shown.el.open) openedByReader.push(shown.el);
-      shown.el.open = before[place].el.open;
+      var open = before[place] ? before[place].el.open : leftBehind[place];
+      delete leftBehind[place];
+      if (open === undefined) return;
+      if (open && !shown.el.open) openedByReader.push(shown.el);
+      shown.el.open = open;
+    });
+    removed.forEach(function (el) {
+      Object.keys(detailsByPlace(el)).forEach(function (place) {
+        if (!after[place]) leftBehind[place] = before[place].el.open;
+      });
     });
     Object.keys(after).forEach(function (place) {
       var shown = after[place];
-      if (!before[place] && shown.el.classList.contains("compacted") &&
-          openedByReader.some(function (el) { return shown.el.contains(el); })) {
+      if (before[place] || !shown.el.classList.contains("compacted")) return;
+      if (openedByReader.some(function (el) { return shown.el.contains(el); })) {
         shown.el.open = true;  // newly compacted around what the reader is reading
+      } else {
+        newlyCompacted.add(shown.el);
       }
     });
-  }
-
-  // What the reader opened or closed, by place: a block sent again as a shell and its parts (a turn closing, a
-  // summary compacting it) comes back with every <details> as a reload renders it; these are set again after it.
-  var readerChose = {};
-  function placeOf(el) {
-    var owner = el.parentElement && el.parentElement.closest("[id]");
-    var ownerId = owner ? owner.id : "";
-    var same = (owner || document).querySelectorAll("details");
-    var n = 0;
-    for (var i = 0; i < same.length && same[i] !== el; i++) {
-      var other = same[i].parentElement && same[i].parentElement.closest("[id]");
-      if ((other ? other.id : "") === ownerId && same[i].className === el.className) n++;
+    var around = target.closest && target.closest("details.compacted");
+    if (around && newlyCompacted.has(around) && openedByReader.length) {
+      around.open = true;  // a part put back into a block newly compacted holds what the reader opened
+      newlyCompacted.delete(around);
     }
-    return ownerId + "|" + el.className + "|" + n;
-  }
-  function restoreReadersChoices() {
-    Object.keys(readerChose).forEach(function (place) {
-      var parts = place.split("|");
-      var owner = parts[0] ? document.getElementById(parts[0]) : document;
-      if (!owner) return;
-      var found = Array.prototype.filter.call(owner.querySelectorAll("details"), function (el) {
-        var other = el.parentElement && el.parentElement.closest("[id]");
-        return (other ? other.id : "") === parts[0] && el.className === parts[1];
-      })[Number(parts[2])];
-      if (!found) return;
-      found.open = readerChose[place];
-      if (readerChose[place]) {  // a compaction folded around what the reader opened: it stays in view
-        for (var up = found.parentElement && found.parentElement.closest("details.compacted"); up; up = up.parentElement && up.parentElement.closest("details.compacted")) up.open = true;
-      }
-    });
   }
 
   function setLiveState(text, state) {
@@ -180,11 +170,14 @@
       var target = event.detail.target, fragment = event.detail.fragment;
       if (!fragment) return;
       // Appends are idempotent: a frame sent again after a cut socket replaces what it appended before.
+      var removed = [];
       Array.prototype.forEach.call(fragment.children || [], function (child) {
         var existing = child.id && document.getElementById(child.id);
-        if (existing && existing !== target && !existing.contains(target)) existing.remove();
+        if (existing === target) removed.push(target);  // an element replaced by its new render
+        else if (existing && !existing.contains(target)) removed.push(existing);
       });
-      keepReadersDetails(target, fragment);
+      keepReadersDetails(target, fragment, removed);
+      removed.forEach(function (el) { if (el !== target) el.remove(); });
     });
     // A fork form opens under its control: keep it in view; Cancel or Escape
     // closes it and gives focus back to the control.
@@ -221,6 +214,8 @@
       if (form) closeForkForm(form);
     });
     // A link to #seq-N whose event is on a page of a long turn not shown, or in earlier turns: fetched, then shown.
+    // Swapped with no settle delay: until htmx settles, a page swapped in for its stub keeps the stub's attributes
+    // (its class too, which hides a stub inside a run), and scrolling to what it holds would do nothing.
     function reveal(attempts) {
       var match = /^#seq-(\d+)$/.exec(window.location.hash);
       var transcript = document.querySelector("[data-pages-url]");
@@ -235,9 +230,9 @@
         else if (attempts > 0) reveal(attempts - 1);
       };
       if (earlier && seq < before) {
-        htmx.ajax("GET", earlier.getAttribute("hx-get"), { target: earlier.closest(".earlier"), swap: "outerHTML" }).then(settled);
+        htmx.ajax("GET", earlier.getAttribute("hx-get"), { target: earlier.closest(".earlier"), swap: "outerHTML settle:0ms" }).then(settled);
       } else if (firstShown) {
-        htmx.ajax("GET", transcript.getAttribute("data-pages-url") + "?seq=" + seq, { swap: "none" }).then(function () {
+        htmx.ajax("GET", transcript.getAttribute("data-pages-url") + "?seq=" + seq, { swap: "none settle:0ms" }).then(function () {
           var found = document.getElementById("seq-" + seq);
           if (found) found.scrollIntoView({ block: "start" });
         });
@@ -269,20 +264,14 @@
       if (missing.length && fetchMissing) {
         var url = order.getAttribute("data-url");
         url += (url.indexOf("?") < 0 ? "?" : "&") + "rows=" + encodeURIComponent(missing.join(","));
-        htmx.ajax("GET", url, { swap: "none" }).then(function () { arrangeLedger(false); });
+        // From the panel: htmx queues a request behind one under way from the same element (a link's page fetch too).
+        htmx.ajax("GET", url, { source: document.getElementById("ledger-panel") || document.body, swap: "none" });
       }
     }
-    document.body.addEventListener("htmx:wsAfterMessage", function () { arrangeLedger(true); restoreReadersChoices(); });
-    document.addEventListener("click", function (event) {
-      var summary = event.target.closest && event.target.closest("summary");
-      var details = summary && summary.parentElement;
-      if (details && details.tagName === "DETAILS") readerChose[placeOf(details)] = !details.open;
-    });
-    // Rows fetched, or sent by a frame, land at the table's end: put in order whichever way they came.
-    document.body.addEventListener("htmx:oobAfterSwap", function (event) {
-      var target = event.detail && event.detail.target;
-      if (target && (target.id === "ledger-rows" || target.id === "ledger-order")) arrangeLedger(false);
-    });
+    document.body.addEventListener("htmx:wsAfterMessage", function () { arrangeLedger(true); });
+    // Fetched rows are appended: put in order once swapped in. Not on htmx.ajax's promise, which htmx resolves at
+    // once for a request it queues behind one under way.
+    document.body.addEventListener("htmx:afterRequest", function () { arrangeLedger(false); });
     document.body.addEventListener("htmx:wsAfterMessage", function () {
       var empty = document.getElementById("no-events");
       if (empty && document.querySelector("#blocks .block, #raw-rows .raw-row")) empty.remove();

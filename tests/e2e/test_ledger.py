@@ -6,6 +6,7 @@ appears in another without reload, and survives export and import."""
 import json
 import os
 import re
+import time
 import urllib.request
 from pathlib import Path
 
@@ -149,3 +150,39 @@ def test_a_demo_sessions_ledger_matches_its_cards(browser, server, staff_user):
         # The README's first screenshot: the crashed turn around its unknown-outcome card.
         page.locator('.card[data-state="tool_outcome_unknown"]').first.scroll_into_view_if_needed()
         page.screenshot(path=str(shots / "screenshot-session.png"))
+
+
+def ledger_rows(page) -> tuple[list[str], list[str]]:
+    """(the rows #ledger-order lists, the rows the panel holds), each as id:version."""
+    return page.evaluate("""() => [
+      (document.getElementById("ledger-order").getAttribute("data-rows") || "").split(" ").filter(Boolean),
+      [...document.querySelectorAll("#ledger-rows > tr")].map((row) => row.id + ":" + row.getAttribute("data-version")),
+    ]""")
+
+
+def test_ledger_rows_fetched_while_another_fetch_is_under_way_are_put_in_order(browser, server, plain_user):
+    """A note changes its row's version: the page fetches the row. A fetch asked while another is under way waits
+    behind it (htmx resolves its promise at once): its rows are put in the panel's order too when they come."""
+    calls = [(f"c{n}", n * 2) for n in range(5)]  # (call id, the seq of its call)
+    store([e for cid, _ in calls for e in (
+        ("assistant_message", {"content": "", "tool_calls": [{"id": cid, "name": "lookup_order"}]}),
+        ("tool_result", {"tool_call_id": cid, "content": "ok"}),
+    )], session_id="ordered")  # fmt: skip
+    page = open_page(browser, server, plain_user, "/sessions/ordered/")
+    expect(page.locator("#live-state")).to_have_attribute("data-state", "open", timeout=LIVE)
+    held, released = [], []
+    # The first fetch of rows is kept under way until released.
+    page.route("**/sessions/ordered/ledger?*", lambda route: route.continue_() if released else held.append(route))
+
+    for text, (cid, seq) in (("first", calls[1]), ("second", calls[3])):
+        status, body = api_post(server, plain_user, "/api/v1/sessions/ordered/notes", {"text": text, "seq": seq})
+        assert status == 201, body
+        expect(page.locator(f'.card[data-call-id="{cid}"] .note-item')).to_contain_text(text, timeout=LIVE)
+    assert len(held) == 1  # the second fetch waits behind the first
+    released.append(True)
+    held[0].continue_()
+    deadline = time.monotonic() + 10
+    while (rows := ledger_rows(page))[0] != rows[1]:
+        assert time.monotonic() < deadline, f"the panel holds {rows[1]}, not {rows[0]} (#ledger-order)"
+        page.wait_for_timeout(100)
+    expect(page.locator('#ledger-panel [data-call="c3"]')).to_contain_text("second")

@@ -17,6 +17,7 @@ another, the two joined by Redis, as when a deployment scales out.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import os
 import re
@@ -100,9 +101,9 @@ def differences(live: dict, fresh: dict) -> list[str]:
 
 
 class Pages:
-    """The open (live) transcript and raw log pages, and fresh loads of them in another tab."""
+    """The open (live) session pages (`queries`: the transcript and the raw log), and fresh loads of them in another tab."""
 
-    def __init__(self, browser, server, user):
+    def __init__(self, browser, server, user, *, sid: str = SID, queries: tuple[str, ...] = ("", "?view=raw")):
         self.context = browser.new_context(viewport={"width": 1280, "height": 900})
         login = self.context.new_page()
         login.goto(f"{server.url}/login/?next=/")
@@ -111,18 +112,20 @@ class Pages:
         login.click("button[type=submit]")
         login.wait_for_url(f"{server.url}/*")
         login.close()
-        self.transcript, self.raw = self.context.new_page(), self.context.new_page()
-        self.transcript.goto(f"{server.url}/sessions/{SID}/")
-        self.raw.goto(f"{server.url}/sessions/{SID}/?view=raw")
-        self.server = server
+        self.sid, self.server = sid, server
+        self.open = {query: self.context.new_page() for query in queries}
+        self.transcript, self.raw = self.open.get(""), self.open.get("?view=raw")
         self.failures: list[str] = []
-        for page in (self.transcript, self.raw):
+        self.messages: list[str | bytes] = []  # every websocket message the open pages received
+        for query, page in self.open.items():
+            page.on("websocket", lambda socket: socket.on("framereceived", lambda message: self.messages.append(message)))
+            page.goto(f"{server.url}/sessions/{sid}/{query}")
             expect(page.locator("#live-state")).to_have_attribute("data-state", "open", timeout=LIVE)
 
     def fresh(self, query: str) -> dict:
         page = self.context.new_page()
         try:
-            page.goto(f"{self.server.url}/sessions/{SID}/{query}")
+            page.goto(f"{self.server.url}/sessions/{self.sid}/{query}")
             return snapshot(page)
         finally:
             page.close()
@@ -132,7 +135,7 @@ class Pages:
 
         A difference is noted and the session driven on, so one run reports every step that differs.
         """
-        for page, query in ((self.transcript, ""), (self.raw, "?view=raw")):
+        for query, page in self.open.items():
             expect(page.locator("#live-cursor")).to_have_attribute("data-last-seq", str(last_seq), timeout=LIVE)
             deadline = time.monotonic() + SETTLE
             while found := differences(snapshot(page), self.fresh(query)):
@@ -152,7 +155,14 @@ class Pages:
 @pytest.fixture
 def servers(transactional_db, tmp_path):
     """(the pages' server, the writes' server): one Daphne on SQLite; two joined by Redis on PostgreSQL."""
-    env = {"TURNLOG_STALL_SECONDS": STALL, "TURNLOG_PAGE_REFRESH_SECONDS": REFRESH}
+    with live_servers(tmp_path, TURNLOG_STALL_SECONDS=STALL, TURNLOG_PAGE_REFRESH_SECONDS=REFRESH) as both:
+        yield both
+
+
+@contextlib.contextmanager
+def live_servers(tmp_path, **env: str):
+    """(the pages' server, the writes' server), with `env`: one Daphne on SQLite; two joined by Redis on PostgreSQL
+    (REDIS_URL's, or a redis-server of the test's own)."""
     started, redis = [], None
     if connection.vendor == "postgresql":
         redis_url = os.environ.get("REDIS_URL")

@@ -50,3 +50,23 @@ def test_a_live_summary_keeps_open_what_the_reader_opened(browser, server, plain
     # Each summary's text is on the page once, labelled as a summary.
     expect(page.get_by_text("Second summary", exact=True)).to_have_count(1)
     expect(page.locator("#seq-5 .who")).to_have_text("summary")
+
+
+def test_a_step_closing_keeps_open_what_the_reader_opened_in_it(browser, server, plain_user):
+    """A step closing is re-rendered as its container, then its rows: a row's details the reader opened stay open."""
+    store([
+        ("user_message", {"content": "q1"}),
+        ("turn_start", {"turn": 1}),
+        ("step_start", {"turn": 1, "step": 1}),
+        ("assistant_message", {"content": "a1", "reasoning_content": "because"}),
+    ], session_id="stepping")  # fmt: skip
+    page = open_page(browser, server, plain_user, "/sessions/stepping/")
+    expect(page.locator("#live-state")).to_have_attribute("data-state", "open", timeout=LIVE)
+    reasoning = page.locator("#seq-3 details.reasoning")
+    reasoning.locator("summary").click()
+    expect(reasoning).to_have_attribute("open", "")
+
+    services.append_events(session_id="stepping", events=validate_batch([{"type": "step_end", "data": {"turn": 1, "step": 1, "outcome": "ok"}}]))
+    expect(page.locator("#seq-4")).to_be_attached(timeout=LIVE)  # the step's end, in the re-rendered step
+    expect(page.locator("#seq-3 details.reasoning")).to_have_attribute("open", "")
+    expect(page.get_by_text("because", exact=True)).to_be_visible()

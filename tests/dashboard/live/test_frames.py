@@ -212,3 +212,19 @@ def choose(kind: str, state: dict) -> list[tuple[str, dict]]:
         return [("user_message", {"content": f"message {n}"})]
     return [("assistant_message", {"content": f"thinking {n}"})]
 
+
+
+def test_a_note_on_a_result_outside_its_calls_turn_reaches_the_card_and_the_results_row(viewer):
+    """A result written after its call's turn closed stands as a row of its own and shows on the card too: a note
+    pinned to it shows in both places, live as on a reload."""
+    services.create_session(session_id="late")
+    append("late", ("turn_start", {"turn": 1}), ("assistant_message", call("c1")), ("tool_call", {"id": "c1", "name": "lookup"}))
+    append("late", ("turn_end", {"turn": 1, "reason": "complete"}), ("tool_result", {"tool_call_id": "c1", "content": "late"}))
+    page = OpenPage(viewer, "late")
+    user = get_user_model().objects.get(pk=viewer.session["_auth_user_id"])
+    services.add_note(actor=access.Actor(user=user), session_id="late", text="seen late", seq=4)
+    for message in frames.render_notes_frame("late", [4], True, True, False, page.note_rights):
+        assert dom.apply(page.page, message) == [], message[:300]
+        dom.arrange_ledger(page.page, lambda url: viewer.get(url).content.decode())
+    assert "seen late" in dom.normalized(page.page.by_id("event-4"))
+    page.assert_reads_as_a_reload()
