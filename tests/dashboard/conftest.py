@@ -20,7 +20,7 @@ from dashboard import outage
 from dashboard.live import stream
 from sessions_app.models import Project, Role
 from tests.access import member, token_for
-from tests.servers import RedisServer
+from tests.servers import DaphneServer, RedisServer
 
 QUIET = 0.3  # how long "nothing more arrives" is watched for
 WAIT = 3  # the longest a frame that must come may take
@@ -133,3 +133,33 @@ def sid():
     return f"ws-{uuid.uuid4().hex[:16]}"
 
 
+@pytest.fixture
+def start_daphne(transactional_db, tmp_path):
+    """Starts Daphnes (tests.servers) on the test database with extra environment; all are stopped after the test."""
+    servers = []
+
+    def start(**env: str) -> DaphneServer:
+        server = DaphneServer(connections["default"].settings_dict, tmp_path / f"daphne-{len(servers)}.log", **env)
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def periodic_check_off(settings):
+    """The periodic round of credential checks far away: whatever closes a socket is the end being told, or a frame's check."""
+    settings.TURNLOG_CREDENTIAL_CHECK_SECONDS = 3600
+
+
+@pytest.fixture
+def nothing_told(monkeypatch):
+    """No process hears that a credential ended: only each frame's own check can see it."""
+    from dashboard.live import credentials
+
+    async def deaf(watcher):
+        return
+
+    monkeypatch.setattr(credentials._AccessWatcher, "_listen", deaf, raising=False)

@@ -346,21 +346,6 @@ async def test_the_list_socket_is_renewed_when_the_projects_its_user_reads_chang
 # Each frame's check -----------------------------------------------------
 
 
-@pytest.fixture
-def periodic_check_off(settings):
-    settings.TURNLOG_CREDENTIAL_CHECK_SECONDS = 3600
-
-
-@pytest.fixture
-def nothing_told(monkeypatch):
-    """No process hears that a credential ended: only each frame's own check can see it."""
-
-    async def deaf(watcher):
-        return
-
-    monkeypatch.setattr(credentials._AccessWatcher, "_listen", deaf, raising=False)  # (none listened before)
-
-
 async def test_revoking_a_token_closes_its_idle_streams_at_once(sid, token, periodic_check_off):
     await create(sid)
     ws = await open_socket(sid, token=token)

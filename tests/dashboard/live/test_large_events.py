@@ -38,20 +38,6 @@ LARGE_ATTRIBUTE = ("r" * 990 + ESCAPED)[:1000] * 5000  # 5,000,000 characters, o
 
 
 @pytest.fixture
-def start_daphne(transactional_db, tmp_path):
-    servers: list[DaphneServer] = []
-
-    def start(**env: str) -> DaphneServer:
-        server = DaphneServer(connection.settings_dict, tmp_path / f"daphne-{len(servers)}.log", **env)
-        servers.append(server)
-        return server.start()
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
-@pytest.fixture
 def writer_and_reader(start_daphne, request) -> tuple[DaphneServer, DaphneServer]:
     """On PostgreSQL two Daphnes on one Redis (events written through the first, streamed from the second);
     on SQLite one Daphne for both."""

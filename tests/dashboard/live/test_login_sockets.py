@@ -195,22 +195,6 @@ async def test_a_check_of_many_login_sockets_takes_two_more_queries(person):
 # Exactly: no frame after the end, and the end heard at once ----------------------------------------------
 
 
-@pytest.fixture
-def periodic_check_off(settings):
-    """The periodic round far away: whatever closes a socket here is the end being told, or a frame's check."""
-    settings.TURNLOG_CREDENTIAL_CHECK_SECONDS = 3600
-
-
-@pytest.fixture
-def nothing_told(monkeypatch):
-    """No process hears that a login ended: only each frame's own check can see it."""
-
-    async def deaf(watcher):
-        return
-
-    monkeypatch.setattr(credentials._AccessWatcher, "_listen", deaf, raising=False)  # (none listened before)
-
-
 @pytest.fixture(params=EVENT_PATHS.values(), ids=EVENT_PATHS.keys())
 def event_path(request, sid):
     return request.param.format(sid=sid)

@@ -42,18 +42,9 @@ PASSWORD = "old-horse-battery"
 
 
 @pytest.fixture
-def start_daphne(tmp_path):
-    servers = []
-
-    def start() -> DaphneServer:
-        server = DaphneServer(connection.settings_dict, tmp_path / f"daphne-{len(servers)}.log", TURNLOG_CREDENTIAL_CHECK_SECONDS=CHECK_SECONDS)
-        servers.append(server)
-        return server.start()
-
-    yield start
-    for server in servers:
-        server.stop()
-
+def start_daphne(start_daphne):
+    """Daphnes whose periodic credential round runs every CHECK_SECONDS."""
+    return lambda: start_daphne(TURNLOG_CREDENTIAL_CHECK_SECONDS=CHECK_SECONDS)
 
 @pytest.fixture
 def browser_login(user) -> str:

@@ -35,21 +35,6 @@ WAIT = 10  # the longest a frame that must come may take (a database poll, a loa
 CURSOR = re.compile(r'id="live-cursor" data-last-seq="(\d+)"')
 
 
-@pytest.fixture
-def start_daphne(transactional_db, tmp_path):
-    """Starts Daphnes on the test database with extra environment; all are stopped after the test."""
-    servers = []
-
-    def start(**env: str) -> DaphneServer:
-        server = DaphneServer(connection.settings_dict, tmp_path / f"daphne-{len(servers)}.log", **env)
-        servers.append(server)
-        return server.start()
-
-    yield start
-    for server in servers:
-        server.stop()
-
-
 # Clients ------------------------------------------------------------------
 
 
