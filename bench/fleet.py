@@ -143,8 +143,9 @@ def measure(target: Target, n_sessions: int, runs: int) -> dict:
     from django.db import connection
     from django.test import Client
 
-    from sessions_app import access, selectors
+    from sessions_app import selectors
     from sessions_app.models import Membership, Project, Role
+    from sessions_app.selectors import access
 
     built = build(n_sessions)
     user = get_user_model().objects.create_user("support")

@@ -130,9 +130,10 @@ def live_frames(user, events: int) -> dict:
     """A turn grown one event at a time; the page frame of each: the largest message and frame, and render times."""
     from dashboard.live import frames
     from dashboard.pages import notes
-    from sessions_app import access, services
+    from sessions_app import services
     from sessions_app.log import events as log_events
     from sessions_app.models import Session
+    from sessions_app.selectors import access
 
     services.create_session(session_id="live-turn")
     rights = notes.note_rights(access.Actor(user=user), Session.objects.get(pk="live-turn").project_id)

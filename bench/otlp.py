@@ -632,10 +632,11 @@ def measure_phases(work: Workload, args) -> None:
         setup_django(target)
         from django.conf import settings
 
-        from sessions_app import access, services
+        from sessions_app import services
         from sessions_app.log import events as log_events
         from sessions_app.models import ApiToken, Session
-        from sessions_app.otel.mapping import conventions, decode
+        from sessions_app.otel import conventions, decode
+        from sessions_app.selectors import access
         from sessions_app.services import otlp as otlp_service
         from sessions_app.services import publishing
 

@@ -25,7 +25,7 @@ database) this script:
 4. measures the index's size against the events' (SQLite: `dbstat`;
    PostgreSQL: `pg_total_relation_size`, table + indexes + TOAST).
 
-Targets (issue 27): a selective word's first page < 200 ms, a common word's
+Targets: a selective word's first page < 200 ms, a common word's
 < 500 ms (median, both callers), and the index at most the events' own size.
 The exit status is 1 when one is missed. Append throughput with the index on
 is measured by bench/append_cpu.py and bench/ingest.py against the tree
@@ -46,7 +46,16 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from _common import database_arguments, db_version, machine_line, make_events, run_children, run_single, setup_django, timed
+from _common import (
+    database_arguments,
+    db_version,
+    machine_line,
+    make_events,
+    run_children,
+    run_single,
+    setup_django,
+    timed,
+)
 
 PROJECTS = 10
 EVENTS_PER_SESSION = 100
@@ -147,7 +156,7 @@ def _insert_events(connection, rows) -> None:
 
 
 def _insert_index(connection, index_rows) -> None:
-    """The rows `services.search_index.index_events` writes (the sessions are created indexed to their length)."""
+    """The rows `services.search.index_events` writes (the sessions are created indexed to their length)."""
     raw = connection.connection
     if connection.vendor == "sqlite":
         raw.executemany("INSERT INTO sessions_app_search_words (rowid, words) VALUES (?, ?)", [(i, w) for i, w, _ in index_rows if w])
@@ -203,7 +212,8 @@ def measure(target, n_events: int, runs: int) -> dict:
     setup_django(target)
     from django.db import connection
 
-    from sessions_app import search, services
+    from sessions_app import services
+    from sessions_app.selectors import search
 
     def first_page(word, scope):  # as the API answers it: what is pending in the projects first (nothing here)
         services.index_pending(projects=scope, wait=True)

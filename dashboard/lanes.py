@@ -30,8 +30,8 @@ import re
 from collections.abc import Awaitable, Callable
 
 from django.conf import settings
-from django.core.signals import setting_changed
 from django.core.handlers.asgi import ASGIRequest
+from django.core.signals import setting_changed
 from django.http import HttpResponse, JsonResponse
 from django.middleware.clickjacking import XFrameOptionsMiddleware
 from django.middleware.security import SecurityMiddleware
@@ -39,11 +39,14 @@ from django.middleware.security import SecurityMiddleware
 from dashboard import json_logs
 from dashboard import middleware as dashboard_middleware
 from dashboard.outage import DATABASE_UNAVAILABLE
-from sessions_app import access, db_threads, errors, selectors, services
+from sessions_app import selectors, services
 from sessions_app.api.events import EVENTS_PAGE_DEFAULT, EVENTS_PAGE_MAX, PreparedAppend, events_answer, prepare_append
+from sessions_app.lib import db_threads, errors
+from sessions_app.lib.bearer import bearer_secret
+from sessions_app.lib.params import decimal_int
 from sessions_app.log import values as log_values
 from sessions_app.models import SESSION_ID_PATTERN, ApiToken, hash_token
-from sessions_app.params import decimal_int
+from sessions_app.selectors import access
 
 # Tokens whose names the append lane keeps for the access log (all forgotten past this many).
 CALLERS_KEPT = 1024
@@ -260,11 +263,7 @@ def encoded_headers(response: HttpResponse) -> list[tuple[bytes, bytes]]:
 
 
 def bearer_token(request: ASGIRequest) -> str | None:
-    """The token of `Authorization: Bearer <token>`, read as django-ninja's HttpBearer reads it."""
-    parts = request.headers.get("Authorization", "").split(" ")
-    if len(parts) < 2 or parts[0].lower() != "bearer":
-        return None
-    return " ".join(parts[1:])
+    return bearer_secret(request.headers.get("Authorization"))
 
 
 async def read_body(receive, *, limit: int) -> tuple[list[dict], bytes | None]:

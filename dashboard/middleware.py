@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 
 from asgiref.sync import sync_to_async
+from csp import middleware as csp_middleware
 from django.contrib.auth import middleware as auth_middleware
 from django.contrib.messages import middleware as messages_middleware
 from django.db import DEFAULT_DB_ALIAS, connections
@@ -30,10 +31,9 @@ from django.middleware import common
 from django.utils.deprecation import MiddlewareMixin
 from django.utils.functional import SimpleLazyObject, empty
 
-from csp import middleware as csp_middleware
 from dashboard import json_logs, outage
 from dashboard.outage import CLOSE_UNAVAILABLE, DATABASE_UNAVAILABLE
-from sessions_app.params import BadParameter
+from sessions_app.lib.params import BadParameter
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +115,7 @@ class DatabaseUnavailableMiddleware(MiddlewareMixin):
 
 
 class BadParameterMiddleware(MiddlewareMixin):
-    """A numeric parameter too long to read (sessions_app.params) is the client's error: a 400 naming it."""
+    """A numeric parameter too long to read (sessions_app.lib.params) is the client's error: a 400 naming it."""
 
     def process_exception(self, request, exception):
         if not isinstance(exception, BadParameter):

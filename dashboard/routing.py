@@ -1,12 +1,12 @@
 from channels.generic.websocket import WebsocketConsumer
 from django.urls import path, re_path
 
+import sessions_app.api.converters  # noqa: F401  (registers the session_id converter)
 from dashboard.live.calls import FleetCallsConsumer
 from dashboard.live.consumers import CLOSE_NOT_FOUND, SessionEventsConsumer
 from dashboard.live.metered import metered
 from dashboard.live.recovery import RecoveryPageConsumer
 from dashboard.live.sessions import SessionListConsumer, SessionPageConsumer
-import sessions_app.converters  # noqa: F401  (registers the session_id converter)
 
 
 class NoSuchSession(WebsocketConsumer):

@@ -168,7 +168,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # test process so that parallel runs never share it.
     DATABASES["default"]["TEST"] = {"NAME": str(TURNLOG_DATA_DIR / f"test_turnlog_{os.getpid()}.sqlite3")}
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
-    # The statements every append runs (sessions_app/statements.py, on cursors
+    # The statements every append runs (sessions_app/lib/statements.py, on cursors
     # that bind on the server) are prepared once per connection after psycopg's
     # default 5 runs: planning the append's locked read was half the database's
     # CPU per single append. Django's own queries bind on the client and are
@@ -253,7 +253,7 @@ AUTH_PASSWORD_VALIDATORS = [
 # A page's refusal (403) and a failed CSRF check render the site's own pages (dashboard/pages/refusals.py).
 CSRF_FAILURE_VIEW = "dashboard.pages.refusals.csrf_failure"
 
-# An invitation's set-password link (sessions_app/invitations.py) works once, for this long.
+# An invitation's set-password link (sessions_app/services/invitations.py) works once, for this long.
 PASSWORD_RESET_TIMEOUT = int(os.environ.get("TURNLOG_INVITATION_LINK_SECONDS", str(3 * 24 * 3600)))
 if PASSWORD_RESET_TIMEOUT <= 0:
     raise ImproperlyConfigured(f"TURNLOG_INVITATION_LINK_SECONDS must be above 0, not {PASSWORD_RESET_TIMEOUT!r}")
@@ -317,7 +317,7 @@ if TURNLOG_WS_MAX_MESSAGE_BYTES < WS_MESSAGE_BYTES_NEEDED:
 DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE = DAPHNE_WEBSOCKET_MAX_FRAME_SIZE = TURNLOG_WS_MAX_MESSAGE_BYTES
 
 # Threads that run the database work of the append, events and session endpoints
-# (sessions_app/db_threads.py: each keeps its connection, on PostgreSQL one from the pool;
+# (sessions_app/lib/db_threads.py: each keeps its connection, on PostgreSQL one from the pool;
 # SQLite's appends get one more thread); 0 runs it on the request's own thread, as the in-process tests do.
 TURNLOG_DB_THREADS = int(os.environ.get("TURNLOG_DB_THREADS", "4"))
 if TURNLOG_DB_THREADS < 0:
@@ -349,7 +349,7 @@ TURNLOG_WORKER_INTERVAL_SECONDS = float(os.environ.get("TURNLOG_WORKER_INTERVAL_
 if not TURNLOG_WORKER_INTERVAL_SECONDS > 0:
     raise ImproperlyConfigured(f"TURNLOG_WORKER_INTERVAL_SECONDS must be above 0, not {TURNLOG_WORKER_INTERVAL_SECONDS!r}")
 
-# Alerts (sessions_app/notify, README "Alerts"): the site's address as people reach it, for the links in webhook
+# Alerts (sessions_app/services/notify, README "Alerts"): the site's address as people reach it, for the links in webhook
 # payloads (the recovery preview); webhooks to loopback, link-local or private addresses only when allowed.
 TURNLOG_BASE_URL = os.environ.get("TURNLOG_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 TURNLOG_WEBHOOK_ALLOW_PRIVATE = os.environ.get("TURNLOG_WEBHOOK_ALLOW_PRIVATE", "").lower() in ("1", "true", "yes", "on")
@@ -365,7 +365,7 @@ if not (TURNLOG_WEBHOOK_TIMEOUT_SECONDS > 0 and TURNLOG_WEBHOOK_MAX_ATTEMPTS >= 
 TURNLOG_OTLP_SETTLE_SECONDS = float(os.environ.get("TURNLOG_OTLP_SETTLE_SECONDS", "5"))
 if not TURNLOG_OTLP_SETTLE_SECONDS >= 0:
     raise ImproperlyConfigured(f"TURNLOG_OTLP_SETTLE_SECONDS must be 0 or more, not {TURNLOG_OTLP_SETTLE_SECONDS!r}")
-# The server process closes the runs it saw finish (sessions_app/otel/closer.py); the in-process tests turn it off.
+# The server process closes the runs it saw finish (sessions_app/api/otlp_closer.py); the in-process tests turn it off.
 TURNLOG_OTLP_CLOSER = env_flag("TURNLOG_OTLP_CLOSER", True)
 
 # Prometheus metrics (docs/metrics.md): HOST:PORT where the recovery worker also serves the scrape, without a

@@ -4,11 +4,11 @@ from django.templatetags.static import static
 from django.urls import path, re_path
 from django.views.generic import RedirectView
 
-import sessions_app.converters  # noqa: F401  (registers the session_id and seq converters)
+import sessions_app.api.converters  # noqa: F401  (registers the session_id and seq converters)
 from dashboard.pages import account, agents, calls, notes, projects, retention, sessions, webhooks
 from sessions_app.api import app as api
+from sessions_app.api import otlp
 from sessions_app.metrics import exposition as metrics
-from sessions_app.otel import endpoint as otlp
 
 urlpatterns = [
     path("", sessions.session_list, name="session_list"),

@@ -1,4 +1,4 @@
-"""Admin: logs are read-only here, and staff see only their projects' logs (sessions_app.access).
+"""Admin: logs are read-only here, and staff see only their projects' logs (sessions_app.selectors.access).
 
 Tool policies are the one thing edited here by hand, by superusers (they are
 site-wide: they rank every project's recoveries). Projects, their members,
@@ -15,11 +15,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from sessions_app import access, notify, retention, selectors, services
+from sessions_app import selectors, services
 from sessions_app.models import (
     ApiToken,
-    AutoRecoveryPolicy,
     AuditEntry,
+    AutoRecoveryPolicy,
     Event,
     Membership,
     Project,
@@ -29,6 +29,8 @@ from sessions_app.models import (
     ToolPolicy,
     WebhookEndpoint,
 )
+from sessions_app.selectors import access
+from sessions_app.services import notify, retention
 
 
 def is_active_superuser(request) -> bool:
@@ -371,7 +373,7 @@ class WebhookEndpointForm(forms.ModelForm):
 
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(SuperusersOnly, SuperusersChange, admin.ModelAdmin):
-    """Every project's webhooks, for superusers; changes go through sessions_app.notify (checked and audited)."""
+    """Every project's webhooks, for superusers; changes go through sessions_app.services.notify (checked and audited)."""
 
     form = WebhookEndpointForm
     list_display = ["url", "project", "agent_patterns", "kinds", "enabled", "slack", "created_at", "disabled_reason"]

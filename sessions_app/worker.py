@@ -1,7 +1,7 @@
 """The automatic recovery worker's rounds (session-log.md section 8.1): thin orchestration over services.
 
-One round: sessions past their project's retention deleted (sessions_app/retention), finished OTLP runs closed,
-sessions that stalled told to their project's webhooks (sessions_app/notify: a notification each), then the
+One round: sessions past their project's retention deleted (sessions_app/services/retention), finished OTLP runs closed,
+sessions that stalled told to their project's webhooks (sessions_app/services/notify: a notification each), then the
 candidates in one indexed query (stalled, quiet for at least
 the smallest enabled policy's time, not left for a person), the policy of each
 one's agent, then services.recover_automatically, which decides everything
@@ -18,9 +18,10 @@ from datetime import datetime, timedelta
 from django.db.models import F
 from django.utils import timezone
 
-from sessions_app import notify, retention, services
-from sessions_app.errors import SessionNotFound
+from sessions_app import services
+from sessions_app.lib.errors import SessionNotFound
 from sessions_app.models import AutoRecoveryPolicy, Session
+from sessions_app.services import notify, retention
 
 RECOVERED, HELD, SKIPPED, CLOSED = "recovered", "held", "skipped", "closed"
 STALLED = "stalled"  # a stall's notification written (its deliveries are sent by deliver_webhooks)

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from sessions_app import access, services
+from sessions_app import services
 from sessions_app.models import ApiToken, Project, Role
+from sessions_app.selectors import access
 
 
 def member(user, role: str = Role.MEMBER, project: Project | None = None) -> Project:

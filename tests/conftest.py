@@ -6,7 +6,6 @@ from django.test import Client
 
 from tests.access import token_for
 
-
 # Per-test budgets of the slow suites, so a hang fails its run within minutes
 # instead of eating CI's time; every other test gets pyproject's `timeout`.
 SLOW_SUITE_BUDGETS = {
@@ -30,7 +29,7 @@ def pytest_collection_modifyitems(items):
 def database_work_on_the_test_thread(settings):
     """In-process requests run their database work on the test's own thread and connection,
     so that they see what the test wrote in its transaction. The database threads themselves
-    are tested in tests/sessions_app/test_db_threads.py, and every Daphne the tests start uses them."""
+    are tested in tests/sessions_app/lib/test_db_threads.py, and every Daphne the tests start uses them."""
     settings.TURNLOG_DB_THREADS = 0
 
 

@@ -22,12 +22,26 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import connection, transaction
 from django.test import Client
 
-from sessions_app import notify, selectors, services
+from sessions_app import selectors, services
 from sessions_app.log import blob as log_blob
 from sessions_app.log import recovery as log_recovery
 from sessions_app.log.events import validate_batch
-from sessions_app import access
-from sessions_app.models import ApiToken, AuditEntry, AutoRecoveryPolicy, Event, Membership, Note, Project, RecoveryRecord, Role, Session, ToolPolicy, WebhookEndpoint
+from sessions_app.models import (
+    ApiToken,
+    AuditEntry,
+    AutoRecoveryPolicy,
+    Event,
+    Membership,
+    Note,
+    Project,
+    RecoveryRecord,
+    Role,
+    Session,
+    ToolPolicy,
+    WebhookEndpoint,
+)
+from sessions_app.selectors import access
+from sessions_app.services import notify
 from tests.access import token_for
 from tests.sessions_app import factories as f
 

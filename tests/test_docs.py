@@ -9,9 +9,10 @@ from django.conf import settings
 from django.core.management import load_command_class
 
 from dashboard.live import consumers
-from sessions_app import access, selectors
+from sessions_app import selectors
 from sessions_app.api.app import api
 from sessions_app.models import AuditEntry, Role, Scope
+from sessions_app.selectors import access
 
 ROOT = Path(settings.BASE_DIR)
 API_DOC = (ROOT / "docs" / "api.md").read_text()

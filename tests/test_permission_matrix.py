@@ -196,7 +196,7 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         page_admin("GET", "/projects/alpha/retention", "200"),
         page_admin("POST", "/projects/alpha/retention", "302 /projects/alpha/retention stored", {"retention_days": "30"}),
     ],
-    # Webhooks (sessions_app.notify): the project's admins only.
+    # Webhooks (sessions_app.services.notify): the project's admins only.
     "project_webhooks": [
         page_admin("GET", "/projects/alpha/webhooks", "200"),
         page_admin(
@@ -213,7 +213,7 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         page_admin("POST", "/projects/alpha/webhooks/{webhook_pk}", "302 /projects/alpha/webhooks/ stored", {"action": "rotate"}),
         page_admin("POST", "/projects/alpha/webhooks/{webhook_pk}", "302 /projects/alpha/webhooks stored", {"action": "delete"}),
     ],
-    # Deleting a whole session (sessions_app.retention): the project's admins only.
+    # Deleting a whole session (sessions_app.services.retention): the project's admins only.
     "delete_session": [
         Probe("GET", CLOSED + "/delete", by_role(LOGIN, "404", "403", admin="200")),
         Probe("POST", CLOSED + "/delete", by_role(LOGIN, "404", "403", admin="302 /?project=alpha stored")),

@@ -72,7 +72,7 @@ class FleetCallsConsumer(SessionListConsumer):
         return await database_sync_to_async(self.changed_rows)()
 
     def deleted_rows(self) -> list[str]:
-        """Removals of the shown rows whose session was deleted (sessions_app/retention)."""
+        """Removals of the shown rows whose session was deleted (sessions_app/services/retention)."""
         sessions = {session_id for session_id, _ in self.shown}
         gone = sessions - set(selectors.event_counts(list(sessions)))
         removed = [key for key in self.shown if key[0] in gone]

@@ -17,7 +17,7 @@ from django.conf import settings
 from dashboard import outage
 from dashboard.live import credentials, hub, stream
 from dashboard.outage import CLOSE_UNAVAILABLE, DATABASE_UNAVAILABLE
-from sessions_app import access
+from sessions_app.selectors import access
 
 logger = logging.getLogger(__name__)
 
@@ -26,11 +26,11 @@ logger = logging.getLogger(__name__)
 # refuses any other code and the socket stays open), hence 4012 for 1012
 # "service restart", and 4500/4503 named after HTTP statuses like the others.
 # The pages reconnect after 4012, 4500 and 4503 (static/turnlog/turnlog.js).
-CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= -1, or a number too long to read (sessions_app.params)
+CLOSE_BAD_REQUEST = 4400  # `after` is not a single decimal integer >= -1, or a number too long to read (sessions_app.lib.params)
 CLOSE_UNAUTHENTICATED = 4401  # no valid token and no login session; or the token or login session ended since (api.md)
 CLOSE_FORBIDDEN_ORIGIN = 4403  # login-cookie socket whose Origin is missing or not the site's own (stream.origin_allowed)
 CLOSE_NOT_FOUND = 4404  # no such session (api.md)
-CLOSE_GONE = 4410  # the session was deleted while streaming (sessions_app/retention): it will not come back
+CLOSE_GONE = 4410  # the session was deleted while streaming (sessions_app/services/retention): it will not come back
 CLOSE_SERVER_ERROR = 4500  # the stream failed on the server (a bug); reconnect with ?after=<last seq>
 # CLOSE_UNAVAILABLE, 4503 (dashboard.outage; dashboard.middleware closes most of them): the database is
 # unreachable as the socket opens; reconnect later with ?after=<last seq>.

@@ -48,8 +48,10 @@ from django.conf import settings
 from dashboard import outage
 from dashboard.live import stream
 from dashboard.outage import DATABASE_UNAVAILABLE
-from sessions_app import access, db_threads, services
+from sessions_app import services
+from sessions_app.lib import db_threads
 from sessions_app.models import ApiToken
+from sessions_app.selectors import access
 
 logger = logging.getLogger(__name__)
 

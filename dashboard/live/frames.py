@@ -3,7 +3,7 @@
 A frame for new events (transcript rows or raw rows, ledger rows, the header
 and tab bar, the cursor), one for a change no event carries (the status), and
 one for a note added, edited or deleted. Each takes what a reload of the page
-takes (dashboard.pages.session_page, ledger_panel, notes), so a page kept
+takes (dashboard.pages.session, ledger_panel, notes), so a page kept
 open reads as a fresh load of it.
 
 A frame carries what changed, never a whole open turn: a new event is one
@@ -24,7 +24,9 @@ from collections.abc import Iterable
 
 from django.template.loader import render_to_string
 
-from dashboard.pages import ledger_panel, notes, raw_log, session_page, transcript
+from dashboard.pages import ledger as ledger_panel
+from dashboard.pages import notes, raw_log, transcript
+from dashboard.pages import session as session_page
 from dashboard.pages.blocks import Block, Page, Row, Step
 from sessions_app import selectors
 from sessions_app.log import events as log_events

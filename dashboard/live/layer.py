@@ -58,7 +58,7 @@ from channels_redis.core import RedisChannelLayer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from sessions_app.metrics import instruments
+from sessions_app.lib import instruments
 
 logger = logging.getLogger(__name__)
 

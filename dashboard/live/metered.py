@@ -7,7 +7,7 @@ a connection is open from its connect until its application returns, and a frame
 
 from __future__ import annotations
 
-from sessions_app.metrics import instruments
+from sessions_app.lib import instruments
 
 
 def metered(kind: str, application):

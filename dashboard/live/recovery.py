@@ -13,7 +13,7 @@ import functools
 from dashboard.live import sessions as live_sessions
 from dashboard.live.consumers import CLOSE_BAD_REQUEST, SessionEventsConsumer
 from dashboard.pages.plan_change import DIGEST, render_plan_change_frame, shown_plan
-from sessions_app import access
+from sessions_app.selectors import access
 
 
 class RecoveryPageConsumer(live_sessions.RenewedSocket, SessionEventsConsumer):

@@ -3,7 +3,7 @@
 `SessionPageConsumer` (/ws/sessions/{id}/live?after=N) keeps a session page
 current: every committed event re-renders the transcript blocks (or raw rows)
 it touched and the page's header and tab bar, with the same partials and the
-same inputs as a page load (dashboard.pages.session_page). `SessionListConsumer`
+same inputs as a page load (dashboard.pages.session). `SessionListConsumer`
 (/ws/sessions/live?status=&q=&project=) keeps the session list current.
 
 The seq logic (backlog, gaps, writes by other processes) is dashboard.live.stream's,
@@ -40,10 +40,14 @@ from dashboard.live.consumers import (
 )
 from dashboard.live.frames import render_notes_frame, render_page_frame, render_raw_frame, render_state_frame
 from dashboard.outage import DATABASE_UNAVAILABLE
-from dashboard.pages import ledger_panel, notes, session_page
+from dashboard.pages import ledger as ledger_panel
+from dashboard.pages import notes
+from dashboard.pages import session as session_page
 from dashboard.templatetags.turnlog import dom_id
-from sessions_app import access, db_threads, selectors, services
-from sessions_app.params import BadParameter, decimal_int
+from sessions_app import selectors, services
+from sessions_app.lib import db_threads
+from sessions_app.lib.params import BadParameter, decimal_int
+from sessions_app.selectors import access
 
 logger = logging.getLogger(__name__)
 
@@ -371,7 +375,7 @@ class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocke
             status=self.status, q=self.q, projects=self.projects, limit=1, ids=[session_id], labelled=True
         ).items
         if not matches:
-            if session_id in self.shown and not selectors.event_counts([session_id]):  # deleted (sessions_app/retention)
+            if session_id in self.shown and not selectors.event_counts([session_id]):  # deleted (sessions_app/services/retention)
                 self.shown.discard(session_id)
                 self.statuses.pop(session_id, None)
                 return f'<tr id="session-{dom_id(session_id)}" hx-swap-oob="delete"></tr>'

@@ -41,12 +41,14 @@ from django.middleware.csrf import CsrfViewMiddleware
 
 from dashboard import json_logs, outage
 from dashboard.outage import DATABASE_UNAVAILABLE
-from sessions_app import access, selectors
-from sessions_app.errors import SessionNotFound
+from sessions_app import selectors
+from sessions_app.lib import instruments
+from sessions_app.lib.bearer import bearer_secret
+from sessions_app.lib.errors import SessionNotFound
+from sessions_app.lib.params import decimal_int
 from sessions_app.log import events as log_events
-from sessions_app.metrics import instruments
 from sessions_app.models import ApiToken, Session
-from sessions_app.params import decimal_int
+from sessions_app.selectors import access
 
 logger = logging.getLogger(__name__)
 
@@ -81,14 +83,7 @@ def header(scope, name: bytes) -> str | None:
 
 
 def bearer_token(scope) -> str | None:
-    """The token of an `Authorization: Bearer <token>` header, parsed as ninja's HttpBearer does."""
-    value = header(scope, b"authorization")
-    if not value:
-        return None
-    scheme, _, token = value.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        return None
-    return token.strip()
+    return bearer_secret(header(scope, b"authorization"))
 
 
 TOKEN, LOGIN_SESSION = "token", "login_session"
@@ -171,7 +166,7 @@ def read_page(session: Session, since: int, limit: int) -> list[dict]:
 
 
 class SessionGone(Exception):
-    """The streamed session was deleted (sessions_app/retention): its stream ends, and its sockets close 4410."""
+    """The streamed session was deleted (sessions_app/services/retention): its stream ends, and its sockets close 4410."""
 
 
 class SessionStream:

@@ -15,7 +15,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse_lazy
 from django.views.decorators.http import require_GET, require_http_methods
 
-from sessions_app import access, selectors, services
+from sessions_app import selectors, services
+from sessions_app.selectors import access
 
 
 @login_required

@@ -14,7 +14,8 @@ from django.http import Http404, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from sessions_app import access, selectors
+from sessions_app import selectors
+from sessions_app.selectors import access
 
 
 def readable_projects(request):

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 from django.urls import NoReverseMatch, reverse
 
-from sessions_app import access, selectors
+from sessions_app import selectors
+from sessions_app.lib.wording import json_text, seq_range
 from sessions_app.models import AuditEntry, Project
-from sessions_app.wording import json_text, seq_range
+from sessions_app.selectors import access
 
 SESSION_ACTIONS = {AuditEntry.RECOVERY, AuditEntry.DANGLING_PATCH, AuditEntry.FORK, AuditEntry.AUTO_RECOVERY_HELD, AuditEntry.ACCESS_DENIED}
 PROJECT_TARGET_PREFIX = "project "  # access_denied on a project page, not a session

@@ -14,9 +14,10 @@ from django.contrib.auth.decorators import login_required
 from django.http import HttpResponse
 from django.shortcuts import render
 
-from sessions_app import access, selectors
+from sessions_app import selectors
 from sessions_app.log import events as log_events
 from sessions_app.log.ledger import STATES
+from sessions_app.selectors import access
 
 ROWS_TARGETS = {"call-rows", "more-calls"}
 PAGE_SIZE = 50

@@ -20,9 +20,11 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from sessions_app import access, errors, services
+from sessions_app import services
+from sessions_app.lib import errors
+from sessions_app.lib.params import decimal_int
 from sessions_app.models import Note
-from sessions_app.params import decimal_int
+from sessions_app.selectors import access
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 from django.template.loader import render_to_string
 
 from sessions_app import selectors
+from sessions_app.lib.params import decimal_int
 from sessions_app.log import recovery as log_recovery
 from sessions_app.models import Session
-from sessions_app.params import decimal_int
 
 DIGEST = re.compile(r"[0-9a-f]{64}")
 PARTIAL = "sessions/_plan_change.html"

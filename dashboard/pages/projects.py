@@ -1,6 +1,6 @@
 """Project pages: the user's projects, and for a project's admins its members, tokens and audit log.
 
-Every page reaches its project through sessions_app.access (an unknown
+Every page reaches its project through sessions_app.selectors.access (an unknown
 project, or one the user is no member of, is a 404; a member without the
 admin role gets a 403 page saying so), reads through selectors and writes
 through services.
@@ -26,9 +26,11 @@ from django.utils.text import capfirst
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.pages import audit_words
-from sessions_app import access, invitations, selectors, services
+from sessions_app import selectors, services
+from sessions_app.lib.params import decimal_int
 from sessions_app.models import AuditEntry, Role, Scope
-from sessions_app.params import decimal_int
+from sessions_app.selectors import access
+from sessions_app.services import invitations
 
 TOKEN_SCOPES = [(value, label) for value, label in Scope.choices if value in access.PROJECT_SCOPES]
 EXPIRY_DAYS_MAX = 3650

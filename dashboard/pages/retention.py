@@ -1,5 +1,5 @@
 """Retention's pages: a project's retention setting with the sessions kept past it (its admins' Retention tab),
-and a session's delete action (a confirmation, then sessions_app.retention.delete_session).
+and a session's delete action (a confirmation, then sessions_app.services.retention.delete_session).
 
 Both are for the project's admins: a member below admin gets a 403 page saying so.
 """
@@ -15,7 +15,10 @@ from django.views.decorators.http import require_http_methods
 
 from dashboard.pages.projects import project_admin_page
 from dashboard.pages.sessions import session_or_404
-from sessions_app import access, errors, retention, selectors
+from sessions_app import selectors
+from sessions_app.lib import errors
+from sessions_app.selectors import access
+from sessions_app.services import retention
 
 
 class RetentionForm(forms.Form):

@@ -13,16 +13,35 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_http_methods
 
-from dashboard.pages import ledger_panel, notes, plan_change, raw_log, recovery_page, search_hits, session_page, transcript
-from sessions_app import access, errors, selectors, services
+from dashboard.pages import (
+    ledger as ledger_panel,
+)
+from dashboard.pages import (
+    notes,
+    plan_change,
+    raw_log,
+    transcript,
+)
+from dashboard.pages import (
+    recovery as recovery_page,
+)
+from dashboard.pages import (
+    search as search_hits,
+)
+from dashboard.pages import (
+    session as session_page,
+)
+from sessions_app import selectors, services
+from sessions_app.lib import errors
+from sessions_app.lib.params import decimal_int
+from sessions_app.lib.wording import seq_range
 from sessions_app.log import events as log_events
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
 from sessions_app.log import strategy as log_strategy
 from sessions_app.log import values as log_values
 from sessions_app.models import SESSION_ID_PATTERN, session_id_validator
-from sessions_app.params import decimal_int
-from sessions_app.wording import seq_range
+from sessions_app.selectors import access
 
 
 def session_or_404(request, session_id: str, capability: str = access.READ):
@@ -158,7 +177,7 @@ def session_turn_page(request, session_id: str):
 @login_required
 def session_ledger_rows(request, session_id: str):
     """Rows of the ledger panel by id (?rows=ledger-call-...,...), as out-of-band swaps, with the panel's order: what a
-    live page lacks or holds in another version (dashboard.pages.ledger_panel)."""
+    live page lacks or holds in another version (dashboard.pages.ledger)."""
     session = session_or_404(request, session_id)
     ids = {part for part in request.GET.get("rows", "").split(",") if part}
     html = ledger_panel.rows_asked(

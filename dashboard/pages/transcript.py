@@ -21,7 +21,7 @@ What a block is made of: dashboard.pages.blocks. The raw log
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 
 from dashboard.pages.blocks import (
     ROLE_OF,
@@ -39,13 +39,12 @@ from dashboard.pages.blocks import (
 )
 from dashboard.pages.fork_spots import fork_spots
 from sessions_app import selectors
+from sessions_app.lib.wording import json_text
 from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger, recovery
 from sessions_app.log.events import Event
-from sessions_app.models import Session
-from sessions_app.models import open_turn_labels_of
-from sessions_app.wording import json_text
+from sessions_app.models import Session, open_turn_labels_of
 
 # A turn and the user message before it are two blocks: a page opens on about six turns.
 BLOCKS_PER_PAGE = 12

@@ -1,7 +1,7 @@
 """A project's webhooks (its admins' Webhooks tab): the endpoints, a form to add one, and each endpoint's page with
 its settings and its delivery history, every attempt with its time, status, latency and error.
 
-Writes go through sessions_app.notify (checked, audited); a refused URL (a private address, a name that does not
+Writes go through sessions_app.services.notify (checked, audited); a refused URL (a private address, a name that does not
 resolve) is a form error, 422, and nothing is stored.
 """
 
@@ -14,8 +14,9 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
 from dashboard.pages.projects import project_admin_page
-from sessions_app import notify, selectors
+from sessions_app import selectors
 from sessions_app.models import KINDS
+from sessions_app.services import notify
 
 
 class EndpointForm(forms.Form):

@@ -1,8 +1,8 @@
-"""Formatting of the Agents pages' figures (sessions_app.wording, which `manage.py sessions agents` prints with)."""
+"""Formatting of the Agents pages' figures (sessions_app.lib.wording, which `manage.py sessions agents` prints with)."""
 
 from django import template
 
-from sessions_app import wording
+from sessions_app.lib import wording
 from sessions_app.log import strategy as log_strategy
 
 register = template.Library()

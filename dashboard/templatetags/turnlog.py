@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils.html import conditional_escape
 from django.utils.safestring import mark_safe
 
-from sessions_app import wording
+from sessions_app.lib import wording
 from sessions_app.log import clock as log_clock
 
 register = template.Library()
@@ -33,7 +33,7 @@ def pretty_json(value: object) -> str:
 
 @register.filter
 def seqs(value, last=None) -> str:
-    """`{{ pair|seqs }}` for a (first, last) pair, or `{{ first|seqs:last }}`: see sessions_app.wording.seq_range."""
+    """`{{ pair|seqs }}` for a (first, last) pair, or `{{ first|seqs:last }}`: see sessions_app.lib.wording.seq_range."""
     first, last = (value[0], value[1]) if last is None else (value, last)
     return wording.seq_range(first, last)
 
@@ -61,9 +61,9 @@ def may_change(rights, note) -> bool:
 @register.simple_tag
 def innermost_strategy(session):
     """The recommended strategy of a session's innermost open turn (sessions_app.log.strategy.TurnStrategy), or None."""
-    from dashboard.pages import recovery_page  # the pages' module imports the models; templates load tags early
+    from dashboard.pages import recovery  # the pages' module imports the models; templates load tags early
 
-    return recovery_page.innermost_strategy(session)
+    return recovery.innermost_strategy(session)
 
 
 @register.simple_tag

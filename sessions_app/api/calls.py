@@ -6,13 +6,12 @@ from typing import Literal
 
 from ninja import Query, Router
 
-from sessions_app import access
-
 from sessions_app import selectors
 from sessions_app.api.checks import ApiError, readable
 from sessions_app.api.notes import note_to_wire
 from sessions_app.api.schemas import CALL_STATES, CallPageOut, CallsOut, ErrorOut
 from sessions_app.log import events as log_events
+from sessions_app.selectors import access
 
 router = Router(tags=["calls"])
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from sessions_app import access
 from sessions_app.log import values as log_values
 from sessions_app.models import SESSION_ID_PATTERN, Session
+from sessions_app.selectors import access
 
 SESSION_ID_RE = re.compile(SESSION_ID_PATTERN)
 

@@ -10,12 +10,14 @@ from django.conf import settings
 from django.http import HttpResponse
 from ninja import Query, Router, Status
 
-from sessions_app import access, db_threads, selectors, services
+from sessions_app import selectors, services
 from sessions_app.api.checks import ApiError, readable
 from sessions_app.api.rendering import json_answer
 from sessions_app.api.schemas import BODY_ERRORS, ERRORS, AppendIn, AppendOut, ErrorOut, EventsOut, MessagesOut
+from sessions_app.lib import db_threads
 from sessions_app.log import events as log_events
 from sessions_app.log import values as log_values
+from sessions_app.selectors import access
 
 router = Router(tags=["sessions"])
 APPEND_URL_NAME = "append_events"  # the append endpoint's view name (ninja names it after the function)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from ninja import Router, Status
 
-from sessions_app import access, services
+from sessions_app import services
 from sessions_app.api.checks import checked_session_id
 from sessions_app.api.schemas import BODY_ERRORS, ErrorOut, ForkIn, SessionOut
 from sessions_app.api.sessions import session_to_wire
+from sessions_app.selectors import access
 
 router = Router(tags=["forks"])
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from ninja import Router, Status
 
-from sessions_app import access, selectors, services
+from sessions_app import selectors, services
 from sessions_app.api.checks import readable
 from sessions_app.api.schemas import BODY_ERRORS, ErrorOut, NoteEditIn, NoteIn, NoteOut, NotesOut
 from sessions_app.log import events as log_events
 from sessions_app.models import Note
+from sessions_app.selectors import access
 
 router = Router(tags=["notes"])
 

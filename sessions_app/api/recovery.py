@@ -7,11 +7,20 @@ import dataclasses
 
 from ninja import Router
 
-from sessions_app import access, selectors, services
+from sessions_app import selectors, services
 from sessions_app.api.checks import readable
-from sessions_app.api.schemas import BODY_ERRORS, DanglingPatchOut, ErrorOut, PlanOut, RecoverIn, RepairAppliedOut, RepairIn
+from sessions_app.api.schemas import (
+    BODY_ERRORS,
+    DanglingPatchOut,
+    ErrorOut,
+    PlanOut,
+    RecoverIn,
+    RepairAppliedOut,
+    RepairIn,
+)
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery as log_recovery
+from sessions_app.selectors import access
 
 router = Router(tags=["recovery"])
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from ninja import Query, Router
 
-from sessions_app import access, search, services
+from sessions_app import services
 from sessions_app.api.checks import ApiError
 from sessions_app.api.schemas import ErrorOut, SearchPageOut
 from sessions_app.log import search_text
+from sessions_app.selectors import access, search
 
 router = Router(tags=["search"])
 

@@ -6,11 +6,13 @@ from typing import Literal
 
 from ninja import Query, Router, Status
 
-from sessions_app import access, db_threads, selectors, services
+from sessions_app import selectors, services
 from sessions_app.api.checks import ApiError, checked_session_id, readable
 from sessions_app.api.schemas import BODY_ERRORS, ErrorOut, SessionIn, SessionOut, SessionPageOut
+from sessions_app.lib import db_threads
 from sessions_app.log import events as log_events
 from sessions_app.models import Session
+from sessions_app.selectors import access
 
 router = Router(tags=["sessions"])
 

@@ -6,12 +6,13 @@ from typing import Any
 
 from ninja import Router, Status
 
-from sessions_app import access, selectors, services
+from sessions_app import selectors, services
 from sessions_app.api.checks import ApiError, checked_session_id, json_object_body, readable
 from sessions_app.api.notes import note_to_wire
 from sessions_app.api.schemas import BODY_ERRORS, ErrorOut, ImportOut
 from sessions_app.api.sessions import session_to_wire
 from sessions_app.log import blob as log_blob
+from sessions_app.selectors import access
 
 router = Router(tags=["sessions"])
 # The blob is read as sent (json_object_body), not through a Schema: the document says what it is.

@@ -1,7 +1,7 @@
 """Search text: what of an event or a note is searchable, the words of a query, and snippets.
 
-Pure logic shared by the index (services/search_index.py), the queries
-(sessions_app/search) and their tests. An event gives two texts: `words`,
+Pure logic shared by the index (services/search.py), the queries
+(sessions_app/selectors/search) and their tests. An event gives two texts: `words`,
 its prose and code (message contents, reasoning, tool-call names and
 arguments, tool results), indexed word by word; and `short`, the short
 fields people search for pieces of (tool names, call ids, error codes,

@@ -14,8 +14,10 @@ from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from sessions_app import access, selectors
+from sessions_app import selectors
+from sessions_app.lib.bearer import bearer_secret
 from sessions_app.models import ApiToken, Scope
+from sessions_app.selectors import access
 
 from .multiprocess import MergingCollector, directory
 
@@ -58,8 +60,7 @@ def scrape() -> bytes:
 
 @require_GET
 def metrics(request: HttpRequest) -> HttpResponse:
-    scheme, _, secret = request.headers.get("Authorization", "").strip().partition(" ")
-    secret = secret.strip() if scheme.lower() == "bearer" else ""
+    secret = bearer_secret(request.headers.get("Authorization")) or ""
     token = ApiToken.usable_for(secret) if secret else None
     if token is None:
         why = f"{access.token_refusal(secret)}: " if secret else ""

@@ -3,7 +3,7 @@
 The row holds the facts the state rules of api.md ("Calls, notes and search") read,
 each as the log has shown it so far, so that lists answer a call's state from
 indexed columns instead of reading whole logs. The state itself is decided in
-sessions_app/ledger (the status-independent part, `settled_state`) and, for calls
+sessions_app/services/ledger (the status-independent part, `settled_state`) and, for calls
 whose state follows the session's status (running, stalled, active), in the
 query (selectors/fleet_calls.py). Rows are derived data, not events: the ledger
 rewrites them as the log grows (and `manage.py ledger_rebuild` recomputes them).
@@ -61,7 +61,7 @@ class LedgerCall(models.Model):
             models.Index(fields=["project", "tool"], name="ledger_project_tool_idx"),  # the class filter's tool names
             models.Index(fields=["session", "turn_seq"], name="ledger_turn_idx"),
             models.Index(fields=["session", "step_seq"], name="ledger_step_idx"),
-            # A session's ledger panel: its calls to check, and the latest (selectors.session_ledger).
+            # A session's ledger panel: its calls to check, and the latest (selectors.ledger.session_ledger).
             models.Index(fields=["session", "settled_state", "seq"], name="ledger_session_state_idx"),
             models.Index(fields=["session", "-seq", "-id"], name="ledger_session_seq_idx"),
         ]

@@ -1,4 +1,4 @@
-"""Alerts (sessions_app/notify): webhook endpoints per project, one notification per transition of a session,
+"""Alerts (sessions_app/services/notify): webhook endpoints per project, one notification per transition of a session,
 and each endpoint's delivery of it with every attempt."""
 
 from __future__ import annotations

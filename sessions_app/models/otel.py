@@ -1,7 +1,7 @@
 """OTLP ingest's memory of each session: the traces it has turned into turns, and the spans it has taken.
 
 Neither is an event: the log holds what the spans said; these rows hold what
-the planner needs to place the next span (sessions_app/otel/mapping/planner.py).
+the planner needs to place the next span (sessions_app/otel/planner.py).
 """
 
 from __future__ import annotations

@@ -11,21 +11,20 @@ from django.db import DEFAULT_DB_ALIAS, connections, models
 from django.db.models import Q
 from django.utils import timezone
 
-from sessions_app import statements
-
+from sessions_app.lib import statements
 
 RETENTION_DAYS_MAX = 36500  # a hundred years: beyond it, keep them forever (leave it empty)
 
 
 class Project(models.Model):
-    """A team's room: every session belongs to one, and people see only their projects' sessions (sessions_app.access)."""
+    """A team's room: every session belongs to one, and people see only their projects' sessions (sessions_app.selectors.access)."""
 
     DEFAULT_SLUG = "default"
 
     slug = models.SlugField(max_length=64, unique=True, help_text="Short name used in URLs and the CLI (--project)")
     name = models.CharField(max_length=200)
     created_at = models.DateTimeField(default=timezone.now)
-    # How long sessions are kept after Session.retained_from (sessions_app/retention); None: forever.
+    # How long sessions are kept after Session.retained_from (sessions_app/services/retention); None: forever.
     retention_days = models.PositiveIntegerField(
         null=True, blank=True, validators=[MinValueValidator(1), MaxValueValidator(RETENTION_DAYS_MAX)],
         help_text=(

@@ -3,7 +3,7 @@
 `Event` rows are append-only: the model layer refuses every update and
 delete (instance save of an existing row, instance delete, queryset update,
 delete and bulk_update). Only a whole session is ever deleted, with its
-events, by sessions_app/retention. The semantics live in `sessions_app.log`; these
+events, by sessions_app/services/retention. The semantics live in `sessions_app.log`; these
 models only persist them plus a summary that lists and filters can read
 without scanning events.
 """
@@ -22,7 +22,6 @@ from django.utils.functional import cached_property
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery as log_recovery
 from sessions_app.models.projects import Project
-
 
 SESSION_ID_PATTERN = r"^[A-Za-z0-9._:-]{1,128}$"
 session_id_validator = RegexValidator(
@@ -70,7 +69,7 @@ class Session(models.Model):
     # Newest activity by the server's clock (when the last event was received, else creation;
     # an import's claimed last time, never past the import): status, stall window and list order.
     last_activity_at = models.DateTimeField(default=timezone.now)
-    # What retention counts from (sessions_app/retention), by the server's clock: the latest of the session's
+    # What retention counts from (sessions_app/services/retention), by the server's clock: the latest of the session's
     # creation or import, its last event received, its last note added or edited and its last recovery, moved
     # forward in those writes' transactions under the session's lock. An import of old events starts at the import.
     retained_from = models.DateTimeField(default=timezone.now)
@@ -97,7 +96,7 @@ class Session(models.Model):
     # The event_count at which the worker last found this crash unsafe to restart: it looks
     # again only once the log grows, so stuck sessions do not crowd out new crashes.
     auto_checked_count = models.PositiveIntegerField(null=True, blank=True)
-    # The search index holds this session's events below this seq (services/search_index.py):
+    # The search index holds this session's events below this seq (services/search.py):
     # it is filled after the append commits, so appends pay nothing for it, and every search
     # first indexes what is still below event_count. A fork starts at its seed length (its
     # prefix is answered from its parent's rows).
@@ -189,7 +188,7 @@ class Event(models.Model):
     # The unique (session, seq) index serves lookups by session; no second one.
     # No database constraint: PostgreSQL checks a foreign key with one query
     # per inserted row, half a second of a 100,000-event fork. Sessions are
-    # deleted only by sessions_app/retention, which deletes their events first
+    # deleted only by sessions_app/services/retention, which deletes their events first
     # under the session's lock (PROTECT refuses any other deletion in the ORM),
     # and events are only written by services under the session's lock or in
     # the transaction that created the fork, so the key cannot dangle.

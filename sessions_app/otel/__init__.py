@@ -1,5 +1,6 @@
-"""OTLP ingest: OpenTelemetry traces of agent runs in, session-log events out (docs/otlp.md).
+"""The pure side of OTLP ingest: no Django, tested directly (docs/otlp.md).
 
-`mapping/` is the pure part (decoding, reading spans by convention, planning
-events); the endpoint beside it is a thin door onto `services.ingest_spans`.
+decode: request bodies (protobuf or JSON, gzip or not) into `Span`s;
+conventions: what a span says in Turnlog's terms (a `Reading`), by family;
+planner: the events a session's log gets for the readings that arrive.
 """

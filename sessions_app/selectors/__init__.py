@@ -4,7 +4,7 @@ Callers go through this package (`selectors.list_sessions(...)`); the
 submodules group the reads by concern and import each other directly.
 """
 
-from sessions_app.cursors import InvalidCursor  # callers catch selectors.InvalidCursor
+from sessions_app.lib.cursors import InvalidCursor  # callers catch selectors.InvalidCursor
 from sessions_app.selectors.agents import (
     AgentSummary,
     AgentWindow,
@@ -18,15 +18,25 @@ from sessions_app.selectors.calls import CHECKED_CLASSES, CallRow, patch_seqs, s
 from sessions_app.selectors.events import (
     call_lookups,
     events_since,
-    wire_events_since,
     placed_log_events,
     session_log,
     session_messages,
     steps_open_at,
+    wire_events_since,
 )
 from sessions_app.selectors.fleet_calls import CLASSES, FleetPage, fleet_calls
 from sessions_app.selectors.forks import fork_point, forks_of, lineage, open_turn_starts_before, unused_fork_id
+from sessions_app.selectors.ledger import (
+    STATES_TO_CHECK,
+    LedgerWindow,
+    SessionLedger,
+    answer_seqs,
+    call_rows,
+    ledger_window,
+    session_ledger,
+)
 from sessions_app.selectors.notes import get_note, notes_by_seq, session_notes
+from sessions_app.selectors.notify import delivery_history, project_webhook, project_webhooks
 from sessions_app.selectors.projects import (
     project_member,
     project_members,
@@ -38,7 +48,6 @@ from sessions_app.selectors.projects import (
     user_token,
     user_tokens,
 )
-from sessions_app.selectors.session_ledger import STATES_TO_CHECK, LedgerWindow, SessionLedger, answer_seqs, call_rows, ledger_window, session_ledger
 from sessions_app.selectors.recovery import (
     complete_tail,
     dangling_patch,
@@ -63,7 +72,6 @@ from sessions_app.selectors.sessions import (
     sessions_by_status,
     status_filter,
 )
-from sessions_app.selectors.webhooks import delivery_history, project_webhook, project_webhooks
 from sessions_app.selectors.transcript import (
     Placement,
     block_start_columns,
@@ -85,9 +93,9 @@ from sessions_app.selectors.transcript import (
     steps_in_turn,
     stored_columns,
     turn_last_seqs,
-    turns_of,
     turn_start_data,
     turn_starts_at,
     turns_closed_at,
     turns_closed_by,
+    turns_of,
 )

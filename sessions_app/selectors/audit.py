@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from django.db.models import Q
 
-from sessions_app import cursors
+from sessions_app.lib import cursors
 from sessions_app.models import ApiToken, AuditEntry, Membership, Project
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from django.db.models import TextField
 from django.db.models.functions import Cast
 
-from sessions_app import statements
+from sessions_app.lib import statements
 from sessions_app.log import events as log_events
 from sessions_app.log import fold
 from sessions_app.log import values as log_values

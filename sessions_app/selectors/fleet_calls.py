@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.models import Case, CharField, F, Q, Value, When
 from django.utils import timezone
 
-from sessions_app import cursors
+from sessions_app.lib import cursors
 from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger, recovery

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sessions_app.errors import NoteNotFound
+from sessions_app.lib.errors import NoteNotFound
 from sessions_app.models import Note, Session
 
 

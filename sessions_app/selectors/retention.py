@@ -4,7 +4,7 @@ Retention counts from Session.retained_from: the latest of the session's
 creation or import, its last event received, its last note added or edited
 and its last recovery (not last_activity_at, which for an import is its
 events' claimed time). A session past it is deleted by the sweep
-(sessions_app/retention) unless it is held: an open turn still unrecovered
+(sessions_app/services/retention) unless it is held: an open turn still unrecovered
 (Session.interrupted) blocks it, and forks keep their parent
 (docs/session-log.md, Retention). Each read is one query on
 session_retention_idx per project with a retention.

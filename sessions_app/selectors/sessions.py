@@ -9,8 +9,8 @@ from django.conf import settings
 from django.db.models import Case, CharField, Count, F, Q, Value, When
 from django.utils import timezone
 
-from sessions_app import cursors, statements
-from sessions_app.errors import SessionNotFound
+from sessions_app.lib import cursors, statements
+from sessions_app.lib.errors import SessionNotFound
 from sessions_app.models import CallSighting, Event, Session, open_turn_labels_of
 
 

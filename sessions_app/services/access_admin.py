@@ -7,9 +7,9 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_app import access
 from sessions_app.log import events as log_events
 from sessions_app.models import ApiToken, AuditEntry, Membership, Project, Role
+from sessions_app.selectors import access
 
 from .audit_log import audit
 from .publishing import publish_credentials_ended_on_commit

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from django.db import connection, transaction
 
-from sessions_app.metrics import instruments
+from sessions_app.lib import instruments
 from sessions_app.models import AuditEntry, CallSighting, Event, Session
 from sessions_app.selectors import fork_point, patch_seqs
 
-from .appends import _locked_session, create_session
+from .appends import create_session
 from .audit_log import audit
+from .event_rows import locked_session
 
 
 def fork(*, session_id: str, boundary: object = "last", new_session_id: str | None = None, user=None) -> Session:
@@ -21,7 +22,7 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
     SELECT, so its cost does not include a Python object per event.
     """
     with transaction.atomic():
-        parent = _locked_session(session_id)
+        parent = locked_session(session_id)
         point = fork_point(parent, boundary)
         child = create_session(
             session_id=new_session_id,

@@ -16,15 +16,16 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_app import access, statements
-from sessions_app.errors import InvalidNote, NoteNotFound
+from sessions_app.lib import statements
+from sessions_app.lib.errors import InvalidNote, NoteNotFound
 from sessions_app.log import events as log_events
 from sessions_app.models import AuditEntry, Note, Session
+from sessions_app.selectors import access
+from sessions_app.services.search import index_note, unindex_note
 
-from .appends import _locked_session, retain_from
 from .audit_log import audit
+from .event_rows import locked_session, retain_from
 from .publishing import publish_notes_changed_on_commit
-from .search_index import index_note, unindex_note
 
 # The limits of docs/api.md, Notes.
 TEXT_MAX = 10_000  # characters
@@ -87,7 +88,7 @@ def add_note(*, actor: access.Actor, session_id: str, text: object, tags: object
     with transaction.atomic():
         # Under the session's lock: a sweep deleting it meanwhile makes this SessionNotFound, and one deciding
         # now sees the note keep it (retention counts from the last note written).
-        session = _locked_session(session.pk)
+        session = locked_session(session.pk)
         retain_from(session, now)
         note = Note.objects.create(
             session=session, seq=seq, text=text, tags=tags, author=actor.user, author_name=actor.name, created_at=now, updated_at=now

@@ -1,9 +1,9 @@
 """OTLP ingest's writes: spans in, events appended through the one append path (docs/otlp.md).
 
 A request's spans are planned and stored in one transaction, each session's
-under its lock (taken in id order), with the same row writing as every append (`appends._store`:
+under its lock (taken in id order), with the same row writing as every append (`event_rows.store_events`:
 structural columns, call sightings, agent-hour counts, publish on commit).
-The planner (sessions_app/otel/mapping/planner.py) decides the events; the
+The planner (sessions_app/otel/planner.py) decides the events; the
 rows of `OtlpTrace` and `OtlpSpan` remember what it needs for the next batch.
 """
 
@@ -19,15 +19,15 @@ from django.db import connection, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from sessions_app import statements
+from sessions_app.lib import statements
 from sessions_app.models import Event, OtlpSpan, OtlpTrace, Project, Session
-from sessions_app.otel.mapping import conventions
-from sessions_app.otel.mapping.identity import session_id_for
-from sessions_app.otel.mapping.planner import Planner, TraceState, ordered
-from sessions_app.otel.mapping.readings import OTHER, Reading
-from sessions_app.otel.mapping.spans import Span
+from sessions_app.otel import conventions
+from sessions_app.otel.identity import session_id_for
+from sessions_app.otel.planner import Planner, TraceState, ordered
+from sessions_app.otel.readings import OTHER, Reading
+from sessions_app.otel.spans import Span
 
-from .appends import AGENT_NAME_MAX, _insert_new_session, _locked_session, _new_session, _store, count_for_agents
+from .event_rows import AGENT_NAME_MAX, count_for_agents, insert_new_session, locked_session, new_session, store_events
 
 
 @dataclass(frozen=True)
@@ -177,9 +177,9 @@ def _taken_sessions(
             metadata: dict = {"source": "otlp"}
             if (original := originals.get(session_id)) is not None:
                 metadata["otel"] = {"conversation_id": original}
-            new = _new_session(session_id=session_id, project=project, agent_name=agent_name[:AGENT_NAME_MAX], metadata=metadata, created_at=now)
+            new = new_session(session_id=session_id, project=project, agent_name=agent_name[:AGENT_NAME_MAX], metadata=metadata, created_at=now)
             # Taken meanwhile (PostgreSQL: committed by a concurrent batch, which this insert waited for): lock it.
-            session = new if _insert_new_session(new, agent_counts=counts) else _locked_session(session_id)
+            session = new if insert_new_session(new, agent_counts=counts) else locked_session(session_id)
         sessions[session_id] = session if session.project_id == project.pk else None
     count_for_agents(counts)
     return sessions
@@ -260,7 +260,7 @@ def _write(plans: Sequence[tuple[Session, Planner, dict[str, OtlpTrace]]], now: 
     new_traces, new_spans = [], []
     for session, planner, rows in plans:
         if planner.events:
-            _store(session, planner.events, received_at=now, agent_counts=counts)
+            store_events(session, planner.events, received_at=now, agent_counts=counts)
         for trace_id in planner.touched:
             trace = planner.traces[trace_id]
             row = rows.get(trace_id) or OtlpTrace(session=session, trace_id=trace_id)

@@ -18,14 +18,13 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from sessions_app import db_threads
+from sessions_app.lib import db_threads, instruments
 from sessions_app.log import events as log_events
-from sessions_app.metrics import instruments
 
 if TYPE_CHECKING:
     from sessions_app.models import Event
 
-    from .appends import StoredEvent
+    from .event_rows import StoredEvent
 
 logger = logging.getLogger(__name__)
 

@@ -8,19 +8,19 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_app import ledger
-from sessions_app.errors import RecoveryFirst, StalePlan
+from sessions_app.lib import instruments
+from sessions_app.lib.errors import RecoveryFirst, StalePlan
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery as log_recovery
 from sessions_app.log import strategy as log_strategy
 from sessions_app.log import values as log_values
-from sessions_app.metrics import instruments
 from sessions_app.models import HELD, RECOVERED, AuditEntry, AutoRecoveryPolicy, RecoveryRecord, Session
-from sessions_app.notify import transitions as notifications
 from sessions_app.selectors import dangling_patch, recovery_plan, recovery_strategies
+from sessions_app.services import ledger
+from sessions_app.services.notify import transitions
 
-from .appends import StoredEvent, _count_for_agent, _locked_session, _store
 from .audit_log import WORKER, audit
+from .event_rows import StoredEvent, count_for_agent, locked_session, store_events
 from .publishing import publish_session_changed_on_commit
 
 
@@ -51,7 +51,7 @@ def recover(
     """
     log_values.check(note, prefix="note")
     with transaction.atomic():
-        session = _locked_session(session_id)
+        session = locked_session(session_id)
         plan = recovery_plan(session)
         return _apply_recovery(session, plan, user=user, digest=digest, note=note, context=context, abandon=abandon)
 
@@ -68,7 +68,7 @@ def recover_automatically(*, session_id: str, policy: AutoRecoveryPolicy, now: d
     with transaction.atomic():
         # The policy row serialises its agents' automatic recoveries, so the hourly count cannot race.
         policy = AutoRecoveryPolicy.objects.select_for_update().get(pk=policy.pk)
-        session = _locked_session(session_id)
+        session = locked_session(session_id)
         quiet = (now - session.last_activity_at).total_seconds()
         if not policy.enabled or not session.turn_stack or quiet < policy.quiet_seconds:
             return None
@@ -94,7 +94,7 @@ def recover_automatically(*, session_id: str, policy: AutoRecoveryPolicy, now: d
                     detail={"agent_name": session.agent_name, "policy": policy.agent_pattern, "limit": policy.max_per_hour},
                     actor_name=WORKER,
                 )
-                notifications.record(session, HELD, at=now, plan=plan, turns=turns, detail={"policy": policy.agent_pattern, "limit": policy.max_per_hour})
+                transitions.record(session, HELD, at=now, plan=plan, turns=turns, detail={"policy": policy.agent_pattern, "limit": policy.max_per_hour})
                 publish_session_changed_on_commit(session.id)
                 transaction.on_commit(instruments.RECOVERIES.labels(instruments.HELD).inc)
             return None
@@ -128,11 +128,11 @@ def _apply_recovery(
     }
     result = _apply_repairs(session, plan.repairs, plan, RecoveryRecord.RECOVERY, user, digest, note, extra=extra, recorded=recorded)
     if result.record is not None:
-        _count_for_agent(session, at=result.record.created_at, crashed_turns=len(plan.open_turns))
+        count_for_agent(session, at=result.record.created_at, crashed_turns=len(plan.open_turns))
         record = result.record
         detail = {"recovered_by": record.username, "automatic": record.automatic, "abandoned": record.abandoned, "record_id": record.pk}
         # The plan as it was before the recovery appended: what was owed, and what was recommended.
-        notifications.record(session, RECOVERED, at=record.created_at, plan=plan, turns=turns, detail=detail)
+        transitions.record(session, RECOVERED, at=record.created_at, plan=plan, turns=turns, detail=detail)
         transaction.on_commit(instruments.RECOVERIES.labels(instruments.MANUAL if policy is None else instruments.AUTOMATIC).inc)
     return result
 
@@ -141,7 +141,7 @@ def patch_dangling_calls(*, session_id: str, user, digest: str | None = None, no
     """The turn-blind patch (session-log.md section 4), only once no turn is open."""
     log_values.check(note, prefix="note")
     with transaction.atomic():
-        session = _locked_session(session_id)
+        session = locked_session(session_id)
         if session.turn_stack:
             raise RecoveryFirst(session.open_turns)
         repairs = dangling_patch(session)
@@ -158,7 +158,7 @@ def _apply_repairs(session, repairs, plan, kind, user, digest, note, *, extra=()
         raise StalePlan(plan or log_recovery.Plan([], list(repairs), []), session.event_count)
     if not repairs:
         return RepairResult(appended=[], next_seq=session.event_count, record=None)
-    rows = _store(session, [log_events.NewEvent(r.type, r.data, None) for r in [*repairs, *extra]], received_at=timezone.now())
+    rows = store_events(session, [log_events.NewEvent(r.type, r.data, None) for r in [*repairs, *extra]], received_at=timezone.now())
     recorded = recorded or {}
     if kind == RecoveryRecord.RECOVERY:
         session.recovered_at = timezone.now()

@@ -5,12 +5,13 @@ from __future__ import annotations
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_app import ledger
 from sessions_app.log import blob as log_blob
 from sessions_app.log import events as log_events
 from sessions_app.models import Project, Session
+from sessions_app.services import ledger
 
-from .appends import AGENT_NAME_MAX, _store, create_session
+from .appends import create_session
+from .event_rows import AGENT_NAME_MAX, store_events
 from .notes import import_notes
 
 
@@ -36,11 +37,11 @@ def import_blob(*, blob: object, session_id: str | None = None, project: Project
         session = create_session(
             session_id=session_id, agent_name=agent_name, project=project, parent=parent, seed_length=seed_length
         )
-        _store(session, loaded.events, received_at=None)  # the server never received these as they happened
+        store_events(session, loaded.events, received_at=None)  # the server never received these as they happened
         if carried := log_blob.followed_patch_seqs(loaded, warnings):
             session.carried_patch_seqs = carried
             session.save(update_fields=["carried_patch_seqs"])
-            ledger.track_patch(session, seqs=carried)  # _store read those results as real
+            ledger.track_patch(session, seqs=carried)  # store_events read those results as real
         import_notes(session, loaded.extra.get("notes"), loaded.follow_seq, warnings, now=now)
     return session, warnings
 

@@ -17,8 +17,9 @@ from django.db import OperationalError
 
 from dashboard import lanes as append_lane
 from dashboard.asgi import application, django_asgi_app
-from sessions_app import access, services
+from sessions_app import services
 from sessions_app.models import ApiToken, AuditEntry, Event
+from sessions_app.selectors import access
 from tests.access import case_tokens
 from tests.asgi import close_connections_of_the_sync_thread, http_scope, response_of  # noqa: F401 (the fixture)
 
@@ -119,7 +120,7 @@ def audited(session_id: str) -> list[tuple]:
 async def test_the_lane_answers_stores_and_audits_as_django_does(name, world, settings, monkeypatch):
     from asgiref.sync import sync_to_async
 
-    from sessions_app import access
+    from sessions_app.selectors import access
 
     # Every refusal recorded, not once a minute, so that one more written by the lane would show.
     monkeypatch.setattr(access, "DENIAL_RECORD_SECONDS", 0)
@@ -167,7 +168,7 @@ async def test_a_stored_batch_is_answered_by_the_lane_alone(world):
 
 
 async def test_the_lane_records_when_it_received_each_event(world):
-    """The lane's own insert (sessions_app.statements) stores the receive time; status and activity go by it."""
+    """The lane's own insert (sessions_app.lib.statements) stores the receive time; status and activity go by it."""
     from asgiref.sync import sync_to_async
     from django.utils import timezone
 

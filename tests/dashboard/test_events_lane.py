@@ -19,9 +19,10 @@ from django.db import OperationalError
 
 from dashboard import lanes
 from dashboard.asgi import application, django_asgi_app
-from sessions_app import access, selectors, services
+from sessions_app import selectors, services
 from sessions_app.log.events import validate_batch
 from sessions_app.models import ApiToken, AuditEntry
+from sessions_app.selectors import access
 from tests.access import case_tokens
 from tests.asgi import close_connections_of_the_sync_thread, http_scope, response_of  # noqa: F401 (the fixture)
 

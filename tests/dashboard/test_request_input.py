@@ -11,8 +11,8 @@ from django.conf import settings
 
 from dashboard.asgi import application
 from sessions_app import services
+from sessions_app.lib.params import MAX_DIGITS, BadParameter, decimal_int
 from sessions_app.models import Role
-from sessions_app.params import MAX_DIGITS, BadParameter, decimal_int
 from tests.access import member
 from tests.dashboard.conftest import WAIT, opened
 from tests.dashboard.live.test_consumers import append, append_sync, create
@@ -162,7 +162,7 @@ FORM_FIELD_PARAMETERS = {"expires_in_days"}
 
 
 def numeric_parameters_in_the_code() -> set[str]:
-    """The `name` of every call of sessions_app.params.decimal_int in dashboard/."""
+    """The `name` of every call of sessions_app.lib.params.decimal_int in dashboard/."""
     names = set()
     for module in (Path(__file__).resolve().parents[2] / "dashboard").rglob("*.py"):
         for node in ast.walk(ast.parse(module.read_text())):

@@ -1,4 +1,4 @@
-"""The ledger panel and notes in a real browser (issue 27): a crashed session's unknown external call first, read
+"""The ledger panel and notes in a real browser: a crashed session's unknown external call first, read
 superseded after recovery and a late real result on the card, in the ledger and on the fleet page alike, and in
 a fork of the recovered session only once the fork's own late result comes; a note added in one browser
 appears in another without reload, and survives export and import."""
@@ -15,7 +15,7 @@ from playwright.sync_api import expect
 
 from sessions_app.models import Membership, Project, Role, ToolPolicy
 from tests.access import member, token_for
-from tests.dashboard.pages.test_ledger_panel import CRASH
+from tests.dashboard.pages.test_ledger import CRASH
 from tests.e2e.conftest import PASSWORD, api_post, open_page
 from tests.sessions_app.services.test_recovery import store
 
@@ -126,8 +126,9 @@ def test_a_demo_sessions_ledger_matches_its_cards(browser, server, staff_user):
     TURNLOG_SCREENSHOTS set, the README's screenshots of the ledger panel and of a crashed session are taken here."""
     from django.core.management import call_command
 
-    from sessions_app import access, selectors, services
+    from sessions_app import selectors, services
     from sessions_app.models import Session
+    from sessions_app.selectors import access
 
     call_command("seed_demo", stdout=open(os.devnull, "w"))
     crashed = [s for s in Session.objects.order_by("created_at") if selectors.get_session(s.id).status == selectors.STALLED]

@@ -1,4 +1,4 @@
-"""Live equals reload (issue 24): a session page kept open while its session lives reads as a fresh load of it.
+"""Live equals reload: a session page kept open while its session lives reads as a fresh load of it.
 
 A session (kept within one page of blocks) goes through appends, a compaction,
 a turn opening and closing, a crash, a recovery from another tab and a fork.

@@ -1,4 +1,4 @@
-"""A project admin deletes a session in the browser (a confirmation, then sessions_app.retention): a second tab
+"""A project admin deletes a session in the browser (a confirmation, then sessions_app.services.retention): a second tab
 watching it says it is gone and stops, the session list drops its row, and a reload is a 404."""
 
 import pytest

@@ -20,7 +20,7 @@ from tests.access import member
 from tests.e2e.conftest import PASSWORD, open_page
 from tests.e2e.test_accessibility import axe_report
 from tests.servers import DaphneServer
-from tests.sessions_app.notify.crashes import crashed
+from tests.sessions_app.services.notify.crashes import crashed
 from tests.webhook_receiver import receiver  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -7,7 +7,18 @@ from django.test import Client
 
 from sessions_app import services
 from sessions_app.log import events as log_events
-from sessions_app.models import ApiToken, AuditEntry, Event, Membership, Project, RecoveryRecord, Role, Session, ToolPolicy, WebhookEndpoint
+from sessions_app.models import (
+    ApiToken,
+    AuditEntry,
+    Event,
+    Membership,
+    Project,
+    RecoveryRecord,
+    Role,
+    Session,
+    ToolPolicy,
+    WebhookEndpoint,
+)
 from tests.access import member, token_for
 from tests.conftest import ApiClient
 from tests.sessions_app import factories
@@ -336,7 +347,7 @@ def test_a_user_who_is_not_staff_cannot_open_the_admin(logs, django_user_model):
 
 
 def test_webhooks_in_the_admin_are_checked_and_audited(django_user_model, root, settings):
-    """Superusers add, change and delete webhooks through sessions_app.notify: a private address is the form's error."""
+    """Superusers add, change and delete webhooks through sessions_app.services.notify: a private address is the form's error."""
     settings.TURNLOG_WEBHOOK_ALLOW_PRIVATE = False
     form = {"project": Project.default().pk, "url": "http://127.0.0.1:9000/hook", "agent_patterns": "*", "kinds": '["stalled"]', "enabled": "on"}
     refused = root.post("/admin/sessions_app/webhookendpoint/add/", form)

@@ -1,4 +1,4 @@
-"""One call state everywhere (issue 27's property): for random logs, every call's state in
+"""One call state everywhere, as a property: for random logs, every call's state in
 `GET /api/v1/sessions/{id}/calls?all=true` is log.ledger's; a call the recovery plan owes reads
 the plan's risk once the session is not running; the strategies' "completed" calls are exactly
 those that read `completed` or `error` (or `superseded`, when a result marked synthetic came

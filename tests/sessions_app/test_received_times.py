@@ -1,4 +1,4 @@
-"""Times you can trust (issue 24, item 1): the server's receive time drives status, the stall
+"""Times you can trust: the server's receive time drives status, the stall
 window, list order, automatic recovery and the Agents figures; an agent's claimed times are
 kept as given, however many years off its clock is."""
 
@@ -15,7 +15,7 @@ from sessions_app import selectors, services, worker
 from sessions_app.log import blob as log_blob
 from sessions_app.log.events import format_time, validate_batch
 from sessions_app.models import AgentHour, AutoRecoveryPolicy, Event, Session
-from sessions_app.services import appends
+from sessions_app.services import event_rows
 from tests.sessions_app import factories as f
 
 pytestmark = pytest.mark.django_db
@@ -98,7 +98,7 @@ def test_the_agents_figures_count_a_skewed_agents_turns_now_and_its_stall(monkey
     append_claiming("s", [f.event("turn_start", turn=1)], AHEAD)
     project = Session.objects.get().project
     hours = list(AgentHour.objects.filter(agent_name="skewed-bot").values_list("hour", "turns"))
-    assert hours == [(appends.hour_of(Session.objects.get().last_activity_at), 1)]  # the hour received, not next year's
+    assert hours == [(event_rows.hour_of(Session.objects.get().last_activity_at), 1)]  # the hour received, not next year's
     now = later(monkeypatch, 121)
     (agent,) = selectors.agent_summaries([project.pk], now)
     assert agent.agent_name == "skewed-bot" and agent.stalled_now == 1 and agent.last_failure.session_id == "s"
@@ -142,7 +142,7 @@ def test_forks_copy_receive_times_and_imports_have_none():
     assert list(Session.objects.filter(selectors.status_filter("clean")).values_list("id", flat=True)) == ["i"]
     # Its turns count in their claimed hour, as before.
     hours = AgentHour.objects.filter(turns__gt=0).values_list("hour", flat=True)
-    assert appends.hour_of(imported.last_event_at) in hours
+    assert event_rows.hour_of(imported.last_event_at) in hours
 
 
 def test_an_export_and_import_round_trip_keeps_the_four_fields_exactly(api):

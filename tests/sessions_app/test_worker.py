@@ -211,7 +211,7 @@ def test_a_disabled_policy_stops_a_broader_one(tools):
 def test_no_enabled_policy_means_no_candidates(tools, django_assert_num_queries):
     AutoRecoveryPolicy.objects.create(agent_pattern="*", enabled=False)
     crash("s", "bot", "lookup_customer")
-    worker.run_round()  # notes the stall once (sessions_app/notify); no webhook to tell, so nothing to say
+    worker.run_round()  # notes the stall once (sessions_app/services/notify); no webhook to tell, so nothing to say
     # Projects with a retention, finished OTLP runs to close, stalls not yet noted, and the policies.
     with django_assert_num_queries(4):
         assert worker.run_round() == []

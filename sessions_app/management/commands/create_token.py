@@ -3,8 +3,9 @@ from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from sessions_app import access, services
+from sessions_app import services
 from sessions_app.models import Project, Role
+from sessions_app.selectors import access
 
 # Tool policies belong to no project (they rank every project's recovery previews), so editing
 # them stays a site-wide model permission, which an operator made here gets.

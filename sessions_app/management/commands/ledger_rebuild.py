@@ -1,7 +1,7 @@
 from django.core.management.base import BaseCommand
 
-from sessions_app import ledger
 from sessions_app.models import Session
+from sessions_app.services import ledger
 
 
 class Command(BaseCommand):

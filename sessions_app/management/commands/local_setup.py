@@ -4,8 +4,9 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
-from sessions_app import access, services
+from sessions_app import services
 from sessions_app.models import Project, Role
+from sessions_app.selectors import access
 
 ADMIN_USERNAME = "admin"
 

@@ -1,6 +1,6 @@
 """`manage.py recovery_worker [--once] [--interval SECONDS]`: the clock-driven automatic recovery and retention's
 sweep, stalls told to webhooks (sessions_app.worker), and between its rounds, every second, the webhook deliveries
-that are due (sessions_app.notify) and the search index's pending events (services.index_pending)."""
+that are due (sessions_app.services.notify) and the search index's pending events (services.index_pending)."""
 
 import signal
 import threading

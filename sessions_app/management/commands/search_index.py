@@ -7,7 +7,7 @@ restoring a database. Resumable: each transaction commits its rows with the sess
 
 from django.core.management.base import BaseCommand, CommandError
 
-from sessions_app.services import search_index
+from sessions_app.services import search as search_index
 
 
 class Command(BaseCommand):

@@ -5,7 +5,8 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 from django.utils import timezone
 
-from sessions_app import demo, services
+from sessions_app import services
+from sessions_app.lib import demo
 from sessions_app.log import events as log_events
 from sessions_app.models import AutoRecoveryPolicy, Event, Session, ToolPolicy
 

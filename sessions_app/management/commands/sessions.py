@@ -9,16 +9,20 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-# The Agents page's own wording of its figures, so the table reads the same here.
-from sessions_app import access, errors, retention, selectors, services
+from sessions_app import selectors, services
+from sessions_app.lib import errors
+from sessions_app.lib.params import BadParameter, decimal_int
+from sessions_app.lib.wording import agent_label, duration, percent, seq_range, strategy_counts
 from sessions_app.log import clock as log_clock
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
 from sessions_app.log import strategy as log_strategy
 from sessions_app.log.events import format_time, tool_name
 from sessions_app.models import SESSION_ID_PATTERN, Project, Role, session_id_validator
-from sessions_app.params import BadParameter, decimal_int
-from sessions_app.wording import agent_label, duration, percent, seq_range, strategy_counts
+
+# The Agents page's own wording of its figures, so the table reads the same here.
+from sessions_app.selectors import access
+from sessions_app.services import retention
 
 
 def printable(text: str) -> str:

@@ -17,9 +17,11 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from sessions_app import access, demo, services
+from sessions_app import services
+from sessions_app.lib import demo
 from sessions_app.management.commands.create_token import at_least
 from sessions_app.models import ApiToken, Project, Role, hash_token
+from sessions_app.selectors import access
 from turnlog_client import ApiError, Client, TransportError, Unauthenticated
 
 SIMULATOR_USERNAME = "simulator"

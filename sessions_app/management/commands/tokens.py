@@ -9,9 +9,10 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from sessions_app import access, services
+from sessions_app import services
+from sessions_app.lib.params import BadParameter, decimal_int
 from sessions_app.models import ApiToken, Project, Scope, hash_token
-from sessions_app.params import BadParameter, decimal_int
+from sessions_app.selectors import access
 
 EXPIRES_IN = re.compile(r"^(?P<count>[0-9]+)(?P<unit>[dh]?)$")
 HOURS_PER_UNIT = {"d": 24, "": 24, "h": 1}  # a bare number counts days

@@ -13,20 +13,19 @@ from datetime import timedelta
 
 import pytest
 from channels.db import database_sync_to_async
+from channels.testing import WebsocketCommunicator
 from django.conf import settings as django_settings
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from channels.testing import WebsocketCommunicator
-
-from dashboard.live import credentials, stream
-from dashboard.live.credentials import Registration
-
 from dashboard.asgi import application
+from dashboard.live import credentials, stream
 from dashboard.live.consumers import CLOSE_NOT_FOUND, CLOSE_RENEW, CLOSE_UNAUTHENTICATED
-from sessions_app import access, services
+from dashboard.live.credentials import Registration
+from sessions_app import services
 from sessions_app.models import ApiToken, Project, Role, hash_token
+from sessions_app.selectors import access
 from tests.access import member, token_for
 from tests.conftest import ApiClient
 from tests.dashboard.conftest import QUIET, WAIT, down_for

@@ -1,4 +1,4 @@
-"""A session deleted while it is watched (sessions_app/retention): its page says so and closes 4410, its JSON streams
+"""A session deleted while it is watched (sessions_app/services/retention): its page says so and closes 4410, its JSON streams
 close 4410, reconnecting is refused 4404 as for any unknown session, and the session list drops its row; nothing
 fails on the server."""
 
@@ -13,7 +13,7 @@ from channels.db import database_sync_to_async
 from dashboard.live import sessions as live
 from dashboard.live import stream
 from dashboard.live.consumers import CLOSE_GONE
-from sessions_app import retention
+from sessions_app.services import retention
 from tests.dashboard.conftest import QUIET, WAIT
 from tests.dashboard.live.test_consumers import append, create, open_socket
 from tests.dashboard.live.test_sessions import browser_socket, closed_with

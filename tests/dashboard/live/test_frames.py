@@ -12,17 +12,16 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from django.contrib.auth import get_user_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from django.contrib.auth import get_user_model
-
 from dashboard.live import frames
 from dashboard.pages import notes, transcript
-from sessions_app import access, services
+from sessions_app import services
 from sessions_app.log.events import event_to_wire, validate_batch
 from sessions_app.models import Session
-from sessions_app.selectors import events_since
+from sessions_app.selectors import access, events_since
 from tests import dom
 
 pytestmark = pytest.mark.django_db

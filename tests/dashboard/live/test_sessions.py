@@ -21,11 +21,11 @@ from dashboard.pages import raw_log
 from sessions_app import services
 from sessions_app.log.events import validate_batch
 from sessions_app.models import Role
+from tests import dom
 from tests.access import member
 from tests.dashboard.conftest import QUIET, WAIT, down_for, opened
 from tests.dashboard.live.test_consumers import append, append_sync, close, create, open_socket
 from tests.dashboard.pages.test_fork_views import offered
-from tests import dom
 from tests.servers import DaphneServer
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.asyncio, pytest.mark.usefixtures("slow_poll", "fresh_layer")]
@@ -599,7 +599,7 @@ async def test_shared_frames_render_on_the_database_threads_which_keep_their_con
 
     from asgiref.sync import sync_to_async
 
-    from sessions_app import db_threads
+    from sessions_app.lib import db_threads
 
     settings.TURNLOG_DB_THREADS = 2
     await sync_to_async(db_threads.stop)()
@@ -695,14 +695,14 @@ async def test_a_stalled_pages_ledger_reads_the_risk_without_any_event(sid, sess
 
 @database_sync_to_async
 def note(user, session_id: str, text: str, seq: int | None) -> int:
-    from sessions_app import access
+    from sessions_app.selectors import access
 
     return services.add_note(actor=access.Actor(user=user), session_id=session_id, text=text, tags=["verified"], seq=seq).pk
 
 
 @database_sync_to_async
 def edit(user, note_id: int, text: str) -> None:
-    from sessions_app import access
+    from sessions_app.selectors import access
 
     services.edit_note(actor=access.Actor(user=user), note_id=note_id, text=text)
 

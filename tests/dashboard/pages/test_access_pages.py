@@ -1,4 +1,4 @@
-"""Who sees which pages (dashboard.pages.sessions through sessions_app.access), by Django's test client.
+"""Who sees which pages (dashboard.pages.sessions through sessions_app.selectors.access), by Django's test client.
 
 A session in a project the user is no member of does not exist for them: every
 page of it answers 404 like an unknown id, and the list never shows it. Inside

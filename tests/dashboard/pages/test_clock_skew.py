@@ -1,4 +1,4 @@
-"""The clock-skew note (issue 24, item 1): where an event's claimed time and its receive time
+"""The clock-skew note: where an event's claimed time and its receive time
 differ by more than TURNLOG_CLOCK_SKEW_SECONDS, the session header and the event's rows say so,
 on a page load and in the live frames alike; the claimed time is shown as given."""
 

@@ -1,5 +1,5 @@
 """Hostile content that the log stores must still render: pages, partials and the recovery preview
-answer 200 with it escaped, whatever JSON-looking text an agent sent (found by a probe of issue 24)."""
+answer 200 with it escaped, whatever JSON-looking text an agent sent."""
 
 from __future__ import annotations
 

@@ -4,10 +4,11 @@ import pytest
 from django.test import Client
 from django.utils.html import escape
 
-from sessions_app import access, services
+from sessions_app import services
 from sessions_app.models import AuditEntry, Note, Role, ToolPolicy
+from sessions_app.selectors import access
 from tests.access import member
-from tests.dashboard.pages.test_ledger_panel import CRASH, panel
+from tests.dashboard.pages.test_ledger import CRASH, panel
 from tests.sessions_app.services.test_recovery import store
 
 pytestmark = pytest.mark.django_db

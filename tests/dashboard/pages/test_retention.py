@@ -123,7 +123,7 @@ def test_the_project_admin_changes_retention_through_the_audited_function(django
 
 
 def test_the_audit_log_says_what_went_and_who_or_which_retention_deleted_it(admin):
-    from sessions_app import retention
+    from sessions_app.services import retention
 
     stored("by-hand", [f.user("hi"), f.assistant(calls=["c1"])])
     retention.delete_session(session_id="by-hand", actor=admin)

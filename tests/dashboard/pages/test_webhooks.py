@@ -9,10 +9,11 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 
-from sessions_app import notify, worker
+from sessions_app import worker
 from sessions_app.models import AuditEntry, Project, Role, WebhookEndpoint
+from sessions_app.services import notify
 from tests.access import member
-from tests.sessions_app.notify.crashes import crashed, stalled_clock
+from tests.sessions_app.services.notify.crashes import crashed, stalled_clock
 from tests.webhook_receiver import receiver  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.django_db

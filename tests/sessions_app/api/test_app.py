@@ -17,9 +17,20 @@ from django.test import Client
 from django.utils import timezone
 from ninja import Schema
 
-from sessions_app import field_paths, services
+from sessions_app import services
 from sessions_app.api.app import api
-from sessions_app.models import REPLACE_BOUND_MAX, ApiToken, CallSighting, Event, IdempotentRequest, RecoveryRecord, Role, Session, ToolPolicy
+from sessions_app.lib import field_paths
+from sessions_app.models import (
+    REPLACE_BOUND_MAX,
+    ApiToken,
+    CallSighting,
+    Event,
+    IdempotentRequest,
+    RecoveryRecord,
+    Role,
+    Session,
+    ToolPolicy,
+)
 from tests.access import token_for
 from tests.conftest import ApiClient
 from tests.sessions_app import factories as f
@@ -457,7 +468,7 @@ def test_the_login_session_also_authenticates(client, agent_user):
     assert client.get("/api/v1/sessions").status_code == 200
 
 
-# A revoked or expired token's 401 says so (issue 24, item 6, i) ------------------------------
+# A revoked or expired token's 401 says so ------------------------------
 
 SEND = "send Authorization: Bearer <token> (or log in)"
 
@@ -502,7 +513,7 @@ def test_a_deactivated_users_token_and_an_unknown_token_say_so_and_no_token_asks
     assert refused(None, "get", "/api/v1/sessions", None)["detail"] == SEND
 
 
-# Error locations name the field as the client sent it (issue 24, item 6, j) -------------------
+# Error locations name the field as the client sent it -------------------
 
 
 @pytest.mark.parametrize("method, path, body, loc, shown", [
@@ -580,7 +591,7 @@ def test_docs_are_served_without_a_cdn(api, agent_user, client):
 
 
 def test_the_openapi_document_keeps_its_path_order_and_operation_ids_across_the_endpoint_modules(api):
-    """Issue 25 split the endpoints into one module per resource; clients generated from the
+    """The endpoints live in one module per resource; clients generated from the
     document name their methods after its operation ids, and /sessions/import must be tried
     before /sessions/{session_id} ("import" is a valid session id)."""
     paths = api.get("/api/v1/openapi.json").json()["paths"]

@@ -3,8 +3,9 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from sessions_app import access, services
+from sessions_app import services
 from sessions_app.models import AuditEntry, Membership, Project, Role
+from sessions_app.selectors import access
 from tests.access import member, token_for
 from tests.conftest import ApiClient
 

@@ -16,9 +16,18 @@ from django.core.management import CommandError, call_command
 from django.db import OperationalError, connection
 from django.utils import timezone
 
-from sessions_app import notify, services, worker
+from sessions_app import services, worker
 from sessions_app.log.events import validate_batch
-from sessions_app.models import AutoRecoveryPolicy, Delivery, Project, RecoveryRecord, Session, ToolPolicy, WebhookEndpoint
+from sessions_app.models import (
+    AutoRecoveryPolicy,
+    Delivery,
+    Project,
+    RecoveryRecord,
+    Session,
+    ToolPolicy,
+    WebhookEndpoint,
+)
+from sessions_app.services import notify
 from tests.servers import PROJECT_DIR, database_url
 from tests.sessions_app.test_worker import crash
 from tests.webhook_receiver import receiver  # noqa: F401  (the fixture)

@@ -8,7 +8,8 @@ from django.core.management.base import CommandError
 from django.db import connection
 from django.utils import timezone
 
-from sessions_app import demo, services
+from sessions_app import services
+from sessions_app.lib import demo
 from sessions_app.management.commands import simulate
 from sessions_app.models import ApiToken, Event, Session, hash_token
 from tests.access import token_for

@@ -20,8 +20,9 @@ from django.db import connection
 from prometheus_client.parser import text_string_to_metric_families
 from websockets.sync.client import connect
 
-from sessions_app import notify, services
+from sessions_app import services
 from sessions_app.models import Project, Role
+from sessions_app.services import notify
 from tests.access import token_for
 from tests.servers import PROJECT_DIR, DaphneServer, database_url
 from tests.sessions_app import factories as f

@@ -1,7 +1,7 @@
 """Dead processes' metric files merged into one, their counts kept; a merge cut short finished by the next scrape.
 
 Real processes write real files (prometheus-client in multi-process mode, the instruments of
-sessions_app.metrics.instruments) and are killed with SIGKILL; the merge then runs as a scrape runs it.
+sessions_app.lib.instruments) and are killed with SIGKILL; the merge then runs as a scrape runs it.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""sessions_app.otel.closer on a live Daphne: a finished run's turn_end, written when its settle time
+"""sessions_app.api.otlp_closer on a live Daphne: a finished run's turn_end, written when its settle time
 is up, reaches a stream that is watching the session, as every append does, and reads back the same."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import urllib.request
 
 from websockets.sync.client import connect
 
+from tests.sessions_app.api.test_otlp import PROTOBUF, as_protobuf, run_spans
 from tests.sessions_app.otel.conftest import SETTLE
-from tests.sessions_app.otel.test_endpoint import PROTOBUF, as_protobuf, run_spans
 
 WAIT = 10.0
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from sessions_app import access, services
+from sessions_app import services
 from sessions_app.models import Project
-from sessions_app.otel.mapping.readings import MODEL, TOOL, Message, Reading
+from sessions_app.otel.readings import MODEL, TOOL, Message, Reading
+from sessions_app.selectors import access
 from tests.access import member
 
 T, ROOT = "a" * 32, "0000000000000001"

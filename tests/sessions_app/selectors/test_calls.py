@@ -39,7 +39,8 @@ def test_the_log_is_read_once_whatever_the_number_of_calls(api):
 
 
 def test_a_calls_notes_are_those_on_its_sighting_dispatches_and_results(api, agent_user):
-    from sessions_app import access, services
+    from sessions_app import services
+    from sessions_app.selectors import access
 
     make_session(api, "s")
     append(api, "s", [

@@ -1,7 +1,8 @@
 import pytest
 from django.db import connection
 
-from sessions_app import errors, services
+from sessions_app import services
+from sessions_app.lib import errors
 from sessions_app.log.events import validate_batch
 from sessions_app.log.structure import place_all
 from sessions_app.models import REPLACE_BOUND_MAX, CallSighting, Event, Session

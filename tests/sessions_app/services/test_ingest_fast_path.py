@@ -1,4 +1,4 @@
-"""The append fast path (issue 12): orjson, one screen of the batch, plain-tuple inserts.
+"""The append fast path: orjson, one screen of the batch, plain-tuple inserts.
 
 It must answer and store exactly what the earlier path did: the same value or
 error for any body, the same refusal (reason and index) for any batch, the
@@ -17,10 +17,9 @@ from hypothesis import strategies as st
 from sessions_app import services
 from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
-from sessions_app.log import structure
-from sessions_app.log import values
+from sessions_app.log import structure, values
 from sessions_app.models import REPLACE_BOUND_MAX, AgentHour, CallSighting, Event, Session
-from sessions_app.services import appends, publishing
+from sessions_app.services import event_rows, publishing
 from tests.sessions_app import factories as f
 
 # Bodies ------------------------------------------------------------------
@@ -171,7 +170,7 @@ def test_the_api_names_the_same_index_and_reason(api, batch, index, reason):
 
 
 def reference_store(session: Session, events) -> list[Event]:
-    """The earlier `_store`: one Event model instance per event, bulk_create (kept here as the reference)."""
+    """The earlier `store_events`: one Event model instance per event, bulk_create (kept here as the reference)."""
     from django.utils import timezone
 
     now = timezone.now()
@@ -184,7 +183,7 @@ def reference_store(session: Session, events) -> list[Event]:
         rows.append(
             Event(
                 session=session, seq=seq, type=new.type, time=new.time or now, received_at=now, data=new.data,
-                call_id=log_events.call_id(new.data) if new.type in appends.CALL_ID_TYPES else None,
+                call_id=log_events.call_id(new.data) if new.type in event_rows.CALL_ID_TYPES else None,
                 turn_seq=placement.turn_seq, step_seq=placement.step_seq,
                 replace_start=min(replaced[0], REPLACE_BOUND_MAX) if replaced else None,
                 replace_stop=min(replaced[1], REPLACE_BOUND_MAX) if replaced else None,
@@ -206,8 +205,8 @@ def reference_store(session: Session, events) -> list[Event]:
         session.repeated_failures_at = None
         fields.append("repeated_failures_at")
     session.save(update_fields=fields)
-    for hour, turns in Counter(appends.hour_of(now) for r in rows if r.type == "turn_start").items():
-        appends._count_for_agent(session, at=hour, turns=turns)
+    for hour, turns in Counter(event_rows.hour_of(now) for r in rows if r.type == "turn_start").items():
+        event_rows.count_for_agent(session, at=hour, turns=turns)
     return rows
 
 
@@ -269,7 +268,7 @@ def test_the_fast_insert_stores_the_same_rows_as_the_orm_did(monkeypatch):
         services.create_session(session_id=sid, agent_name=f"agent-{sid}")
     for batch in batches:
         with transaction.atomic():
-            reference_store(appends._locked_session("old"), log_events.validate_batch(batch))
+            reference_store(event_rows.locked_session("old"), log_events.validate_batch(batch))
         services.append_events(session_id="new", events=log_events.validate_batch(batch))
     old, new = stored("old"), stored("new")
     assert len(new["raw_events"]) == 16 and len(new["sightings"]) == 6

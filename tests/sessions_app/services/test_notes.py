@@ -3,10 +3,11 @@
 import pytest
 from django.contrib.auth import get_user_model
 
-from sessions_app import access, services
-from sessions_app.errors import InvalidNote, NoteNotFound, SessionNotFound
+from sessions_app import services
+from sessions_app.lib.errors import InvalidNote, NoteNotFound, SessionNotFound
 from sessions_app.log.events import validate_batch
 from sessions_app.models import ApiToken, AuditEntry, Event, Note, Project, Role
+from sessions_app.selectors import access
 from sessions_app.services import notes as note_rules
 from tests.access import member, token_for
 from tests.sessions_app import factories as f

@@ -9,10 +9,11 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from sessions_app import access, selectors, services, worker
+from sessions_app import selectors, services, worker
 from sessions_app.models import AgentHour, Event, OtlpTrace, Project, Session
+from sessions_app.selectors import access
 from tests.access import member
-from tests.sessions_app.otel.mapping.test_planner import ROOT, T, UNKNOWN, _crashed_run, chat, finished_run
+from tests.sessions_app.otel.test_planner import ROOT, UNKNOWN, T, _crashed_run, chat, finished_run
 
 pytestmark = pytest.mark.django_db
 
@@ -137,7 +138,7 @@ def test_a_late_root_after_recovery_writes_no_second_turn_end(actor, project):
 
 
 def test_spans_of_a_root_that_is_no_agent_close_their_run(actor, project):
-    from sessions_app.otel.mapping.readings import OTHER, Reading
+    from sessions_app.otel.readings import OTHER, Reading
 
     http_root = Reading(OTHER, T, "9999999999999999", None, "POST /chat", start_ns=1, end_ns=200)
     ingest(actor, project, [chat("a000000000000001", [], parent=ROOT, text="hi"), http_root])

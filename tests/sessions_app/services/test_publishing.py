@@ -7,7 +7,8 @@ import pytest
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
-from sessions_app import errors, services
+from sessions_app import services
+from sessions_app.lib import errors
 from sessions_app.log.events import validate_batch
 from sessions_app.models import Event
 from sessions_app.services import publishing
@@ -98,7 +99,7 @@ async def test_from_a_database_thread_each_commit_is_published_once_in_order_by_
 
     from asgiref.sync import sync_to_async
 
-    from sessions_app import db_threads
+    from sessions_app.lib import db_threads
 
     settings.TURNLOG_DB_THREADS = 2
     db_threads.stop()
@@ -134,7 +135,7 @@ def test_a_publish_posted_to_a_loop_that_closed_is_logged_not_raised(monkeypatch
     """A commit on a database thread while the server stops: the append stands, the publish is skipped."""
     import asyncio
 
-    from sessions_app import db_threads
+    from sessions_app.lib import db_threads
 
     closed = asyncio.new_event_loop()
     closed.close()
@@ -152,7 +153,7 @@ async def test_from_database_threads_a_group_slow_to_publish_holds_up_no_other(s
 
     from asgiref.sync import sync_to_async
 
-    from sessions_app import db_threads
+    from sessions_app.lib import db_threads
 
     settings.TURNLOG_DB_THREADS = 2
     db_threads.stop()

@@ -7,7 +7,8 @@ from django.contrib.auth import get_user_model
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sessions_app import errors, selectors, services
+from sessions_app import selectors, services
+from sessions_app.lib import errors
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery
 from sessions_app.log.events import event_to_wire, validate_batch

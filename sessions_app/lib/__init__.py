@@ -1,0 +1,1 @@
+"""Small shared helpers every layer may use: no models, no reads, no writes."""

@@ -1,0 +1,29 @@
+import io
+
+from django.core.management import call_command
+
+from sessions_app import selectors
+from sessions_app.lib import demo
+from sessions_app.models import Event, ToolPolicy
+
+
+def test_every_demo_tool_has_a_side_effect_class_of_each_kind():
+    classes = {name: demo.side_effect_class(name) for name in demo.TOOLS}
+    assert "unknown" not in classes.values(), classes
+    assert set(classes.values()) == {"read_only", "idempotent", "external_effect"}
+    assert classes["create_refund"] == classes["send_email"] == "external_effect"
+    assert classes["lookup_customer"] == "read_only"
+
+
+def test_seed_demo_stores_the_demo_tool_policies_once(db):
+    call_command("seed_demo", "--sessions", "6", stdout=io.StringIO())
+    called = set(Event.objects.filter(type="tool_result").values_list("data__name", flat=True))
+    assert called and not called - set(demo.TOOLS)
+    classes = selectors.side_effect_classes(set(demo.TOOLS))
+    assert classes == {name: demo.side_effect_class(name) for name in demo.TOOLS}
+    assert "unknown" not in classes.values()
+
+    ToolPolicy.objects.filter(pattern="send_*").update(side_effect=ToolPolicy.IDEMPOTENT)  # a person's edit
+    call_command("seed_demo", stdout=io.StringIO())
+    assert ToolPolicy.objects.get(pattern="send_*").side_effect == ToolPolicy.IDEMPOTENT
+    assert ToolPolicy.objects.count() == len(demo.TOOL_POLICIES)
