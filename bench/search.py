@@ -25,11 +25,11 @@ database) this script:
 4. measures the index's size against the events' (SQLite: `dbstat`;
    PostgreSQL: `pg_total_relation_size`, table + indexes + TOAST).
 
-Targets (issue 27): a selective word's first page < 200 ms, a common word's
+Targets: a selective word's first page < 200 ms, a common word's
 < 500 ms (median, both callers), and the index at most the events' own size.
 The exit status is 1 when one is missed. Append throughput with the index on
 is measured by bench/append_cpu.py and bench/ingest.py against the tree
-before (docs/benchmarks.md, "Search").
+before (docs/performance.md, "Ingest").
 
     .venv/bin/python bench/search.py [--db sqlite|postgres|both] [--events N] [--runs N]
 """

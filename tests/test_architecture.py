@@ -1,4 +1,4 @@
-"""The layout's rules (docs/architecture.md), checked on the source: imports only go down,
+"""The layout's rules (docs/internals/architecture.md), checked on the source: imports only go down,
 and pages and live code query no model manager themselves.
 
 Every import counts, those inside functions too: a lazy import is still a dependency,
@@ -19,7 +19,7 @@ PRODUCT = ("sessions_app", "dashboard", "turnlog_client")
 
 # Rooms from the bottom up, per top-level package: a module may import its own room and the
 # rooms below it, never one above. Every module must belong to a room (a new one is placed here
-# and in docs/architecture.md). A name matches itself and everything under it; one ending in "="
+# and in docs/internals/architecture.md). A name matches itself and everything under it; one ending in "="
 # matches only itself (a package's own __init__).
 ROOMS = {
     "sessions_app": [
@@ -283,14 +283,14 @@ MAX_LINES = 450
 
 
 def oversized(line_counts: dict[str, int], doc: str) -> list[str]:
-    """Modules over MAX_LINES that docs/architecture.md does not justify (a bullet naming the path)."""
+    """Modules over MAX_LINES that docs/internals/architecture.md does not justify (a bullet naming the path)."""
     section = doc.split("## Modules over 450 lines", 1)[1].split("\n## ", 1)[0]
     return sorted(path for path, count in line_counts.items() if count > MAX_LINES and f"- `{path}`" not in section)
 
 
 def test_no_module_is_over_450_lines_without_a_reason_in_the_docs():
     counts = {str(path.relative_to(ROOT)): len(path.read_text().splitlines()) for path in MODULES.values()}
-    assert oversized(counts, (ROOT / "docs" / "architecture.md").read_text()) == []
+    assert oversized(counts, (ROOT / "docs" / "internals" / "architecture.md").read_text()) == []
 
 
 def test_the_size_check_refuses_a_long_module_unless_the_docs_say_why():
@@ -300,7 +300,7 @@ def test_the_size_check_refuses_a_long_module_unless_the_docs_say_why():
 
 
 def test_the_rooms_are_the_ones_docs_architecture_describes():
-    doc = (ROOT / "docs" / "architecture.md").read_text()
+    doc = (ROOT / "docs" / "internals" / "architecture.md").read_text()
     for rooms in ROOMS.values():
         for room, prefixes in rooms:
             for prefix in (p.removesuffix("=") for p in prefixes):
