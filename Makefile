@@ -2,7 +2,7 @@
 #   with the automatic recovery worker (manage.py recovery_worker) beside it, stopped when the server exits;
 #   the server is Daphne's runserver, which takes its websocket limits from the settings (TURNLOG_WS_MAX_MESSAGE_BYTES)
 # `make simulate`: live demo agents against the server `make run` started (the same HOST=... PORT=...)
-# `make run-scaleout`: docs/deploy.md's deployment on this machine: 2 Daphne + the worker + nginx on PostgreSQL
+# `make run-scaleout`: docs/guide/deploy.md's deployment on this machine: 2 Daphne + the worker + nginx on PostgreSQL
 #   (DATABASE_URL, default its own database turnlog_scaleout at 127.0.0.1:5432) and a Redis of its own, free ports
 # `make test`: set everything up and run the whole test suite
 # `make bench`: every benchmark (bench/otlp.py also runs Arize Phoenix from its own virtualenv, PHOENIX_VENV)
@@ -33,7 +33,7 @@ migrate: $(VENV)/.installed-run
 	$(BIN)/python manage.py migrate --noinput
 
 # Every process of a run (the server, the worker) writes its metrics under one directory, wiped at each
-# start: /metrics adds them up (docs/metrics.md). Exported before Python starts: prometheus-client reads it at import.
+# start: /metrics adds them up (docs/guide/metrics.md). Exported before Python starts: prometheus-client reads it at import.
 METRICS_DIR := var/prometheus
 run: migrate
 	$(BIN)/python manage.py seed_demo

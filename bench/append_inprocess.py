@@ -2,8 +2,8 @@
 fresh database, batches of 1000 / 100 / 1 (24, 150 and 2,400 of them, `make_events`), the median CPU time
 per append over 12 groups after a sixth of warm-up. CPU time of this process and, on PostgreSQL, of its
 backend (from /proc), not wall time: on a shared machine wall time moved by half between neighbouring runs.
-Prints one JSON line {batch: ms}. No target: an A/B tool (docs/benchmarks.md, *Append throughput with the
-ledger and search on*); run it from each tree in turn, the script from this one:
+Prints one JSON line {batch: ms}. No target: an A/B tool (docs/performance.md, *Measuring tools*);
+run it from each tree in turn, the script from this one:
 
     (cd /tmp/before && .venv/bin/python $OLDPWD/bench/append_inprocess.py sqlite|postgres)
     .venv/bin/python bench/append_inprocess.py sqlite|postgres

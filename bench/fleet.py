@@ -22,7 +22,7 @@ For each database (a fresh SQLite file, and/or a fresh PostgreSQL database) this
 5. checks the answers: every listed call is the caller's project's, in the states asked,
    newest first.
 
-Target: the page's query under 100 ms (median) on both databases. Results: docs/benchmarks.md.
+Target: the page's query under 100 ms (median) on both databases. Results: docs/performance.md.
 
     .venv/bin/python bench/fleet.py [--db sqlite|postgres|both] [--sessions N] [--runs N]
 """

@@ -27,7 +27,7 @@ database) this script:
 Each fork copies ~100,000 rows, so the events table grows by that much per
 run; the table shows every run. Target: the median fork under 2 s, for both
 boundaries, on every database measured; the exit status is 1 when it is
-missed. Results and method: docs/benchmarks.md.
+missed. Results and method: docs/performance.md.
 
     .venv/bin/python bench/fork.py [--db sqlite|postgres|both] [--events N] [--runs N]
 """

@@ -33,7 +33,7 @@ interleaved rounds (shuffled order per round) so that all see the same table
 size and machine state. Targets: API(1000) >= 0.20 of executemany on SQLite,
 >= 0.50 on PostgreSQL; batch 1 >= 300 events/s with one client, >= 800 events/s
 with 8. Each figure is printed next to its target; the exit status is 1 when
-one is missed. Results and method: docs/benchmarks.md.
+one is missed. Results and method: docs/performance.md.
 
     .venv/bin/python bench/ingest.py [--db sqlite|postgres|both] [--events N] [--redis] [--worker]
 """

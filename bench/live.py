@@ -41,7 +41,8 @@ receipt time (time.time() in the autobahn callback):
   answer is sent, so this can be negative (the frame overtakes the answer).
 
 Targets for (a): zero lost and zero duplicated events for every viewer, and
-every viewer connected until the end. Latency is reported, not judged.
+every viewer connected until the end; a p99 commit-to-receipt latency under
+P99_TARGETS' bound for each workload and scenario.
 
 Part (b), in each child after its servers are stopped (django.setup() on the
 same database, in-process): server time of `GET /sessions/{id}/` through
@@ -53,7 +54,7 @@ last turn open (a live session, whose page also shows the recovery
 preview of the open turn) and again after `services.recover` closed it.
 Target: the big session's page within 2x of the small one's, for both.
 
-The exit status is 1 when any target is missed. Results: docs/benchmarks.md.
+The exit status is 1 when any target is missed. Results: docs/performance.md.
 
     .venv/bin/python bench/live.py [--scenario embedded|scaleout|both] [--db sqlite|postgres] [--viewers N] [--viewer-kind json|page]
                                    [--rate R] [--duration S] [--append-connections N]

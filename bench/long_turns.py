@@ -19,7 +19,7 @@ In this process, on a fresh database (SQLite by default; --db postgres):
    along the turn, at each thousandth event, and the render time. Target: every
    message under frames.FRAME_BYTES (64 KiB), the frame of the last event too.
 
-The exit status is 1 when a target is missed. Results: docs/benchmarks.md.
+The exit status is 1 when a target is missed. Results: docs/performance.md.
 
     .venv/bin/python bench/long_turns.py [--db sqlite|postgres] [--runs N] [--turn-events N] [--spans N] [--frame-events N]
 """

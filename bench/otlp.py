@@ -46,7 +46,7 @@ resources off.
 store) next to the native append of the same runs, with --profile a cProfile.
 
 Prints a table; the exit status is 1 when a target is missed. Results and
-method: docs/benchmarks.md.
+method: docs/performance.md.
 
     .venv/bin/python bench/otlp.py [--spans N] [--phoenix-venv DIR | --no-phoenix] [--skip-native] [--phases [--profile]]
 """
@@ -783,7 +783,7 @@ def report(work: Workload, ingest: IngestResult | None, turnlog: ExportResult, p
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Method and results: docs/benchmarks.md")
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Method and results: docs/performance.md")
     parser.add_argument("--spans", type=int, default=20_000, help="spans to generate (whole runs: a few more; default 20,000)")
     parser.add_argument("--batch", type=int, default=512, help="spans per OTLP request (the SDK's default batch, 512)")
     parser.add_argument("--runs-per-conversation", type=int, default=3, help="runs (traces) per conversation (default 3)")

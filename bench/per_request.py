@@ -9,8 +9,8 @@ server's and Django's fixed cost), GET of the session, GET of 10 events, and
 POST of one event. The trees' servers take turns round by round (the order
 alternates), so they see the same machine. Printed per tree and request kind:
 the median over rounds of wall milliseconds per request and of the server's
-CPU milliseconds per request (user + system, from /proc). No target: the
-figures feed docs/benchmarks.md's *Per-request cost* section.
+CPU milliseconds per request (user + system, from /proc). No target: an A/B
+tool (docs/performance.md, *Measuring tools*).
 
     .venv/bin/python bench/per_request.py [--tree DIR ...] [--rounds 6] [--requests 150]
 """

@@ -26,7 +26,7 @@ database) this script:
      project never runs it; PostgreSQL's autovacuum does, on its own schedule).
 
 Target: the selector under 50 ms (median) on every database measured; the exit
-status is 1 when it is missed. Results and method: docs/benchmarks.md.
+status is 1 when it is missed. Results and method: docs/performance.md.
 
     .venv/bin/python bench/recovery.py [--db sqlite|postgres|both] [--events N] [--runs N]
 """

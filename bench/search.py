@@ -29,7 +29,7 @@ Targets: a selective word's first page < 200 ms, a common word's
 < 500 ms (median, both callers), and the index at most the events' own size.
 The exit status is 1 when one is missed. Append throughput with the index on
 is measured by bench/append_cpu.py and bench/ingest.py against the tree
-before (docs/benchmarks.md, "Search").
+before (docs/performance.md, "Ingest").
 
     .venv/bin/python bench/search.py [--db sqlite|postgres|both] [--events N] [--runs N]
 """

@@ -7,7 +7,7 @@ transactions; 4,000 single-event appends to another session, then indexed. Wall 
 sides in the same run on the same database. Prints events/s of each and the ratio
 index rate / append rate: above 1, one worker keeps up with appends arriving as fast as
 this process stores them. The append throughput target is end to end (bench/ingest.py
-against the tree before, docs/benchmarks.md).
+against the tree before, docs/performance.md).
 
     .venv/bin/python bench/search_append.py sqlite|postgres
 """

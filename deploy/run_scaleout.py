@@ -1,4 +1,4 @@
-"""`make run-scaleout`: the deployment of docs/deploy.md on one machine, to try and to test.
+"""`make run-scaleout`: the deployment of docs/guide/deploy.md on one machine, to try and to test.
 
 Starts N Daphne processes (2 by default, each `turnlog daphne`) and the
 worker on one PostgreSQL database and one Redis, behind nginx with the
@@ -35,7 +35,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 TEMPLATE = PROJECT_DIR / "deploy" / "nginx.conf.template"
-# Each Daphne as docs/deploy.md's unit starts it: `turnlog daphne` passes the site's websocket limits.
+# Each Daphne as docs/guide/deploy.md's unit starts it: `turnlog daphne` passes the site's websocket limits.
 TURNLOG = Path(sys.executable).parent / "turnlog"
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/turnlog_scaleout"
 RESTART_DELAY = 1.0  # seconds before a process that died is started again

@@ -40,7 +40,7 @@ TURNLOG = Path(sys.executable).parent / "turnlog"
 
 
 class DaphneServer:
-    """`turnlog daphne` (Daphne serving dashboard.asgi:application, as docs/deploy.md runs each server process)
+    """`turnlog daphne` (Daphne serving dashboard.asgi:application, as docs/guide/deploy.md runs each server process)
     as a subprocess; can be stopped and started again on its port."""
 
     def __init__(self, database_settings: dict, log_path: Path, *, arguments: tuple[str, ...] = (), **env: str):

@@ -1,18 +1,24 @@
-"""The user documentation stays in step with the code: every endpoint, error code,
-status and websocket close code the code has is documented, and the README's links resolve."""
+"""The user documentation stays in step with the code: every endpoint, error code, status, websocket close
+code, setting, command option and benchmark the code has is documented, the README's tour runs as written, and
+every relative link and anchor in the documents resolves."""
 
 import argparse
+import io
+import json
 import re
 from pathlib import Path
 
+import pytest
 from django.conf import settings
-from django.core.management import load_command_class
+from django.core.management import call_command, load_command_class
 
 from dashboard.live import consumers
 from sessions_app import selectors
 from sessions_app.api.app import api
 from sessions_app.models import AuditEntry, Role, Scope
 from sessions_app.selectors import access
+from tests.access import token_for
+from tests.conftest import ApiClient
 
 ROOT = Path(settings.BASE_DIR)
 API_DOC = (ROOT / "docs" / "api.md").read_text()
@@ -21,6 +27,8 @@ COMMON_OPTIONS = {
     "--help", "--version", "--verbosity", "--settings", "--pythonpath", "--traceback", "--no-color", "--force-color", "--skip-checks"
 }
 LOG_DOC = (ROOT / "docs" / "session-log.md").read_text()
+# Every document: the README, the changelog, the contributors' guide and everything under docs/.
+DOCUMENTS = ["README.md", "CHANGELOG.md", "CONTRIBUTING.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").rglob("*.md"))]
 API_MODULES = sorted(str(path.relative_to(ROOT)) for path in (ROOT / "sessions_app" / "api").glob("*.py"))
 
 
@@ -105,47 +113,166 @@ def test_every_audit_action_is_documented():
     assert [row[0] for row in rows] == [f"`{action}`" for action, _ in AuditEntry.ACTIONS]
 
 
-def test_every_environment_setting_is_in_the_readme():
+def test_every_environment_setting_is_on_the_settings_page():
     settings_source = (ROOT / "dashboard" / "settings.py").read_text()
     names = set(re.findall(r'(?:environ\.get|env_flag)\(\s*"([A-Z0-9_]+)"', settings_source))
     assert {"DATABASE_URL", "TURNLOG_STALL_SECONDS", "DJANGO_DEBUG"} <= names
-    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "settings.md").read_text()
     for name in names:
-        assert f"| `{name}` |" in readme, name
+        assert f"| `{name}` |" in page, name
 
 
 def test_every_environment_setting_is_in_the_deployment_table():
-    """docs/deploy.md says what to set each variable to behind nginx, and lists every one."""
+    """docs/guide/deploy.md says what to set each variable to behind nginx, and lists every one."""
     settings_source = (ROOT / "dashboard" / "settings.py").read_text()
     names = set(re.findall(r'(?:environ\.get|env_flag)\(\s*"([A-Z0-9_]+)"', settings_source))
-    rows = markdown_table((ROOT / "docs" / "deploy.md").read_text(), "| variable | set it to, behind nginx | what it is |")
+    rows = markdown_table((ROOT / "docs" / "guide" / "deploy.md").read_text(), "| variable | set it to, behind nginx | what it is |")
     documented = [row[0] for row in rows]
     assert len(documented) == len(set(documented))
     assert set(documented) == {f"`{name}`" for name in names | {"PROMETHEUS_MULTIPROC_DIR"}}
 
 
+# Code blocks are not prose: a `# comment` in one is no heading, a `[x](y)` in one no link.
+FENCE = re.compile(r"^ {0,3}(```|~~~).*?^ {0,3}\1[^\n]*$", flags=re.MULTILINE | re.DOTALL)
+LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\[\]]*\])*\]\(([^)\s]*)\)")
+
+
+def prose(doc: str) -> str:
+    return FENCE.sub("", doc)
+
+
+def github_slug(heading: str) -> str:
+    """The anchor GitHub gives a heading: its text (a link's words, no markup) lowered, punctuation dropped, spaces hyphens."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip())
+    return re.sub(r"[^\w\- ]", "", text.lower()).replace(" ", "-")
+
+
 def heading_anchors(doc: str) -> set[str]:
-    """The anchors GitHub gives the headings, and the explicit <a id>s."""
-    headings = re.findall(r"^#+ (.+)$", doc, flags=re.MULTILINE)
-    slugs = {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
-    return slugs | set(re.findall(r'<a id="([^"]+)"></a>', doc))
+    """The anchors GitHub gives the headings (a repeated one gets -1, -2 ...), and the explicit <a id>s."""
+    anchors, seen = set(), {}
+    for heading in re.findall(r"^#{1,6} (.+)$", prose(doc), flags=re.MULTILINE):
+        slug = github_slug(heading)
+        anchors.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors | set(re.findall(r'<a id="([^"]+)"></a>', doc))
 
 
-def test_every_link_into_the_docs_names_an_anchor_that_exists():
-    docs = {name: (ROOT / name).read_text() for name in ["README.md", "docs/api.md", "docs/session-log.md"]}
-    checked = 0
-    for name, text in docs.items():
-        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", text):
-            linked = name if not target else str((Path(name).parent / target)).removeprefix("./")
-            if linked in docs:
-                assert anchor in heading_anchors(docs[linked]), f"{name}: {target}#{anchor}"
-                checked += 1
-    assert checked > 10
+def broken_links(texts: dict[str, str]) -> tuple[list[str], int]:
+    """Each relative link (and #anchor) of the documents `texts` (path -> text) that does not resolve inside the
+    repository, and how many anchors were checked. A linked file is read from `texts`, else from the disk."""
+    broken, anchors = [], 0
+    for name, text in texts.items():
+        for link in LINK.findall(prose(text)):
+            if re.match(r"[a-z][a-z0-9+.-]*:", link):  # https:, mailto: ...
+                continue
+            path, _, anchor = link.partition("#")
+            target = ((ROOT / name).parent / path).resolve() if path else (ROOT / name)
+            linked = str(target.relative_to(ROOT)) if target.is_relative_to(ROOT) else None
+            if linked is None or (linked not in texts and not target.exists()):
+                broken.append(f"{name}: {link}")
+            elif anchor:
+                anchors += 1
+                if not linked.endswith(".md"):
+                    broken.append(f"{name}: {link} (an anchor into a file that is not markdown)")
+                elif anchor not in heading_anchors(texts.get(linked) or target.read_text()):
+                    broken.append(f"{name}: {link} (no such heading)")
+    return broken, anchors
+
+
+def test_every_relative_link_and_anchor_in_the_documents_resolves():
+    assert {"README.md", "CHANGELOG.md", "CONTRIBUTING.md", "docs/README.md", "docs/api.md"} <= set(DOCUMENTS)
+    broken, anchors = broken_links({name: (ROOT / name).read_text() for name in DOCUMENTS})
+    assert broken == []
+    assert anchors > 50
+
+
+def test_the_link_check_finds_a_missing_file_a_missing_heading_and_a_link_out_of_the_repository():
+    texts = {
+        "docs/a.md": "# A page\n\n## Its part: one\n\n## Its part: one\n\n```sh\n# not a heading\n[no](link.md)\n```\n",
+        "docs/b.md": (
+            "[ok](a.md#its-part-one) [ok](a.md#its-part-one-1) [ok](#b) [ok](../README.md) [web](https://example.com/x)\n"
+            "# B\n[gone](c.md) [no heading](a.md#not-a-heading) [out](../../etc/passwd) [not md](../Makefile#x)\n"
+        ),
+    }
+    broken, anchors = broken_links(texts)
+    assert broken == [
+        "docs/b.md: c.md",
+        "docs/b.md: a.md#not-a-heading (no such heading)",
+        "docs/b.md: ../../etc/passwd",
+        "docs/b.md: ../Makefile#x (an anchor into a file that is not markdown)",
+    ]
+    assert anchors == 5
+    assert github_slug("6. Recovery") == "6-recovery"
+    assert github_slug("`sessions_app/log/`: the log's semantics") == "sessions_applog-the-logs-semantics"
+    assert github_slug("[Keep](https://x) a Changelog") == "keep-a-changelog"
+
+
+def test_no_document_is_a_dated_log_or_names_an_issue():
+    for name in DOCUMENTS:
+        text = (ROOT / name).read_text()
+        assert not re.search(r"\bissues? #?\d+", text, flags=re.IGNORECASE), name
+        assert not re.search(r"^#+ .*\b20\d\d-\d\d-\d\d", prose(text), flags=re.MULTILINE), name
+
+
+def test_the_readme_is_short_and_shows_one_screenshot_of_those_the_guide_shows():
+    readme = (ROOT / "README.md").read_text()
+    assert len(readme.splitlines()) <= 150
+    assert readme.startswith("# Turnlog\n\n```sh\nmake run    #") and "\nmake test   #" in readme[:300]
+    (image,) = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", readme)
+    assert re.fullmatch(r"docs/images/screenshot-[a-z]+\.png", image)
+    # Each screenshot is shown on the guide page of what it shows.
+    guide = "\n".join(path.read_text() for path in (ROOT / "docs" / "guide").glob("*.md"))
+    shots = sorted(path.name for path in (ROOT / "docs" / "images").glob("*.png"))
+    assert len(shots) >= 5
+    for shot in shots:
+        assert f"](../images/{shot})" in guide, shot
+
+
+def test_every_benchmark_has_its_section_on_the_performance_page():
+    page = (ROOT / "docs" / "performance.md").read_text()
+    scripts = sorted(path.name for path in (ROOT / "bench").glob("*.py"))
+    assert {"ingest.py", "live.py", "otlp.py", "_common.py"} <= set(scripts)
+    for script in scripts:
+        assert f"`bench/{script}`" in page, script
+
+
+def tour_requests(readme: str) -> list[tuple[str, dict]]:
+    """The README tour's curl requests, as (path, JSON body)."""
+    tour = readme.split("## A five-minute tour\n", 1)[1].split("\n## ", 1)[0]
+    (script,) = re.findall(r"```sh\n(.*?)```", tour, flags=re.DOTALL)
+    assert "TOKEN=$(.venv/bin/python manage.py create_token my-agent | tail -n 1)" in script
+    api = re.search(r"^API=http://127\.0\.0\.1:8000(/\S+)$", script, flags=re.MULTILINE).group(1)
+    return [(api + path, json.loads(body)) for body, path in re.findall(r"-d '([^']*)'\s*(?:\\\s*)?\$API(\S+)", script)]
+
+
+@pytest.mark.django_db
+def test_the_readme_tour_leaves_the_crashed_turn_it_describes_and_its_recovery_appends_the_preview(django_user_model):
+    readme = (ROOT / "README.md").read_text()
+    tour = readme.split("## A five-minute tour\n", 1)[1].split("\n## ", 1)[0]
+    assert all(words in tour for words in ["`manual_check`", "`tool_outcome_unknown`", "rule 1", "a synthetic result for `call_1` and the turn's end"])
+    printed = io.StringIO()
+    call_command("create_token", "my-agent", stdout=printed)
+    agent = ApiClient(printed.getvalue().strip().splitlines()[-1])
+    requests = tour_requests(readme)
+    assert [path for path, _ in requests] == ["/api/v1/sessions", "/api/v1/sessions/tour-1/events"]
+    for path, body in requests:
+        assert agent.post(path, body).status_code == 201, path
+    plan = agent.get("/api/v1/sessions/tour-1/recovery-plan").json()
+    assert plan["interrupted"] is True
+    assert [(c["id"], c["name"], c["risk"], c["rule"]) for c in plan["owed_calls"]] == [("call_1", "charge_card", "tool_outcome_unknown", 1)]
+    assert [s["strategy"] for s in plan["strategies"]] == ["manual_check"]
+    assert [(r["type"], r["data"].get("tool_call_id")) for r in plan["repairs"]] == [("tool_result", "call_1"), ("turn_end", None)]
+    operator = ApiClient(token_for(django_user_model.objects.create_user("ops"), Role.OPERATOR))
+    recovered = operator.post("/api/v1/sessions/tour-1/recover", {"digest": plan["digest"]})
+    assert recovered.status_code == 200
+    appended = recovered.json()["appended"]
+    assert [(e["type"], e["data"]) for e in appended] == [(r["type"], r["data"]) for r in plan["repairs"]]
+    assert appended[-1]["data"]["reason"] == "interrupted"
 
 
 def test_every_command_option_is_in_a_documented_usage_line():
-    """Each subcommand of the operators' commands has a usage line (README or api.md) naming all its options."""
-    lines = [line for name in ["README.md", "docs/api.md"] for line in (ROOT / name).read_text().split("\n")]
+    """Each subcommand of the operators' commands has a usage line (the command-line guide or api.md) naming all its options."""
+    lines = [line for name in ["docs/guide/command-line.md", "docs/api.md"] for line in (ROOT / name).read_text().split("\n")]
     usages = {}
     for command in ["sessions", "projects", "tokens", "create_token"]:
         parser = load_command_class("sessions_app", command).create_parser("manage.py", command)
@@ -169,10 +296,10 @@ def test_every_command_option_is_in_a_documented_usage_line():
 def test_every_documented_way_of_starting_daphne_gives_it_the_websocket_limit():
     """Daphne's own default (1 MiB) fails any larger frame: the guides start it as `turnlog daphne`, which passes
     TURNLOG_WS_MAX_MESSAGE_BYTES (or with the options themselves); `make run`'s runserver reads it from the settings."""
-    for doc in ("README.md", "docs/deploy.md"):
+    for doc in DOCUMENTS:
         for line in (ROOT / doc).read_text().splitlines():
             if re.search(r"\bdaphne\b[^`]*dashboard\.asgi:application", line):
                 assert "--websocket-max-message-size" in line, (doc, line)
-    assert "ExecStart=/srv/turnlog/.venv/bin/turnlog daphne -b 127.0.0.1 -p %i" in (ROOT / "docs" / "deploy.md").read_text()
+    assert "ExecStart=/srv/turnlog/.venv/bin/turnlog daphne -b 127.0.0.1 -p %i" in (ROOT / "docs" / "guide" / "deploy.md").read_text()
     assert "manage.py runserver $(HOST):$(PORT)" in (ROOT / "Makefile").read_text()
     assert settings.DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE == settings.DAPHNE_WEBSOCKET_MAX_FRAME_SIZE == settings.TURNLOG_WS_MAX_MESSAGE_BYTES

@@ -1,7 +1,7 @@
 """Turnlog's Python client: the HTTP API, the websocket stream, and a session writer that stores each event once.
 
 It needs only httpx and websockets (no Django): `pip install ./turnlog_client`,
-or with the server, which installs it too. See README.md ("The Python client").
+or with the server, which installs it too. See docs/guide/python-client.md.
 
 - `Client(url, token)` / `AsyncClient`: one method per endpoint of docs/api.md;
   errors are exceptions of `turnlog_client.errors`.

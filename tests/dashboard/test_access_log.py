@@ -74,7 +74,7 @@ def agent(django_user_model):
 def test_daphne_logs_each_request_and_socket_as_a_json_line_without_secrets(tmp_path, agent):
     sid = "logged-session-1"
     services.create_session(session_id=sid)
-    # Daphne's own access log is plain text and carries query strings: a JSON deployment turns it off (README).
+    # Daphne's own access log is plain text and carries query strings: a JSON deployment turns it off (docs/guide/health-and-logs.md).
     server = DaphneServer(connection.settings_dict, tmp_path / "daphne.log", arguments=("--access-log", "/dev/null"), TURNLOG_LOG_FORMAT="json")
     server.start()
     try:

@@ -152,7 +152,7 @@ def port_open(port: int) -> bool:
         return False
 
 
-# The production environment README.md documents (and .ci/run checks).
+# The production environment docs/guide/running.md documents (and .ci/run checks).
 PRODUCTION_ENV = {
     "TURNLOG_ENV": "production",
     "DJANGO_SECRET_KEY": "k8Qz-3vN1xR7pL0sT5wY2mB9cF4hJ6dG8aE1uI3oK7nV0qZ5rW2yX9",

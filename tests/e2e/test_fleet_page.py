@@ -1,6 +1,6 @@
 """The fleet page (/calls/) in a real browser: a session that stalls while the page is open is listed without a reload.
 
-Also takes the README's screenshot of the page: `TURNLOG_SCREENSHOTS=docs pytest tests/e2e/test_fleet_page.py`.
+Also takes the calls guide's screenshot of the page: `TURNLOG_SCREENSHOTS=docs/images pytest tests/e2e/test_fleet_page.py`.
 """
 
 from __future__ import annotations

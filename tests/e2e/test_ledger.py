@@ -123,7 +123,7 @@ def test_a_note_added_in_one_browser_appears_in_another_and_survives_export_and_
 
 def test_a_demo_sessions_ledger_matches_its_cards(browser, server, staff_user):
     """The demo's crashed sessions (manage.py seed_demo): each ledger row reads as its card; with
-    TURNLOG_SCREENSHOTS set, the README's screenshots of the ledger panel and of a crashed session are taken here."""
+    TURNLOG_SCREENSHOTS set (docs/images), the screenshots of the ledger panel and of a crashed session are taken here."""
     from django.core.management import call_command
 
     from sessions_app import selectors, services
@@ -148,7 +148,7 @@ def test_a_demo_sessions_ledger_matches_its_cards(browser, server, staff_user):
     if os.environ.get("TURNLOG_SCREENSHOTS"):
         shots = Path(os.environ["TURNLOG_SCREENSHOTS"])
         page.locator("#ledger-panel").screenshot(path=str(shots / "screenshot-ledger.png"))
-        # The README's first screenshot: the crashed turn around its unknown-outcome card.
+        # The README's screenshot: the crashed turn around its unknown-outcome card.
         page.locator('.card[data-state="tool_outcome_unknown"]').first.scroll_into_view_if_needed()
         page.screenshot(path=str(shots / "screenshot-session.png"))
 

@@ -1,7 +1,7 @@
 """The recovery preview's recommended strategy (session-log.md section 8.1), in a real Chromium.
 
-Set TURNLOG_SCREENSHOTS to a directory (e.g. docs) to also save the README's
-screenshot of the recovery preview: `TURNLOG_SCREENSHOTS=docs pytest tests/e2e/test_recovery_strategies.py`.
+Set TURNLOG_SCREENSHOTS to a directory (e.g. docs/images) to also save the recovery guide's
+screenshot of the recovery preview: `TURNLOG_SCREENSHOTS=docs/images pytest tests/e2e/test_recovery_strategies.py`.
 """
 
 import os

@@ -1,7 +1,7 @@
 """A project's webhooks in a real Chromium: its admin adds one on the Webhooks tab, a session stalls, the receiver
 fails twice, and the endpoint's page lists the three attempts of the one delivery (no axe-core violations).
 
-Also takes the README's screenshot of the delivery history: `TURNLOG_SCREENSHOTS=docs pytest tests/e2e/test_webhooks.py`."""
+Also takes the alerts guide's screenshot of the delivery history: `TURNLOG_SCREENSHOTS=docs/images pytest tests/e2e/test_webhooks.py`."""
 
 import os
 import time

@@ -59,7 +59,7 @@ def root(django_user_model) -> Client:
 
 
 def logged_in(django_user_model, username: str, *options: str) -> Client:
-    """A user made the way the README says: `create_token USERNAME [--staff]`, then a password."""
+    """A user made the way docs/guide/command-line.md says: `create_token USERNAME [--staff]`, then a password."""
     call_command("create_token", username, *options, stdout=io.StringIO(), stderr=io.StringIO())
     user = django_user_model.objects.get(username=username)
     user.set_password("pw")

@@ -469,13 +469,13 @@ def test_a_live_exporter_with_a_bad_token_fails_at_once(daphne, monkeypatch, enc
     assert not Session.objects.exists()
 
 
-def test_docs_otlp_md_states_the_endpoints_limits_and_answers():
+def test_the_otlp_guide_states_the_endpoints_limits_and_answers():
     from django.conf import settings
 
     from sessions_app.api import otlp as endpoint
     from sessions_app.otel import wire
 
-    doc = (settings.BASE_DIR / "docs" / "otlp.md").read_text()
+    doc = (settings.BASE_DIR / "docs" / "guide" / "otlp.md").read_text()
     section = doc.split("## Endpoint\n", 1)[1].split("\n## ", 1)[0]
     assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://HOST:PORT/otlp " in section and "Authorization=Bearer%20TOKEN" in section
     assert settings.TURNLOG_OTLP_MAX_BODY_BYTES == 16 << 20 and "| 16 MiB |" in section
@@ -488,7 +488,7 @@ def test_docs_otlp_md_states_the_endpoints_limits_and_answers():
 
 
 def test_spans_are_counted_for_the_metrics_accepted_and_rejected(secret, scheduled):
-    """turnlog_otlp_spans_total (docs/metrics.md): the decoder's refusals count as rejected, as the answer says."""
+    """turnlog_otlp_spans_total (docs/guide/metrics.md): the decoder's refusals count as rejected, as the answer says."""
 
     def counted(outcome: str) -> float:
         return REGISTRY.get_sample_value("turnlog_otlp_spans_total", {"outcome": outcome}) or 0

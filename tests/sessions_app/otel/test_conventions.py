@@ -1,4 +1,4 @@
-"""Spans read by convention: recorded spans of each family read as docs/otlp.md says ("What maps to what"),
+"""Spans read by convention: recorded spans of each family read as docs/guide/otlp.md says ("What maps to what"),
 with content off they still give the structure, and no span whatever its attributes makes `read` raise.
 
 The fixtures under tests/sessions_app/otel/fixtures/ were recorded from the real instrumentations by
@@ -332,7 +332,7 @@ def test_a_langchain_tool_output_without_a_call_id():
     assert (reading.tool_call_id, reading.tool_arguments, reading.tool_result) == (None, {"q": 1}, "plain text")
 
 
-# ---- through the planner: the recorded runs give the events docs/otlp.md describes -------------------
+# ---- through the planner: the recorded runs give the events docs/guide/otlp.md describes -------------------
 
 
 def planned(found: list[Reading]) -> list[Event]:
@@ -370,7 +370,7 @@ def test_a_recorded_run_plans_to_one_closed_turn_whose_calls_all_have_results(na
 def test_a_recorded_run_without_content_still_plans_its_structure(name):
     events, calls, results = planned_run(name)
     # Without content LangChain's tool spans carry no call id and the model spans no calls: each
-    # tool span is a call of its own (docs/otlp.md), still dispatched and answered.
+    # tool span is a call of its own (docs/guide/otlp.md), still dispatched and answered.
     assert calls == results and len(calls) == 2
     assert recovery.plan(events).repairs == []
 

@@ -1,4 +1,4 @@
-"""README.md's client example runs, as printed, against a live Daphne."""
+"""The client guide's example (docs/guide/python-client.md) runs, as printed, against a live Daphne."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ from turnlog_client.tests.conftest import ROOT, events_of, run_script
 pytestmark = pytest.mark.django_db(transaction=True)  # the server reads what the test commits
 
 
-def readme_example() -> str:
-    section = (ROOT / "README.md").read_text().split("## The Python client\n", 1)[1].split("\n## ", 1)[0]
+def guide_example() -> str:
+    section = (ROOT / "docs" / "guide" / "python-client.md").read_text().split("## Write a session\n", 1)[1].split("\n## ", 1)[0]
     (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
     return code
 
 
-def test_the_readme_client_example_runs_and_writes_a_clean_session(server, token, client, monkeypatch):
-    code = readme_example()
+def test_the_guides_client_example_runs_and_writes_a_clean_session(server, token, client, monkeypatch):
+    code = guide_example()
     assert len(code.strip().splitlines()) <= 20
     monkeypatch.setenv("TURNLOG_URL", server.url)
     monkeypatch.setenv("TURNLOG_TOKEN", token)

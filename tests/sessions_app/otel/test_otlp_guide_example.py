@@ -1,4 +1,4 @@
-"""The README's OTLP example, run as written against a live Daphne with the environment it names."""
+"""The OTLP guide's example (docs/guide/otlp.md), run as written against a live Daphne with the environment it names."""
 
 from __future__ import annotations
 
@@ -11,15 +11,15 @@ from tests.sessions_app.otel.test_pydantic_ai import closed, wait_for
 from tests.servers import PROJECT_DIR
 
 
-def readme_example() -> str:
-    readme = (PROJECT_DIR / "README.md").read_text()
-    section = readme[readme.index("## Sending traces over OpenTelemetry (OTLP)") :]
+def guide_example() -> str:
+    guide = (PROJECT_DIR / "docs" / "guide" / "otlp.md").read_text()
+    section = guide[guide.index("## Send traces") :]
     return re.search(r"```python\n(.*?)```", section, re.S).group(1)
 
 
-def test_the_readme_otlp_example_runs_and_its_session_reads_back(server, token, tmp_path):
+def test_the_guides_otlp_example_runs_and_its_session_reads_back(server, token, tmp_path):
     script = tmp_path / "agent.py"
-    script.write_text(readme_example())
+    script.write_text(guide_example())
     env = {
         **os.environ,
         "OTEL_EXPORTER_OTLP_ENDPOINT": f"{server.url}/otlp",
