@@ -39,7 +39,7 @@ class StaticFiles(ASGIStaticFilesHandler):
 def cache_twisted_content_type_parsing() -> None:
     """Under Daphne, Twisted parses every POST's Content-Type through the email package (a new
     EmailMessage each time), for its form arguments: 13% of the server's CPU under single appends
-    (docs/benchmarks.md). The answer depends on the header's bytes alone, and clients send the same few."""
+    (docs/performance.md). The answer depends on the header's bytes alone, and clients send the same few."""
     http = sys.modules.get("twisted.web.http")  # imported by Daphne before it loads this module
     parse = getattr(http, "_parseContentType", None)
     if parse is not None and not hasattr(parse, "cache_info"):
@@ -56,7 +56,7 @@ GC_YOUNG_THRESHOLD = 10_000
 def freeze_startup_objects() -> None:
     """Python's full collections walk every tracked object; a server holds some hundred thousand from startup alone
     (Django, its apps, the compiled templates), and a full collection walking them took 50-400 ms every few
-    seconds under live page load: the tail of frame latency (docs/benchmarks.md). The site's templates are
+    seconds under live page load: the tail of frame latency (docs/performance.md). The site's templates are
     compiled first (Django's loader keeps them), then everything is frozen: never walked again."""
     from django.conf import settings
     from django.template.loader import get_template

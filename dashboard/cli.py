@@ -134,7 +134,7 @@ def refuse_a_small_daphne_limit(argv: list[str]) -> None:
 
 
 def metrics_dir(settings) -> str:
-    """Where both processes write their metrics (docs/metrics.md): emptied at each start, as `make run` does."""
+    """Where both processes write their metrics (docs/guide/metrics.md): emptied at each start, as `make run` does."""
     import shutil
     from pathlib import Path
 

@@ -3,14 +3,14 @@
 - `AppendLane`: `POST /api/v1/sessions/{id}/events`. Single-event appends are
   what most agent runtimes send, and under Daphne Django's handler and
   django-ninja cost more than the append itself (about 6 ms of a 9.6 ms
-  request, docs/benchmarks.md: per-request cost). It serves the common case,
+  request, docs/performance.md: per-request cost). It serves the common case,
   a bearer-token request whose batch is stored: the body read once, the same
   checks (sessions_app.api.events.prepare_append), the token's access checked
   in the append's own locked read.
 - `EventsLane`: `GET /api/v1/sessions/{id}/events`, what clients poll and
   readers of many sessions repeat: with a usable bearer token that may read
   the session and a plain `since` / `limit`, the page is answered here
-  (docs/benchmarks.md, OTLP read back: Django's handler and its middleware's
+  (docs/performance.md, "OTLP ingest": Django's handler and its middleware's
   thread hops were most of such a read).
 
 Both answer through the response hooks of the same security middleware as

@@ -52,7 +52,7 @@ CSRF_TRUSTED_ORIGINS = [
     o.strip() for o in os.environ.get("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()
 ]
 
-# HTTPS in production, each part adjustable (README "Configuration").
+# HTTPS in production, each part adjustable (docs/settings.md).
 SECURE_SSL_REDIRECT = env_flag("DJANGO_SECURE_SSL_REDIRECT", PRODUCTION)
 SECURE_HSTS_SECONDS = int(os.environ.get("DJANGO_SECURE_HSTS_SECONDS", "31536000" if PRODUCTION else "0"))
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_flag("DJANGO_SECURE_HSTS_INCLUDE_SUBDOMAINS", PRODUCTION)
@@ -288,7 +288,7 @@ TURNLOG_MAX_REQUEST_BYTES = int(os.environ.get("TURNLOG_MAX_REQUEST_BYTES", str(
 # Django enforces it (RequestDataTooBig, answered 413 too_large by the API).
 DATA_UPLOAD_MAX_MEMORY_SIZE = TURNLOG_MAX_REQUEST_BYTES
 
-# OTLP ingest (POST /otlp/v1/traces, docs/otlp.md): the largest body once inflated (413 beyond; a gzip or
+# OTLP ingest (POST /otlp/v1/traces, docs/internals/otlp.md): the largest body once inflated (413 beyond; a gzip or
 # deflate body stops inflating at it). The endpoint reads its body itself, so this limit, not the one above, applies.
 TURNLOG_OTLP_MAX_BODY_BYTES = int(os.environ.get("TURNLOG_OTLP_MAX_BODY_BYTES", str(16 * 1024 * 1024)))
 if TURNLOG_OTLP_MAX_BODY_BYTES < 1:
@@ -298,7 +298,7 @@ if TURNLOG_OTLP_MAX_BODY_BYTES < 1:
 # twentieth of its ingest. Bodies up to either limit above stay in memory.
 FILE_UPLOAD_MAX_MEMORY_SIZE = max(TURNLOG_MAX_REQUEST_BYTES, TURNLOG_OTLP_MAX_BODY_BYTES)
 
-# Daphne's websocket message limit (README, "Websocket message limit"): a stream frame is one event's JSON,
+# Daphne's websocket message limit (docs/api.md, "Websocket message limit"): a stream frame is one event's JSON,
 # and a frame over the limit fails the socket, so the limit must hold the largest event a request above can
 # make. A character of text becomes at most a 6-byte escape in that JSON (\u007f for a raw DEL or \u00e9
 # for an é of a JSON body, \u0001 for a control character of an OTLP/protobuf string); separators, numbers
@@ -349,7 +349,7 @@ TURNLOG_WORKER_INTERVAL_SECONDS = float(os.environ.get("TURNLOG_WORKER_INTERVAL_
 if not TURNLOG_WORKER_INTERVAL_SECONDS > 0:
     raise ImproperlyConfigured(f"TURNLOG_WORKER_INTERVAL_SECONDS must be above 0, not {TURNLOG_WORKER_INTERVAL_SECONDS!r}")
 
-# Alerts (sessions_app/services/notify, README "Alerts"): the site's address as people reach it, for the links in webhook
+# Alerts (sessions_app/services/notify, docs/guide/alerts.md): the site's address as people reach it, for the links in webhook
 # payloads (the recovery preview); webhooks to loopback, link-local or private addresses only when allowed.
 TURNLOG_BASE_URL = os.environ.get("TURNLOG_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 TURNLOG_WEBHOOK_ALLOW_PRIVATE = os.environ.get("TURNLOG_WEBHOOK_ALLOW_PRIVATE", "").lower() in ("1", "true", "yes", "on")
@@ -360,7 +360,7 @@ TURNLOG_WEBHOOK_RETRY_SECONDS = float(os.environ.get("TURNLOG_WEBHOOK_RETRY_SECO
 if not (TURNLOG_WEBHOOK_TIMEOUT_SECONDS > 0 and TURNLOG_WEBHOOK_MAX_ATTEMPTS >= 1 and TURNLOG_WEBHOOK_RETRY_SECONDS > 0):
     raise ImproperlyConfigured("TURNLOG_WEBHOOK_TIMEOUT_SECONDS and TURNLOG_WEBHOOK_RETRY_SECONDS must be above 0, TURNLOG_WEBHOOK_MAX_ATTEMPTS at least 1")
 
-# OTLP ingest (docs/otlp.md): a finished run's turn closes once its trace has been quiet this long, so
+# OTLP ingest (docs/internals/otlp.md): a finished run's turn closes once its trace has been quiet this long, so
 # spans exported after the root (other batches, retries) still land inside the turn.
 TURNLOG_OTLP_SETTLE_SECONDS = float(os.environ.get("TURNLOG_OTLP_SETTLE_SECONDS", "5"))
 if not TURNLOG_OTLP_SETTLE_SECONDS >= 0:
@@ -368,7 +368,7 @@ if not TURNLOG_OTLP_SETTLE_SECONDS >= 0:
 # The server process closes the runs it saw finish (sessions_app/api/otlp_closer.py); the in-process tests turn it off.
 TURNLOG_OTLP_CLOSER = env_flag("TURNLOG_OTLP_CLOSER", True)
 
-# Prometheus metrics (docs/metrics.md): HOST:PORT where the recovery worker also serves the scrape, without a
+# Prometheus metrics (docs/guide/metrics.md): HOST:PORT where the recovery worker also serves the scrape, without a
 # token, for a scraper inside the network (sessions_app/metrics/listener.py); empty: GET /metrics only.
 TURNLOG_METRICS_BIND = os.environ.get("TURNLOG_METRICS_BIND", "")
 # text: log lines as Python's logging writes them, no access log (Daphne writes its own to stdout);

@@ -49,11 +49,11 @@ urlpatterns = [
     path("api/v1/", api.urls()),
     # Last: whatever no endpoint above serves under /api/ is a JSON 404, not an HTML page.
     re_path(r"^api/", api.not_found),
-    # OTLP/HTTP (docs/otlp.md): exporters post to OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces. The view answers
+    # OTLP/HTTP (docs/internals/otlp.md): exporters post to OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces. The view answers
     # other methods 405 itself; other paths under /otlp/ (metrics, logs) a 404 in OTLP's form.
     path("otlp/v1/traces", otlp.traces, name="otlp_traces"),
     re_path(r"^otlp/", otlp.not_found),
-    # Prometheus scrapes (docs/metrics.md): a site-level token with the metrics scope only.
+    # Prometheus scrapes (docs/guide/metrics.md): a site-level token with the metrics scope only.
     path("metrics", metrics.metrics, name="metrics"),
 ]
 

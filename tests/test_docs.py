@@ -44,7 +44,8 @@ def test_every_error_code_the_api_answers_with_is_documented():
         (ROOT / name).read_text()
         for name in [*API_MODULES, "sessions_app/log/fork.py", "sessions_app/log/values.py", "dashboard/middleware.py"]
     )
-    codes = set(re.findall(r'(?:ApiError\(\d+|error_response\(request, \d+|ForkRefused\()\s*,?\s*"([a-z_]+)"', source))
+    # The error table's rows (api/errors.py), the answers written out below it, and the domain's own refusals.
+    codes = set(re.findall(r'(?:ApiError\(\d+|Refusal\(\d+|error_response\(api, request, \d+|ForkRefused\()\s*,?\s*"([a-z_]+)"', source))
     codes |= set(re.findall(r'"(?:text|depth)": "([a-z_]+)"', source))
     codes |= set(re.findall(r'"error": "([a-z_]+)"', source))  # JSON answers made outside django-ninja (404, 405, 503)
     codes |= set(re.findall(r'\d{3}: "([a-z_]+)"', source))  # django-ninja's own HTTP errors, renamed
@@ -303,3 +304,22 @@ def test_every_documented_way_of_starting_daphne_gives_it_the_websocket_limit():
     assert "ExecStart=/srv/turnlog/.venv/bin/turnlog daphne -b 127.0.0.1 -p %i" in (ROOT / "docs" / "guide" / "deploy.md").read_text()
     assert "manage.py runserver $(HOST):$(PORT)" in (ROOT / "Makefile").read_text()
     assert settings.DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE == settings.DAPHNE_WEBSOCKET_MAX_FRAME_SIZE == settings.TURNLOG_WS_MAX_MESSAGE_BYTES
+
+
+# A wheel's copy of templates/ and static/, made when the package is built (setup.py).
+BUILT = {"dashboard/bundled/"}
+
+
+def missing_paths(text: str) -> list[str]:
+    """The repository paths a document names in backquotes that are not in the tree."""
+    named = re.findall(r"`((?:sessions_app|dashboard|turnlog_client|tests|bench|deploy|templates|static)/[\w/.\-]*)`", text)
+    return [path for path in named if not path.endswith("...") and path not in BUILT and not (ROOT / path).exists()]
+
+
+def test_every_path_a_document_names_is_in_the_tree():
+    for name in DOCUMENTS:
+        assert missing_paths((ROOT / name).read_text()) == [], name
+
+
+def test_the_path_check_finds_a_moved_module():
+    assert missing_paths("See `sessions_app/services/appends.py` and `sessions_app/errors.py`.") == ["sessions_app/errors.py"]

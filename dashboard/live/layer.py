@@ -29,7 +29,7 @@ BZPOPMIN, the backup ZADD; then a ZPOPMIN that the next receive waits for)
 plus the sender's push, all on the event loop. The Daphne that takes a
 session's appends then heard of its own commits last: with 250 sessions
 watched there and 100 commits a second, its viewers fell seconds behind
-while the other Daphne's were at ~220 ms (docs/benchmarks.md, *Local
+while the other Daphne's were at ~220 ms (docs/internals/live.md, *Local
 delivery in the Redis layer*). That is why Redis is read by a task of its own rather than by whichever
 receive holds channels-redis's receive lock: that one waits in BZPOPMIN and
 would not see a message put in its buffer. A channel gets local delivery

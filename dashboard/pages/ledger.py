@@ -34,7 +34,7 @@ from sessions_app.models import LedgerCall, Session
 
 ALL = "all"  # the switch's value: ?calls=all
 ARGUMENTS_CHARS = 80  # key arguments, shortened: the card has them in full
-# A page's cost follows what it shows (docs/benchmarks.md, the session page of 100,000 events): up to CHECK_ROWS
+# A page's cost follows what it shows (docs/performance.md, the session page of 100,000 events): up to CHECK_ROWS
 # calls to check and the latest ROWS others; GET /api/v1/sessions/{id}/calls lists them all.
 ROWS = 50
 CHECK_ROWS = 50

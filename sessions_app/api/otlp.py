@@ -1,4 +1,4 @@
-"""`POST /otlp/v1/traces`: OpenTelemetry trace exports in (docs/otlp.md, "Endpoint").
+"""`POST /otlp/v1/traces`: OpenTelemetry trace exports in (docs/guide/otlp.md, "Endpoint").
 
 A thin door. It checks the bearer token (the token's project receives the
 spans; the token needs the `append` scope there), decodes the body

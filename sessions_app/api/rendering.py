@@ -14,7 +14,7 @@ def json_answer(payload: dict, *, status: int = 200) -> HttpResponse:
     For an endpoint whose payload has its declared schema by construction
     (its `response=` still documents it): django-ninja's validation and
     renderer of a page of events cost several times the view's own reads
-    (docs/benchmarks.md, OTLP read back). What orjson refuses, integers past
+    (docs/performance.md, "OTLP ingest"). What orjson refuses, integers past
     64 bits above all, which events may hold, goes through json as ninja's
     renderer would.
     """

@@ -3,7 +3,7 @@
 Under ASGI, Django runs a sync view in a thread of its own for that request,
 and that thread opens a database connection and closes it when the request
 ends. On SQLite a new connection re-prepares every statement and re-reads the
-schema: measured, about 3 ms of a 5 ms append (docs/benchmarks.md). The hot
+schema: measured, about 3 ms of a 5 ms append (docs/performance.md). The hot
 endpoints (append, read events, read a session) are async instead and send
 their database work here: `TURNLOG_DB_THREADS` threads, each with its own
 connection, kept across requests (on PostgreSQL one taken from the pool of
@@ -92,7 +92,7 @@ async def run_append(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -
     SQLite lets one writer in at a time. Appends from several threads of a
     process queued for its lock in SQLite's busy handler, and each thread's
     turn cost GIL and lock hand-offs: with 8 clients a single append took
-    ~50% more CPU than with one (docs/benchmarks.md). One writer thread
+    ~50% more CPU than with one (docs/performance.md). One writer thread
     queues them in the process instead; reads keep the other threads.
     PostgreSQL locks each session's row, so its appends run on any thread.
     """
@@ -119,7 +119,7 @@ class _Writer(threading.Thread):
 
     SQLite commits one transaction at a time; with 8 clients, appends arrive
     while one commits. Taking them together saves a BEGIN, a COMMIT and a
-    thread hand-off each (docs/benchmarks.md). Each still succeeds or fails
+    thread hand-off each (docs/performance.md). Each still succeeds or fails
     alone (its own savepoint), and each is answered after the commit that made it durable.
     """
 
@@ -194,7 +194,7 @@ async def _run_on(pool: ThreadPoolExecutor, fn, args, kwargs):
     loop = asyncio.get_running_loop()
     call = functools.partial(_call_and_keep_connections, loop, fn, args, kwargs)
     # Straight to the executor: sync_to_async's own bookkeeping per call (its wrapper, futures
-    # and context restoring) cost more than a single append's SQL on SQLite (docs/benchmarks.md).
+    # and context restoring) cost more than a single append's SQL on SQLite (docs/performance.md).
     return await loop.run_in_executor(pool, contextvars.copy_context().run, call)
 
 

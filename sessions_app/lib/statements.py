@@ -2,7 +2,7 @@
 
 On SQLite the ORM spends longer building a query than the database spends
 running it (about 0.3 ms each for the locked read and the update of the
-session, a fifth of a single append; docs/benchmarks.md). These run the
+session, a fifth of a single append; docs/performance.md). These run the
 ORM's own SQL and converters, compiled once per database connection, and
 give the same instances and stored values as the calls they stand for
 (tests/sessions_app/lib/test_statements.py compares them on each backend).

@@ -1,4 +1,4 @@
-"""Prometheus metrics (docs/metrics.md): the instruments every layer counts with (instruments.py, support),
+"""Prometheus metrics (docs/guide/metrics.md): the instruments every layer counts with (instruments.py, support),
 the merge of dead processes' files (multiprocess.py) and the scrape served at /metrics (exposition.py).
 
 Empty on purpose: services and the live side import `sessions_app.lib.instruments`, which loads this

@@ -2,7 +2,7 @@
 
 A site-level token belongs to no project and carries only `metrics`; only a superuser may hold one
 (`manage.py tokens create --user ADMIN --site`, services.issue_token). Prometheus sends it as
-`authorization: {credentials: ...}` (docs/metrics.md). No token, or one that does not authenticate:
+`authorization: {credentials: ...}` (docs/guide/metrics.md). No token, or one that does not authenticate:
 401; a project's token: 403. The answer lists every project's session counts, so it is never public.
 """
 

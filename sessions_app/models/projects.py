@@ -156,7 +156,7 @@ class ApiToken(models.Model):
 
         Every API request and stream authenticates here: its reads are compiled once per
         connection (statements), which the ORM's query building took several times longer than
-        running them (docs/benchmarks.md, OTLP read back). The rule is `usable()`'s own.
+        running them (docs/performance.md, "OTLP ingest"). The rule is `usable()`'s own.
         """
         now, token_sha256 = timezone.now(), hash_token(secret)
         bound_now = cls._meta.get_field("expires_at").get_db_prep_value(now, connections[DEFAULT_DB_ALIAS])

@@ -1,4 +1,4 @@
-"""The pure side of OTLP ingest: no Django, tested directly (docs/otlp.md).
+"""The pure side of OTLP ingest: no Django, tested directly (docs/internals/otlp.md).
 
 decode: request bodies (protobuf or JSON, gzip or not) into `Span`s;
 conventions: what a span says in Turnlog's terms (a `Reading`), by family;

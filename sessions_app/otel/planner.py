@@ -1,4 +1,4 @@
-"""From readings to session-log events: the one place OTLP evidence becomes structure (docs/otlp.md).
+"""From readings to session-log events: the one place OTLP evidence becomes structure (docs/guide/otlp.md).
 
 An OpenTelemetry SDK exports a span only when it ends, in batches, in any
 order, sometimes twice; the log is append-only and pairs turns and steps by
@@ -310,7 +310,7 @@ class Planner:
 
     def _pair(self, trace: TraceState, reading: Reading) -> str:
         """The call a tool span ran: its call id; else the model's unanswered call of the same name and
-        arguments, else of the same name; else a call of its own (docs/otlp.md, Tool spans without a call id)."""
+        arguments, else of the same name; else a call of its own (docs/guide/otlp.md, Tool spans without a call id)."""
         if reading.tool_call_id:
             return reading.tool_call_id
         if reading.span_id in trace.tool_spans:

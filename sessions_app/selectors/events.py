@@ -24,7 +24,7 @@ def events_since(session: Session, *, since: int = 0, limit: int | None = None) 
 
 def wire_events_since(session: Session, *, since: int, limit: int) -> list[dict]:
     """`events_since` as event_to_wire gives them, read as plain rows (no model instance or log event
-    per row: GET .../events reads every event it answers, docs/benchmarks.md, OTLP read back), the
+    per row: GET .../events reads every event it answers, docs/performance.md, "OTLP ingest"), the
     data parsed by orjson where it reads them exactly as json would (values.loads_fast)."""
     rows = statements.rows(f"wire_events_since:{limit}", _wire_rows(limit), [session.id, since])
     return [

@@ -142,7 +142,7 @@ class StoredEvent:
 
     What the callers of `store_events` read (seq, type, time, data, to_log_event) is
     the same as on an `Event`; building 1000 model instances cost more than
-    inserting them (docs/benchmarks.md, Ingest).
+    inserting them (docs/performance.md, Ingest).
     """
 
     session_id: str

@@ -1,4 +1,4 @@
-"""OTLP ingest's writes: spans in, events appended through the one append path (docs/otlp.md).
+"""OTLP ingest's writes: spans in, events appended through the one append path (docs/internals/otlp.md).
 
 A request's spans are planned and stored in one transaction, each session's
 under its lock (taken in id order), with the same row writing as every append (`event_rows.store_events`:
@@ -63,7 +63,7 @@ def ingest_readings(*, actor, project: Project, readings: Sequence[Reading], rec
     if not by_session:
         return IngestResult(accepted=len(readings))
     # One transaction for the whole request: a transaction per session was a fifth of the ingest
-    # (its BEGIN, COMMIT and savepoints; docs/benchmarks.md, OTLP ingest).
+    # (its BEGIN, COMMIT and savepoints; docs/performance.md, OTLP ingest).
     with transaction.atomic():
         sessions = _taken_sessions(project, by_session, originals, now)
         prior = _prior_rows([s for s in sessions.values() if s is not None and s.event_count], by_session)
@@ -254,7 +254,7 @@ def _write(plans: Sequence[tuple[Session, Planner, dict[str, OtlpTrace]]], now: 
 
     The rows go in as plain statements with the values the ORM would send
     (statements.py), as the events do: bulk_create and bulk_update were a
-    sixth of a batch's ingest (docs/benchmarks.md, OTLP ingest)."""
+    sixth of a batch's ingest (docs/performance.md, OTLP ingest)."""
     counts: Counter = Counter()
     prep = {name: OtlpTrace._meta.get_field(name).get_db_prep_save for name in ("session", "trace_id", *TRACE_FIELDS)}
     new_traces, new_spans = [], []

@@ -77,7 +77,7 @@ def publish_events(session_id: str, events: Sequence[StoredEvent | Event]) -> No
 
     One `session_events` message per commit carries all of its events: a
     layer round trip per event costs about 1 ms on Redis, which would cap
-    ingest near 1,000 events/s (see docs/benchmarks.md). Best effort: a
+    ingest near 1,000 events/s (see docs/performance.md). Best effort: a
     failing layer is logged and never breaks the append; consumers repair
     gaps from the database by seq.
     """

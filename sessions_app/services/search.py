@@ -7,7 +7,7 @@ indexes them: the worker calls it every second without waiting for sessions
 being appended to, and every search calls it first, waiting, so a search finds
 everything committed before it began. Indexing events as they were appended
 cost a quarter to a third of the append's throughput on PostgreSQL
-(docs/benchmarks.md, *Append throughput with the ledger and search on*).
+(docs/performance.md, *Append throughput with the ledger and search on*).
 
 SQLite: one INSERT per event with searchable text into contentless FTS5 tables
 keyed by the event's id (FTS5 tokenizes). PostgreSQL: one INSERT per batch, of

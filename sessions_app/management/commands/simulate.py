@@ -1,7 +1,7 @@
 """Live agent sessions written through the real HTTP API, as an agent runtime would write them.
 
 The simulator is an HTTP client on purpose: writes from another process never reach the
-server's in-memory channel layer, so the dashboard must show them anyway (ARCHITECTURE.md).
+server's in-memory channel layer, so the dashboard must show them anyway (docs/internals/architecture.md).
 It talks through the Python client (turnlog_client), one request per planned batch:
 `expected_seq` from the last answer, and an `Idempotency-Key` per batch so a retry after a
 lost answer stores nothing twice.

@@ -1,6 +1,6 @@
 """What one span says in Turnlog's terms: `read(span) -> Reading`, by the family that instrumented it.
 
-The families and what their attributes mean are the table in `table.py` (docs/otlp.md, "What maps
+The families and what their attributes mean are the table in `table.py` (docs/guide/otlp.md, "What maps
 to what"): the GenAI semantic conventions, Pydantic AI (and Logfire's pending spans), OpenInference,
 OpenLLMetry. Pure: no Django, no I/O, and no exception for any span, whatever its attributes hold
 (a value of the wrong type is a value not given).

@@ -6,7 +6,7 @@ returned (`{"type": "tool", "data": {..., "tool_call_id"}}`); OpenLLMetry's
 `traceloop.entity.input` has `kwargs.tool_call_id` and its `traceloop.entity.output` wraps the
 ToolMessage as LangChain dumps it (`{"output": {"lc": 1, "type": "constructor", "id": [...,
 "ToolMessage"], "kwargs": {...}}}`). Without content there is no id: the planner pairs the span
-with the call by name and arguments (docs/otlp.md).
+with the call by name and arguments (docs/guide/otlp.md).
 """
 
 from __future__ import annotations

@@ -97,7 +97,7 @@ def semconv_messages(value: Any, default_role: str) -> list[Message]:
 def semconv_run_inputs(value: Any) -> list[Message]:
     """`gen_ai.input.messages` cut as content.run_inputs cuts any input (its system messages and the
     user messages at its end), converting only those: a model span carries the whole conversation
-    so far, and converting all of it was a sixth of the ingest (docs/benchmarks.md, OTLP ingest).
+    so far, and converting all of it was a sixth of the ingest (docs/performance.md, OTLP ingest).
 
     Equal to run_inputs(semconv_messages(value, "user")): a raw message converts to at most one
     message of its own role followed by tool messages (its answers), so the trailing user messages

@@ -1,6 +1,6 @@
 """The table: per instrumentation family, how to tell its spans, their role, and which attributes carry what.
 
-docs/otlp.md ("What maps to what") is this table in prose. A family's row lists attribute keys in
+docs/internals/otlp.md ("What maps to what") is this table in prose. A family's row lists attribute keys in
 order of preference (the first usable value wins), so a newer attribute name and the older ones it
 replaced sit side by side. The GenAI semantic conventions followed are v1.41.1, the last release of
 `docs/gen-ai` in the semantic-conventions repository (it has since moved to semantic-conventions-genai,

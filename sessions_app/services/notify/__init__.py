@@ -1,4 +1,4 @@
-"""Alerts: webhooks told when a session stalls, is recovered, or is held for a person (README "Alerts").
+"""Alerts: webhooks told when a session stalls, is recovered, or is held for a person (docs/guide/alerts.md).
 
 transitions.py writes one notification per transition (recoveries in their own transaction, stalls by the
 worker) and its pending deliveries; delivery.py sends them, signed (Standard Webhooks), with retries;
