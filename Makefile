@@ -4,7 +4,7 @@
 # `make simulate`: live demo agents against the server `make run` started (the same HOST=... PORT=...)
 # `make run-scaleout`: docs/guide/deploy.md's deployment on this machine: 2 Daphne + the worker + nginx on PostgreSQL
 #   (DATABASE_URL, default its own database turnlog_scaleout at 127.0.0.1:5432) and a Redis of its own, free ports
-# `make test`: set everything up and run the whole test suite
+# `make test`: set everything up and run the whole test suite, in parallel workers (TEST_WORKERS=4; PYTEST_ARGS=... for more options)
 # `make bench`: every benchmark (bench/otlp.py also runs Arize Phoenix from its own virtualenv, PHOENIX_VENV)
 PYTHON ?= python3
 VENV := .venv
@@ -52,8 +52,12 @@ run-scaleout: $(VENV)/.installed-run
 simulate: migrate
 	$(BIN)/python manage.py simulate --url http://$(HOST):$(PORT)
 
+# The suite runs in TEST_WORKERS pytest-xdist workers (TEST_WORKERS=0: in this process alone), whole test
+# files at a time (--dist loadfile: a module's servers and browser start once), each worker on databases of its
+# own (conftest.py). More workers than cores pays: most of the suite waits on sockets, servers and timeouts.
+TEST_WORKERS ?= 4
 test: $(VENV)/.installed-test
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION):
 	$(PYTHON) -m venv $(PHOENIX_VENV)

@@ -3,11 +3,13 @@ import shutil
 
 import pytest
 from django.test import Client
+from pytest_timeout import get_env_settings
 
 from tests.access import token_for
 
 # Per-test budgets of the slow suites, so a hang fails its run within minutes
-# instead of eating CI's time; every other test gets pyproject's `timeout`.
+# instead of eating CI's time; every other test gets pyproject's `timeout`. All of them, and the tests' own
+# timeout marks, are stretched by load_factor when pytest-xdist's workers outnumber the cores.
 SLOW_SUITE_BUDGETS = {
     "tests/e2e/": 180,  # a Chromium flow against a real Daphne (the slowest ~30 s on a busy machine)
     "tests/deploy/": 300,  # the scale-out launcher: migrate, collectstatic, 2 Daphne + worker + nginx, a browser (~60 s)
@@ -18,11 +20,26 @@ SLOW_SUITE_BUDGETS = {
 }
 
 
-def pytest_collection_modifyitems(items):
+def load_factor(config) -> float:
+    """How many times slower a test may run here than alone: pytest-xdist's workers (`make test`) share the
+    cores, so a busy test takes longer with more workers than cores. Never below 1."""
+    workers = getattr(config, "workerinput", {}).get("workercount", 1)
+    return max(1.0, workers / (len(os.sched_getaffinity(0)) or 1))
+
+
+def pytest_collection_modifyitems(config, items):
+    factor = load_factor(config)
     for item in items:
-        budget = next((s for prefix, s in SLOW_SUITE_BUDGETS.items() if item.nodeid.startswith(prefix)), None)
-        if budget is not None and item.get_closest_marker("timeout") is None:
-            item.add_marker(pytest.mark.timeout(budget))
+        marker = item.get_closest_marker("timeout")
+        if marker is not None:
+            budget = marker.kwargs.get("timeout", marker.args[0] if marker.args else None)
+        else:
+            budget = next((s for prefix, s in SLOW_SUITE_BUDGETS.items() if item.nodeid.startswith(prefix)), None)
+            if budget is None and factor > 1:
+                budget = get_env_settings(config).timeout  # --timeout, PYTEST_TIMEOUT or pyproject's
+        if budget:
+            # First among the item's markers: the one pytest-timeout reads (get_closest_marker).
+            item.add_marker(pytest.mark.timeout(budget * factor), append=False)
 
 
 @pytest.fixture(autouse=True)
