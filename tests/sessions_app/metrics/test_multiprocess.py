@@ -22,7 +22,7 @@ PROJECT_DIR = Path(__file__).resolve().parents[3]
 # A process that counts like a server (an append of 5 events, a fork, an open socket), says so, and waits to be killed.
 COUNTING = """
 import sys
-from sessions_app.metrics import instruments as i
+from sessions_app.lib import instruments as i
 i.count_events({"user_message": 5})
 i.count_append(seconds=0.003, events=5)
 i.FORKS.inc()

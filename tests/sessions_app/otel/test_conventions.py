@@ -25,7 +25,7 @@ from sessions_app.otel.planner import Planner, ordered
 from sessions_app.otel.readings import AGENT, MODEL, OTHER, TOOL, Message, Reading
 from sessions_app.otel.spans import STATUS_ERROR, Span, SpanEvent
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 ROLES = {AGENT, MODEL, TOOL, OTHER}
 WEATHER_CALLS = (
     {"id": "call_paris", "name": "get_weather", "arguments": {"city": "Paris"}},
