@@ -19,6 +19,7 @@ Lives at the root so that it also covers turnlog_client/tests.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -99,3 +100,17 @@ def pytest_configure(config: pytest.Config) -> None:
     # Before any test module is imported (some read settings.REDIS_URL then) and before any layer is built.
     os.environ["REDIS_URL"] = settings.REDIS_URL = redis_url_of_worker(redis_url, worker)
     settings.CHANNEL_LAYERS = {"default": redis_channel_layer(settings.REDIS_URL)}
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """One node id per test. pytest-xdist's --dist loadfile tracks tests by node id: of tests that share one,
+    it runs the first alone. Schemathesis's tests (one per API operation, tests/sessions_app/api/test_schemas.py)
+    all carry their function's id under pytest 9.2, though each is named after its operation: that name becomes
+    its id."""
+    shared = Counter(item.nodeid for item in items)
+    for item in items:
+        if shared[item.nodeid] > 1 and item.name != item.nodeid.rsplit("::", 1)[-1]:
+            item._id = item.parent.id.child(item.name)
+    if len(ids := Counter(item.nodeid for item in items)) != len(items):
+        raise pytest.UsageError(f"tests sharing a node id, of which pytest-xdist runs one: {[i for i, n in ids.items() if n > 1]}")
