@@ -246,7 +246,8 @@ def assert_the_login_ends_exactly(
     asked = time.monotonic()
     end_login()
     answered = time.monotonic()
-    assert answered - asked < ANSWER_WITHIN + own_work, f"answered after {answered - asked:.2f} s ({own_work:.2f} s of its own work)"
+    # Its own work (hashing a password) slows under load as the rest does: both stretch with load_factor.
+    assert answered - asked < ANSWER_WITHIN + own_work * load_factor(), f"answered after {answered - asked:.2f} s ({own_work:.2f} s of its own work)"
     count = 0
     while time.monotonic() - answered < APPEND_FOR:
         append_text(watching, agent, sid, f"after-the-end-{count}")
