@@ -60,7 +60,7 @@ def innermost_strategy(session: Session) -> log_strategy.TurnStrategy | None:
     """The session header's recommendation: the innermost open turn's strategy (stalled sessions only)."""
     if not session.turn_stack:
         return None
-    turns = selectors.recovery_strategies(selectors.recovery_plan(session))
+    turns = selectors.recovery_strategies(selectors.recovery_plan(session), session=session)
     return turns[0] if turns else None
 
 
@@ -81,7 +81,7 @@ def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
         for seq in plan.open_turns
     ]
     calls = [r.call for r in plan.repairs if r.call is not None]
-    side_effects = selectors.side_effect_classes(c.name for c in calls)
+    side_effects = selectors.side_effect_classes((c.name for c in calls), project_id=session.project_id)
     owed = [
         OwedCallView(
             call=call,
@@ -103,7 +103,7 @@ def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
         )
         for i, repair in enumerate(plan.repairs)
     ]
-    return RecoveryPreview(open_turns=open_turns, owed=owed, appended=appended, strategies=selectors.recovery_strategies(plan))
+    return RecoveryPreview(open_turns=open_turns, owed=owed, appended=appended, strategies=selectors.recovery_strategies(plan, session=session))
 
 
 def evidence_of(call: recovery.OwedCall) -> list[tuple[int, str]]:

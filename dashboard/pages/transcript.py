@@ -294,7 +294,7 @@ class Builder:
         block_calls = [c for e in events if e.type == "assistant_message" for c in log_calls.content_calls(e.data)]
         sighted_names = [log_calls.call_name(d[0].data) for d in self.dispatches.values()]
         sighted_names += [log_calls.call_name(c) for e in events if e.type == "assistant_message" for c in log_events.tool_calls_of(e.data)]
-        self.side_effects = selectors.side_effect_classes([*sighted_names, *(c["name"] for c in block_calls)])
+        self.side_effects = selectors.side_effect_classes([*sighted_names, *(c["name"] for c in block_calls)], project_id=session.project_id)
         # What recovery would answer for the calls of open turns, as the call ledger holds it.
         owed = selectors.owed_calls(session, named) if session.turn_stack and named else {}
         self.owed = {cid: Owed(risk, rule) for cid, (risk, rule) in owed.items()}

@@ -32,6 +32,20 @@ def call_to_wire(row: selectors.CallRow) -> dict:
         "turn_seq": call.turn_seq,
         "time": log_events.format_time(row.time),
         "notes": [note_to_wire(note) for note in row.notes],
+        "idempotency_key": row.idempotency_key,
+        "receipt": row.receipt,
+        "verdict": verdict_to_wire(row.verdict) if row.verdict is not None else None,
+    }
+
+
+def verdict_to_wire(verdict) -> dict:
+    return {
+        "outcome": verdict.outcome,
+        "evidence": verdict.evidence,
+        "external_ref": verdict.external_ref or None,
+        "by": verdict.by,
+        "source": verdict.source,
+        "at": log_events.format_time(verdict.at),
     }
 
 

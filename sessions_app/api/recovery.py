@@ -25,9 +25,11 @@ from sessions_app.selectors import access
 router = Router(tags=["recovery"])
 
 
-def plan_to_wire(plan, next_seq: int) -> dict:
+def plan_to_wire(plan, session) -> dict:
+    """The Plan of api.md ("Recovery"), `next_seq` the session's event count as the plan was read."""
+    next_seq = session.event_count
     owed = [r.call for r in plan.repairs if r.call is not None]
-    side_effects = selectors.side_effect_classes(call.name for call in owed)
+    side_effects = selectors.side_effect_classes((call.name for call in owed), project_id=session.project_id)
     return {
         "interrupted": plan.interrupted,
         "open_turns": plan.open_turns,
@@ -39,7 +41,7 @@ def plan_to_wire(plan, next_seq: int) -> dict:
             {**dataclasses.asdict(call), "evidence": list(call.evidence), "side_effect": side_effects[log_events.tool_name(call.name)]}
             for call in owed
         ],
-        "strategies": [turn.as_wire() for turn in selectors.recovery_strategies(plan)],
+        "strategies": [turn.as_wire() for turn in selectors.recovery_strategies(plan, session=session)],
     }
 
 
@@ -47,7 +49,7 @@ def plan_to_wire(plan, next_seq: int) -> dict:
 def get_recovery_plan(request, session_id: str):
     """What recovery would append now, and why; confirm it with its digest."""
     session = readable(request, session_id)
-    return plan_to_wire(selectors.recovery_plan(session), session.event_count)
+    return plan_to_wire(selectors.recovery_plan(session), session)
 
 
 @router.get("/sessions/{session_id:session_id}/dangling-calls", response={200: DanglingPatchOut, 403: ErrorOut, 404: ErrorOut})

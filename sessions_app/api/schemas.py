@@ -227,6 +227,15 @@ class NotesOut(Schema):
 CALL_STATES = Literal["pending", "completed", "error", "superseded", "no_result", "tool_not_started", "tool_outcome_unknown"]
 
 
+class VerdictOut(Schema):
+    outcome: Literal["happened", "not_happened"]
+    evidence: str
+    external_ref: str | None
+    by: str = Field(..., description='the user name, or "reconciler:<policy pattern>"')
+    source: Literal["person", "reconciler"]
+    at: str
+
+
 class CallOut(Schema):
     session_id: str
     project: str = Field(..., description="the slug of the session's project")
@@ -245,6 +254,11 @@ class CallOut(Schema):
     turn_seq: int | None = Field(..., description="the innermost turn it was first sighted in; null outside every turn")
     time: str = Field(..., description="the time the first-sighting event claims")
     notes: list[NoteOut] = Field(..., description="notes pinned to the first sighting or to any of the call's tool_results")
+    idempotency_key: str | None = Field(None, description="the idempotency key the agent used, as session-log.md section 1 reads it")
+    receipt: str | None = Field(
+        None, description="what the tool policy's receipt pointer finds in the call's first real result, as a string"
+    )
+    verdict: VerdictOut | None = Field(None, description="the current verdict (session-log.md 8.2), or null")
 
 
 class CallsOut(Schema):

@@ -37,9 +37,9 @@ class IdempotencyKeyReused(Exception):
 class StalePlan(Exception):
     """The previewed digest no longer matches: nothing was appended; here is the fresh plan."""
 
-    def __init__(self, plan: log_recovery.Plan, next_seq: int):
+    def __init__(self, plan: log_recovery.Plan, session):
         super().__init__("the log changed since this plan was previewed; review the fresh plan")
-        self.plan, self.next_seq = plan, next_seq
+        self.plan, self.session, self.next_seq = plan, session, session.event_count
 
 
 class RecoveryFirst(Exception):
@@ -80,3 +80,23 @@ class SessionNotExpired(Exception):
     def __init__(self, session_id: str, why: str):
         super().__init__(f"session {session_id!r} is kept: {why}")
         self.session_id, self.why = session_id, why
+
+
+class CallNotFound(Exception):
+    def __init__(self, session_id: str, call_id: str):
+        super().__init__(f"session {session_id!r} has no tool call with id {call_id!r}")
+        self.session_id, self.call_id = session_id, call_id
+
+
+class VerdictNotFound(Exception):
+    def __init__(self, session_id: str, call_id: str):
+        super().__init__(f"call {call_id!r} of session {session_id!r} has no current verdict")
+        self.session_id, self.call_id = session_id, call_id
+
+
+class InvalidVerdict(Exception):
+    """A verdict's outcome, evidence or reference breaks the rules of docs/api.md (Verdicts): which field, and why."""
+
+    def __init__(self, field: str, reason: str, detail: str):
+        super().__init__(detail)
+        self.field, self.reason, self.detail = field, reason, detail

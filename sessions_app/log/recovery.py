@@ -1,6 +1,5 @@
 """Closing what a crash left open, by appending classified repairs (spec section 4)."""
 
-import fnmatch
 import hashlib
 import json
 from collections import Counter
@@ -11,6 +10,8 @@ from datetime import datetime
 from .calls import call_arguments, call_name
 from .events import Event, call_id, json_integer, tool_calls_of
 from .fold import fold
+from .policies import Policy
+from .policies import side_effect_class as policies_side_effect_class
 from .structure import Placement, place, place_all
 
 TOOL_NOT_STARTED = "tool_not_started"
@@ -332,14 +333,9 @@ def apply(events: Sequence[Event], repairs: Sequence[Repair], time: datetime) ->
     return [Event(next_seq + i, r.type, time, r.data) for i, r in enumerate(repairs)]
 
 
-def side_effect_class(tool_name: str | None, policies: Iterable[tuple[str, str]]) -> str:
-    """A tool's side-effect class by (pattern, class) policies (section 8): an exact
-    name wins, then the longest matching pattern; "unknown" when none matches."""
-    if tool_name is None:
-        return "unknown"
-    matches = [
-        (pattern != tool_name, -len(pattern), cls)
-        for pattern, cls in policies
-        if pattern == tool_name or fnmatch.fnmatchcase(tool_name, pattern)
-    ]
-    return min(matches)[2] if matches else "unknown"
+def side_effect_class(tool_name: str | None, policies: Iterable[tuple[str, str] | Policy]) -> str:
+    """A tool's side-effect class by policies (section 8): Policy objects, or (pattern, class) pairs
+    of site-wide policies; an exact name wins, then the longest matching pattern; "unknown" when none matches."""
+    return policies_side_effect_class(
+        tool_name, [p if isinstance(p, Policy) else Policy(pattern=p[0], side_effect=p[1]) for p in policies]
+    )

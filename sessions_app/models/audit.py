@@ -29,6 +29,10 @@ class AuditEntry(models.Model):
     SESSION_DELETED = "session_deleted"
     RETENTION_CHANGED = "retention_changed"
     WEBHOOK_CHANGED = "webhook_changed"
+    VERDICT_RECORDED = "verdict_recorded"
+    VERDICT_WITHDRAWN = "verdict_withdrawn"
+    TOOL_POLICY_CHANGED = "tool_policy_changed"
+    PROJECT_SETTINGS_CHANGED = "project_changed"
     ACTIONS = [
         (RECOVERY, "Recovery applied"),
         (DANGLING_PATCH, "Dangling calls patched"),
@@ -46,6 +50,10 @@ class AuditEntry(models.Model):
         (SESSION_DELETED, "Session deleted"),
         (RETENTION_CHANGED, "Retention changed"),
         (WEBHOOK_CHANGED, "Webhook changed"),
+        (VERDICT_RECORDED, "Verdict recorded"),
+        (VERDICT_WITHDRAWN, "Verdict withdrawn"),
+        (TOOL_POLICY_CHANGED, "Tool policy changed"),
+        (PROJECT_SETTINGS_CHANGED, "Project settings changed"),
     ]
 
     # None: a site-level action (a site token).

@@ -52,6 +52,13 @@ class LedgerCall(models.Model):
     settled_state = models.CharField(max_length=24, null=True, blank=True)
     result_seq = models.PositiveIntegerField(null=True, blank=True)
     owed_risk = models.CharField(max_length=24, null=True, blank=True)
+    # What helps a person settle the call (api.md, "Verdicts, receipts and reconcilers"): the idempotency
+    # key the agent used (section 1), the receipt the tool policy's pointer finds in the first real
+    # result, and the current verdict's outcome and external reference (copied from Verdict).
+    idempotency_key = models.CharField(max_length=500, null=True, blank=True)
+    receipt = models.CharField(max_length=500, null=True, blank=True)
+    verdict = models.CharField(max_length=16, null=True, blank=True)
+    verdict_ref = models.CharField(max_length=500, null=True, blank=True)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["session", "call_id"], name="ledger_session_call_unique")]
@@ -64,6 +71,10 @@ class LedgerCall(models.Model):
             # A session's ledger panel: its calls to check, and the latest (selectors.ledger.session_ledger).
             models.Index(fields=["session", "settled_state", "seq"], name="ledger_session_state_idx"),
             models.Index(fields=["session", "-seq", "-id"], name="ledger_session_seq_idx"),
+            # ?ref=: which call made charge ch_3Px (by receipt, idempotency key or a verdict's reference).
+            models.Index(fields=["project", "receipt"], name="ledger_project_receipt_idx"),
+            models.Index(fields=["project", "idempotency_key"], name="ledger_project_key_idx"),
+            models.Index(fields=["project", "verdict_ref"], name="ledger_project_verdict_ref_idx"),
         ]
 
     def __str__(self) -> str:

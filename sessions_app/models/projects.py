@@ -32,6 +32,12 @@ class Project(models.Model):
             " since their creation or import (empty: keep them forever)"
         ),
     )  # fmt: skip
+    # Lets the worker also recover a crash whose every unknown call a reconciler settled (section 8.2):
+    # such a recovery appends the recovery-context message. Off by default; project admins set it.
+    auto_recover_settled = models.BooleanField(
+        default=False,
+        help_text="Recover crashes without a person when a reconciler settled every call whose outcome was unknown",
+    )
 
     class Meta:
         ordering = ["slug"]

@@ -117,9 +117,12 @@ class AgentHour(models.Model):
 
 
 class ToolPolicy(models.Model):
-    """How bad an unknown outcome of a tool is: ranks what a person checks first.
+    """How bad an unknown outcome of a tool is (ranks what a person checks first), where its
+    receipt sits in its results, and the endpoint that can tell whether a call took effect.
 
-    Never changes the log's risk value (session-log.md section 8).
+    A policy with a project applies to that project's calls and wins over a site-wide one
+    (project None) with the same pattern; among matching patterns the most specific wins
+    (sessions_app.log.policies). Never changes the log's risk value (session-log.md section 8).
     """
 
     READ_ONLY = "read_only"
@@ -131,15 +134,33 @@ class ToolPolicy(models.Model):
         (EXTERNAL_EFFECT, "External effect: never retry without a human"),
     ]
 
-    pattern = models.CharField(
-        max_length=200, unique=True, help_text="Tool name or shell-style pattern, e.g. send_* or stripe.*"
-    )
+    # None: a site-wide policy (site admins, the Django admin).
+    project = models.ForeignKey(Project, null=True, blank=True, on_delete=models.CASCADE, related_name="tool_policies")
+    pattern = models.CharField(max_length=200, help_text="Tool name or shell-style pattern, e.g. send_* or stripe.*")
     side_effect = models.CharField(max_length=20, choices=CLASSES)
     note = models.CharField(max_length=300, blank=True, default="")
+    # An RFC 6901 JSON pointer into a real result's content (e.g. /id): the call's receipt.
+    receipt_pointer = models.CharField(max_length=500, blank=True, default="")
+    # The reconciler: where the worker asks whether a call with an unknown outcome took effect,
+    # signed (Standard Webhooks) with the policy's own secret.
+    check_url = models.URLField(max_length=2000, blank=True, default="")
+    check_secret = models.CharField(max_length=100, blank=True, default="")
+    created_at = models.DateTimeField(default=timezone.now)
+    updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
         verbose_name_plural = "tool policies"
         ordering = ["pattern"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "pattern"], name="tool_policy_project_pattern_unique"),
+            models.UniqueConstraint(
+                fields=["pattern"], condition=models.Q(project__isnull=True), name="tool_policy_site_pattern_unique"
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.pattern} → {self.side_effect}"
+
+    @property
+    def scope(self) -> str:
+        return "site" if self.project_id is None else "project"

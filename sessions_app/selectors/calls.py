@@ -13,9 +13,10 @@ from datetime import datetime
 
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger, recovery
-from sessions_app.models import Note, RecoveryRecord, Session, ToolPolicy
+from sessions_app.models import Note, RecoveryRecord, Session, ToolPolicy, Verdict
 from sessions_app.selectors.events import session_log
 from sessions_app.selectors.notes import notes_by_seq
+from sessions_app.selectors.policies import project_policies
 
 # The classes the list shows by default: the calls a person may have to check.
 CHECKED_CLASSES = frozenset({ToolPolicy.EXTERNAL_EFFECT, "unknown"})
@@ -28,6 +29,9 @@ class CallRow:
     side_effect: str  # the tool's class by the policies as they are now
     time: datetime  # the time the first-sighting event claims
     notes: list[Note]  # pinned to the first sighting or to one of the call's dispatches (tool_call events) or results
+    idempotency_key: str | None = None  # as section 1 reads it
+    receipt: str | None = None  # where the tool policy's receipt pointer points in the first real result
+    verdict: Verdict | None = None  # the current verdict (session-log.md 8.2)
 
 
 def patch_seqs(session: Session) -> set[int]:
@@ -42,7 +46,7 @@ def session_calls(session: Session, *, all_classes: bool) -> list[CallRow]:
     events = session_log(session)
     status = session.status
     states = ledger.call_states(events, running=status == "running", active=status == "active", patch_seqs=patch_seqs(session))
-    policies = list(ToolPolicy.objects.values_list("pattern", "side_effect"))
+    policies = project_policies(session.project_id)
     classes = {name: recovery.side_effect_class(name, policies) for name in {log_events.tool_name(c.name) for c in states}}
     rows = [(call, classes[log_events.tool_name(call.name)]) for call in states]
     if not all_classes:

@@ -23,6 +23,7 @@ from sessions_app.log import events as log_events
 from sessions_app.log import ledger, recovery
 from sessions_app.models import Event, LedgerCall, Note, ToolPolicy
 from sessions_app.selectors.calls import CallRow
+from sessions_app.selectors.policies import policies_by_project
 from sessions_app.selectors.sessions import ACTIVE, RUNNING, stalled_before, status_filter
 
 CLASSES = (ToolPolicy.READ_ONLY, ToolPolicy.IDEMPOTENT, ToolPolicy.EXTERNAL_EFFECT, "unknown")
@@ -136,9 +137,12 @@ def _unsettled_in(states: frozenset[str] | None, now: datetime) -> Q:
 
 def _of_classes(projects: list[int], classes: frozenset[str]) -> Q:
     """The tools the policies put in one of `classes` now, among the tools these projects' calls name."""
-    policies = list(ToolPolicy.objects.values_list("pattern", "side_effect"))
-    names = [name for name in _tools_of(projects) if recovery.side_effect_class(name, policies) in classes]
-    return Q(tool__in=names) | Q(tool__isnull=True) if "unknown" in classes else Q(tool__in=names)
+    found = Q(pk__in=[])
+    for project, policies in policies_by_project(projects).items():
+        names = [name for name in _tools_of([project]) if recovery.side_effect_class(name, policies) in classes]
+        of_project = Q(tool__in=names) | Q(tool__isnull=True) if "unknown" in classes else Q(tool__in=names)
+        found |= Q(project_id=project) & of_project
+    return found
 
 
 def _tools_of(projects: list[int]) -> set[str]:
@@ -191,7 +195,7 @@ def call_rows(rows: list[LedgerCall]) -> list[CallRow]:
     notes_at: dict[tuple[str, int], list[Note]] = {}
     for note in Note.objects.filter(session_id__in=sessions, seq__isnull=False).order_by("created_at", "id"):
         notes_at.setdefault((note.session_id, note.seq), []).append(note)
-    policies = list(ToolPolicy.objects.values_list("pattern", "side_effect"))
+    policies = policies_by_project({row.project_id for row in rows})
     out = []
     for row in rows:
         call = _sighted_call(row, *sightings[(row.session_id, row.seq)])
@@ -201,7 +205,7 @@ def call_rows(rows: list[LedgerCall]) -> list[CallRow]:
         state = ledger.CallState(
             log_events.call_id(call), name, log_calls.call_arguments(call), row.seq, row.turn_seq, row.state, row.result_seq
         )
-        side_effect = recovery.side_effect_class(log_events.tool_name(name), policies)
+        side_effect = recovery.side_effect_class(log_events.tool_name(name), policies[row.project_id])
         out.append(CallRow(session=row.session, call=state, side_effect=side_effect, time=row.time, notes=notes))
     return out
 

@@ -24,9 +24,10 @@ from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger
 from sessions_app.log.recovery import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, side_effect_class
-from sessions_app.models import Event, LedgerCall, Session, ToolPolicy
+from sessions_app.models import Event, LedgerCall, Session
 from sessions_app.selectors.calls import CHECKED_CLASSES, CallRow
 from sessions_app.selectors.notes import notes_by_seq
+from sessions_app.selectors.policies import project_policies
 
 # The states a person may have to check: every one of them is listed, however long the session.
 STATES_TO_CHECK = frozenset({TOOL_OUTCOME_UNKNOWN, ledger.SUPERSEDED, ledger.PENDING})
@@ -163,7 +164,7 @@ def ledger_window(session: Session, *, all_classes: bool, latest: int | None = N
     levels = levels_of(session)
     overridden = _overridden(levels)
     status = session.status
-    policies = list(ToolPolicy.objects.values_list("pattern", "side_effect"))
+    policies = project_policies(session.project_id)
 
     def of_class(row: LedgerCall) -> bool:
         return all_classes or side_effect_class(row.tool, policies) in CHECKED_CLASSES

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery, strategy
-from sessions_app.models import Event, RecoveryRecord, Session, ToolPolicy
+from sessions_app.models import Event, RecoveryRecord, Session
+from sessions_app.selectors.policies import project_policies
 from sessions_app.selectors.events import CallLookups, call_lookups, session_log, steps_open_at, to_log_events
 
 
@@ -69,15 +70,15 @@ def dangling_patch(session: Session) -> list[recovery.Repair]:
     return recovery.patch_dangling_tool_calls(session_log(session))
 
 
-def side_effect_classes(tool_names) -> dict[str | None, str]:
-    """Each tool's side-effect class by ToolPolicy, keyed by log_events.tool_name of each name given."""
-    policies = list(ToolPolicy.objects.values_list("pattern", "side_effect"))
+def side_effect_classes(tool_names, *, project_id: int | None) -> dict[str | None, str]:
+    """Each tool's side-effect class by the project's tool policies, keyed by log_events.tool_name of each name given."""
+    policies = project_policies(project_id)
     return {name: recovery.side_effect_class(name, policies) for name in {log_events.tool_name(n) for n in tool_names}}
 
 
-def recovery_strategies(plan: recovery.Plan) -> list[strategy.TurnStrategy]:
-    """The plan's strategies (section 8.1) under the tool policies as they are now."""
-    classes = side_effect_classes(call.name for calls in plan.turn_calls.values() for call in calls)
+def recovery_strategies(plan: recovery.Plan, *, session: Session) -> list[strategy.TurnStrategy]:
+    """The plan's strategies (section 8.1) under the session's project's tool policies as they are now."""
+    classes = side_effect_classes((call.name for calls in plan.turn_calls.values() for call in calls), project_id=session.project_id)
     return strategy.strategies(plan, lambda name: classes[log_events.tool_name(name)])
 
 

@@ -73,7 +73,7 @@ def recover_automatically(*, session_id: str, policy: AutoRecoveryPolicy, now: d
         if not policy.enabled or not session.turn_stack or quiet < policy.quiet_seconds:
             return None
         plan = recovery_plan(session)
-        turns = recovery_strategies(plan)
+        turns = recovery_strategies(plan, session=session)
         if any(t.strategy != log_strategy.RESTART_TURN for t in turns):
             session.auto_checked_count = session.event_count
             session.save(update_fields=["auto_checked_count"])
@@ -114,7 +114,7 @@ def _apply_recovery(
     now: datetime | None = None,
     turns: list[log_strategy.TurnStrategy] | None = None,
 ) -> RepairResult:
-    turns = recovery_strategies(plan) if turns is None else turns
+    turns = recovery_strategies(plan, session=session) if turns is None else turns
     extra = []
     if context and plan.repairs:
         extra = [log_recovery.Repair("system_message", log_strategy.context_message(turns, abandoned=abandon), None)]
@@ -155,7 +155,7 @@ def _apply_repairs(session, repairs, plan, kind, user, digest, note, *, extra=()
     """
     current = log_recovery.repairs_digest(session.event_count, repairs)
     if digest is not None and digest != current:
-        raise StalePlan(plan or log_recovery.Plan([], list(repairs), []), session.event_count)
+        raise StalePlan(plan or log_recovery.Plan([], list(repairs), []), session)
     if not repairs:
         return RepairResult(appended=[], next_seq=session.event_count, record=None)
     rows = store_events(session, [log_events.NewEvent(r.type, r.data, None) for r in [*repairs, *extra]], received_at=timezone.now())

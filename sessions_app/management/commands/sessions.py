@@ -160,7 +160,7 @@ class Command(BaseCommand):
             self.stdout.write(self.style.SUCCESS("No open turn: nothing to recover."))
             return
         owed = [r.call for r in plan.repairs if r.call is not None]
-        side_effects = selectors.side_effect_classes(c.name for c in owed)
+        side_effects = selectors.side_effect_classes((c.name for c in owed), project_id=session.project_id)
         self.stdout.write(self.style.WARNING(f"Open: {'; '.join(session.open_turn_labels)}"))
         if not owed:
             self.stdout.write("No tool call is owed a result.")
@@ -175,7 +175,7 @@ class Command(BaseCommand):
         self.stdout.write(f"Recovery would append {len(plan.repairs)} events:")
         for repair in plan.repairs:
             self.stdout.write(f"  {repair.type} {json.dumps(repair.data)[:110]}")
-        for turn in selectors.recovery_strategies(plan):
+        for turn in selectors.recovery_strategies(plan, session=session):
             # Worded as on the recovery page (sessions_app.log.strategy).
             self.stdout.write(self.style.WARNING(f"Strategy for {turn.label}: {turn.strategy}: {log_strategy.HEADLINES[turn.strategy]}"))
             self.stdout.write(f"  {log_strategy.ADVICE[turn.strategy]}")

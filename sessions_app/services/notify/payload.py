@@ -29,9 +29,9 @@ def build(
 ) -> dict:
     """The JSON body of a notification. `plan` and `turns`: a recovery's own, read before it appended (else read now)."""
     plan = recovery_plan(session) if plan is None else plan
-    turns = recovery_strategies(plan) if turns is None else turns
+    turns = recovery_strategies(plan, session=session) if turns is None else turns
     owed = [r.call for r in plan.repairs if r.call is not None]
-    classes = side_effect_classes(call.name for call in owed)
+    classes = side_effect_classes((call.name for call in owed), project_id=session.project_id)
     strategies = [t.as_wire() for t in turns]
     recommended = min((t.strategy for t in turns), key=log_strategy.STRATEGIES.index, default=None)
     base = settings.TURNLOG_BASE_URL

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.django_db
 TIME = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"
 CALL_KEYS = {
     "session_id", "project", "agent_name", "call_id", "name", "arguments", "class",
-    "state", "seq", "result_seq", "turn_seq", "time", "notes",
+    "state", "seq", "result_seq", "turn_seq", "time", "notes", "idempotency_key", "receipt", "verdict",
 }  # fmt: skip
 
 

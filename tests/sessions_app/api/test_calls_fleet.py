@@ -51,7 +51,7 @@ def test_by_default_unknown_outcomes_superseded_calls_and_pending_past_the_stall
     assert call | {"time": None} == {
         "session_id": "crashed", "project": "default", "agent_name": "billing-bot", "call_id": "p1",
         "name": "charge_card", "arguments": {"cents": 500}, "class": "external_effect", "state": "tool_outcome_unknown",
-        "seq": 4, "result_seq": None, "turn_seq": 1, "time": None, "notes": [],
+        "seq": 4, "result_seq": None, "turn_seq": 1, "time": None, "notes": [], "idempotency_key": None, "receipt": None, "verdict": None,
     }  # fmt: skip
 
 

@@ -19,7 +19,7 @@ def test_seed_demo_stores_the_demo_tool_policies_once(db):
     call_command("seed_demo", "--sessions", "6", stdout=io.StringIO())
     called = set(Event.objects.filter(type="tool_result").values_list("data__name", flat=True))
     assert called and not called - set(demo.TOOLS)
-    classes = selectors.side_effect_classes(set(demo.TOOLS))
+    classes = selectors.side_effect_classes(set(demo.TOOLS), project_id=None)
     assert classes == {name: demo.side_effect_class(name) for name in demo.TOOLS}
     assert "unknown" not in classes.values()
 
