@@ -111,6 +111,7 @@ class ToolCard:
     owed: bool = False  # an open turn owes it a result: recovery would answer it
     notes: list = field(default_factory=list)  # pinned to its first sighting or its results, oldest first
     here: frozenset[int] = frozenset()  # seqs of its results and dispatches in the card's own block (anchored in the card)
+    inferred: bool = False  # every dispatch is inferred from the model's request (log.recovery.is_inferred)
 
     @property
     def anchor(self) -> str:
@@ -118,7 +119,7 @@ class ToolCard:
 
     @property
     def pending_detail(self) -> str:
-        return "dispatched" if self.dispatch_seqs else "requested"
+        return ("dispatch inferred" if self.inferred else "dispatched") if self.dispatch_seqs else "requested"
 
     @property
     def shown_seqs(self) -> set[int]:
@@ -142,7 +143,7 @@ class ToolCard:
 
     @property
     def rule_reason(self) -> str | None:
-        return recovery.RULE_REASONS.get(self.rule)
+        return recovery.rule_reason(self.rule, inferred=self.inferred) if self.rule is not None else None
 
     @property
     def side_effect_label(self) -> str:

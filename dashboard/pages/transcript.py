@@ -365,6 +365,7 @@ class Builder:
             arguments=Value.of(log_calls.call_arguments(call)),
             sighted_seq=event.seq,
             dispatch_seqs=[d.seq for d in dispatches],
+            inferred=bool(dispatches) and all(recovery.is_inferred(d.data) for d in dispatches),
             results=results,
             state=state,
             side_effect=self.side_effects.get(log_events.tool_name(log_calls.call_name(call)), "unknown"),

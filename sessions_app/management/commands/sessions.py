@@ -170,7 +170,7 @@ class Command(BaseCommand):
                 f"  {call.id}  {call.name or '?'}({json.dumps(call.arguments)[:60]})  "
                 f"{log_recovery.RISK_HEADLINES[call.risk]}  rule {call.rule}  evidence seqs {list(call.evidence) or '-'}  "
                 f"side effect: {side_effects[tool_name(call.name)]}\n"
-                f"    Why (rule {call.rule}): {log_recovery.RULE_REASONS[call.rule]}"
+                f"    Why (rule {call.rule}): {log_recovery.rule_reason(call.rule, inferred=call.inferred)}"
             )
         self.stdout.write(f"Recovery would append {len(plan.repairs)} events:")
         for repair in plan.repairs:
