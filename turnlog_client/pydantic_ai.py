@@ -97,9 +97,19 @@ def _text(content: object) -> str:
         return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and all(isinstance(p, Mapping) and p.get("type") == "text" for p in content):
-        return "\n".join(str(part.get("text", "")) for part in content)
+    if isinstance(content, list) and all(_part_text(part) is not None for part in content):
+        return "\n".join(str(_part_text(part)) for part in content)
     return json.dumps(content, ensure_ascii=False)
+
+
+def _part_text(part: object) -> str | None:
+    """A text part's text (`{"type": "text", "text"}`, or `"content"` as the OpenTelemetry conventions write it)."""
+    if isinstance(part, str):
+        return part
+    if isinstance(part, Mapping) and part.get("type") == "text":
+        text = part.get("text", part.get("content"))
+        return text if isinstance(text, str) else None
+    return None
 
 
 def _user_content(content: object) -> str | list[UserContent]:
@@ -109,8 +119,8 @@ def _user_content(content: object) -> str | list[UserContent]:
     parts: list[UserContent] = []
     for part in content:
         kind = part.get("type") if isinstance(part, Mapping) else None
-        if kind == "text":
-            parts.append(str(part.get("text", "")))
+        if (text := _part_text(part)) is not None:
+            parts.append(text)
         elif kind == "image_url" and isinstance(url := (part.get("image_url") or {}).get("url"), str):
             parts.append(ImageUrl(url=url))
         else:

@@ -12,8 +12,9 @@ into the shape OpenAI's Chat Completions API takes, which most runtimes accept:
 - `tool_result`: `{"role": "tool", "tool_call_id", "content"}`.
 
 Content that is a string stays one; a list of content parts stays a list
-(multimodal user messages), except in a tool message, where (like any other
-non-string content) it becomes its JSON text. What the chat shape has no field
+(multimodal user messages; text parts in OpenAI's `{"type": "text", "text"}`),
+except in a tool message, where (like any other non-string content) it
+becomes its JSON text. What the chat shape has no field
 for is dropped: `reasoning_content`, `metadata`, `name`, `created_at`.
 """
 
@@ -93,6 +94,20 @@ def chat_call(call: Mapping[str, Any]) -> dict[str, Any] | None:
     return {"id": cid, "type": "function", "function": {"name": call_name(call), "arguments": call_arguments(call)}}
 
 
+def chat_parts(content: list[Any]) -> list[Any]:
+    """Content parts in OpenAI's shape where the log has them in another: a plain string, or a text part
+    as the OpenTelemetry conventions write it (`{"type": "text", "content"}`), becomes `{"type": "text", "text"}`;
+    other parts are kept as given."""
+    parts = []
+    for part in content:
+        if isinstance(part, str):
+            part = {"type": "text", "text": part}
+        elif isinstance(part, Mapping) and part.get("type") == "text" and "text" not in part and isinstance(part.get("content"), str):
+            part = {"type": "text", "text": part["content"]}
+        parts.append(part)
+    return parts
+
+
 def chat_message(message: Mapping[str, Any]) -> dict[str, Any]:
     """One fold message in OpenAI's chat shape."""
     role, content = message["role"], message.get("content")
@@ -103,13 +118,13 @@ def chat_message(message: Mapping[str, Any]) -> dict[str, Any]:
         calls = [c for call in calls_of(message.get("tool_calls")) if (c := chat_call(call)) is not None]
         if content is None and not calls:
             content = ""
-        elif content is not None and not isinstance(content, (str, list)):
-            content = json_text(content)
+        elif content is not None:
+            content = chat_parts(content) if isinstance(content, list) else content if isinstance(content, str) else json_text(content)
         return {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
     if content is None:
         content = ""
-    elif not isinstance(content, (str, list)):
-        content = json_text(content)
+    else:
+        content = chat_parts(content) if isinstance(content, list) else content if isinstance(content, str) else json_text(content)
     return {"role": role, "content": content}
 
 

@@ -81,13 +81,14 @@ def test_messages_group_into_requests_and_responses_and_results_take_their_calls
         {"role": "tool", "tool_call_id": "a", "content": "seen"},
         {"role": "system", "content": "context"},
         {"role": "assistant", "content": None},
+        {"role": "system", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
     ]  # fmt: skip
     history = model_messages(messages)
-    assert [type(m) for m in history] == [ModelRequest, ModelResponse, ModelRequest, ModelResponse]
+    assert [type(m) for m in history] == [ModelRequest, ModelResponse, ModelRequest, ModelResponse, ModelRequest]
     assert history[0].parts[0].content[0] == "see" and history[0].parts[0].content[1].url == "https://x.test/a.png"
     assert history[1].parts == [ToolCallPart("look", "{}", "a")]
     assert described(history[2].parts) == described([ToolReturnPart("look", "seen", "a"), SystemPromptPart("context")])
-    assert history[3].parts == [TextPart("")]
+    assert history[3].parts == [TextPart("")] and described(history[4].parts) == described([SystemPromptPart("a\nb")])
     assert [described(m.parts) for m in message_history(messages)] == [described(m.parts) for m in history]
     with pytest.raises(TypeError):
         message_history(Client("http://127.0.0.1:9", "t"))

@@ -10,7 +10,7 @@ import pytest
 
 from turnlog_client import AsyncClient, Client, NotFound, RecoveryNeeded
 from turnlog_client.resume import chat_message, chat_messages
-from turnlog_client.tests.histories import ASK, EVIDENCE, OPEN_TURN, SUMMARY, SYSTEM, record_charge_verdict, write_crashed_session
+from turnlog_client.tests.histories import ASK, OPEN_TURN, SUMMARY, SYSTEM, record_charge_verdict, write_crashed_session
 
 live = pytest.mark.django_db(transaction=True)  # the server reads what the test commits
 
@@ -122,6 +122,10 @@ def test_user_content_parts_stay_parts_and_other_values_become_json_text():
     parts = [{"type": "text", "text": "look"}, {"type": "image_url", "image_url": {"url": "https://x.test/a.png"}}]
     assert chat_message(fold_message("user", content=parts)) == {"role": "user", "content": parts}
     assert chat_message(fold_message("system", content={"k": 1})) == {"role": "system", "content": '{"k":1}'}
+    # As OpenTelemetry ingest keeps them: plain strings, and text parts with "content".
+    assert chat_message(fold_message("system", content=["one", {"type": "text", "content": "two"}, {"type": "uri", "uri": "u"}])) == {
+        "role": "system", "content": [{"type": "text", "text": "one"}, {"type": "text", "text": "two"}, {"type": "uri", "uri": "u"}]
+    }  # fmt: skip
     assert chat_message(fold_message("user", content=None)) == {"role": "user", "content": ""}
     assert chat_message(fold_message("assistant", content=None)) == {"role": "assistant", "content": ""}
 
