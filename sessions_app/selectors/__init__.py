@@ -104,6 +104,8 @@ from sessions_app.selectors.verdicts import (
     current_verdict,
     current_verdicts,
     current_verdicts_of,
+    mark_unknown_settled,
+    unknown_calls_settled,
     verdict_history,
     verdicts_of_calls,
 )

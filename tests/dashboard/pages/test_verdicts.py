@@ -192,3 +192,25 @@ def test_a_settled_call_is_not_the_ledgers_first_to_check(operator, vera):
     settle(vera)
     page = operator.get("/sessions/s1/").content.decode()
     assert re.findall(r'<tr id="ledger-[^"]+" class="ledger-row[^"]*" data-call="([^"]+)"', page) == ["w2", "w1"]
+
+
+def test_the_header_and_the_list_row_say_when_every_unknown_call_is_settled(operator, vera):
+    crashed("s1")
+    crashed("s2")
+    services.append_events(
+        session_id="s1",
+        events=validate_batch([
+            {"type": "assistant_message", "data": {"content": "", "tool_calls": [{"id": "w2", "name": "send_wire", "arguments": {}}]}},
+            {"type": "tool_call", "data": {"id": "w2", "name": "send_wire"}},
+        ]),
+    )  # fmt: skip
+    Session.objects.filter(pk="s1").update(last_activity_at=timezone.now() - timedelta(hours=1), last_received_at=timezone.now() - timedelta(hours=1))
+    settle(vera, "s1")
+    assert "all unknown calls settled" not in operator.get("/sessions/s1/").content.decode()  # w2 is still unknown
+    record_verdict(actor=access.Actor(user=vera), session_id="s1", call_id="w2", outcome="happened", evidence="sent")
+    header = re.search(r'<header class="session-head".*?</header>', operator.get("/sessions/s1/").content.decode(), re.S).group(0)
+    assert "all unknown calls settled" in header and "stalled" in header  # its status is kept
+    listing = operator.get("/").content.decode()
+    row = lambda sid: re.search(rf'<tr id="session-{sid}".*?</tr>', listing, re.S).group(0)  # noqa: E731
+    assert "all unknown calls settled" in row("s1") and "all unknown calls settled" not in row("s2")
+    assert "all unknown calls settled" not in operator.get("/sessions/s2/").content.decode()
