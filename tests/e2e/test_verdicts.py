@@ -71,3 +71,38 @@ def test_a_verdict_recorded_on_a_card_settles_the_call_everywhere_at_once(browse
     fleet.select_option("select[name=settled]", "true")
     expect(fleet.locator("#call-wires--w1")).to_contain_text(WORDS, timeout=LIVE)
     assert "settled=true" in fleet.url
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_settled_card_its_history_and_the_open_form_have_no_axe_violations(browser, server, staff_user, scheme):
+    from axe_playwright_python.sync_playwright import Axe
+
+    from sessions_app.selectors import access
+    from sessions_app.services.verdicts import record_verdict, withdraw_verdict
+    from tests.e2e.test_accessibility import AXE_OPTIONS, axe_report
+    from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE
+    from tests.sessions_app.services.test_recovery import store
+
+    store(WORKED_EXAMPLE, session_id="crashed")  # stalled: c3's outcome unknown, c2 not started
+    actor = access.Actor(user=staff_user)
+    record_verdict(actor=actor, session_id="crashed", call_id="c3", outcome="happened", evidence="the mail server logged it", external_ref="msg-1")
+    withdraw_verdict(actor=actor, session_id="crashed", call_id="c3", reason="wrong message")
+    record_verdict(actor=actor, session_id="crashed", call_id="c3", outcome="not_happened", evidence="no such message")
+    context = browser.new_context(color_scheme=scheme, bypass_csp=True, viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    page.goto(f"{server.url}/login/?next=/sessions/crashed/")
+    page.fill("#id_username", staff_user.username)
+    page.fill("#id_password", "correct horse battery staple")
+    page.click("button[type=submit]")
+    card = page.locator("div.card[data-call-id='c3']")
+    expect(card).to_contain_text("verified not happened", timeout=LIVE)
+    card.locator("details.verdict-history > summary").click()
+    card.locator("details.verdict-withdraw > summary").click()
+    other = page.locator("div.card[data-call-id='c2']")
+    other.locator("details.verdict-record > summary").click()
+    other.locator("form.verdict-form button[type=submit]").evaluate("b => b.form.noValidate = true")
+    other.locator("form.verdict-form button[type=submit]").click()
+    expect(page.locator("div.card[data-call-id='c2'] p.error[data-field=outcome]")).to_be_visible(timeout=LIVE)
+    report = axe_report(Axe(), page, f"settled card and verdict forms ({scheme})")
+    context.close()
+    assert not report, report
