@@ -112,6 +112,8 @@ class ToolCard:
     notes: list = field(default_factory=list)  # pinned to its first sighting or its results, oldest first
     here: frozenset[int] = frozenset()  # seqs of its results and dispatches in the card's own block (anchored in the card)
     inferred: bool = False  # every dispatch is inferred from the model's request (log.recovery.is_inferred)
+    verdicts: list = field(default_factory=list)  # every verdict of the call, oldest first (session-log.md 8.2)
+    verdict_form: dict | None = None  # a refused verdict form posted from this card: what was typed, and the error
 
     @property
     def anchor(self) -> str:
@@ -155,8 +157,13 @@ class ToolCard:
 
     @property
     def loud(self) -> bool:
-        """An unknown outcome of a tool with external effects: check this first."""
-        return self.side_effect == "external_effect" and self.state == TOOL_OUTCOME_UNKNOWN
+        """An unknown outcome of a tool with external effects, not settled by a verdict: check this first."""
+        return self.side_effect == "external_effect" and self.state == TOOL_OUTCOME_UNKNOWN and self.verdict is None
+
+    @property
+    def verdict(self):
+        """The current verdict: a person's or a reconciler's finding (it never changes the state)."""
+        return self.verdicts[-1] if self.verdicts and self.verdicts[-1].withdrawn_at is None else None
 
 
 @dataclass
