@@ -72,7 +72,8 @@ class GuardedTransport(httpx.HTTPTransport):
         self._pool = httpcore.ConnectionPool(ssl_context=httpx.create_ssl_context(), network_backend=GuardedBackend(), max_connections=20)
 
 
-def client() -> httpx.Client:
-    """The webhook sender's HTTP client: the guarded transport, no proxies from the environment, no redirects."""
-    timeout = settings.TURNLOG_WEBHOOK_TIMEOUT_SECONDS
+def client(timeout: float | None = None) -> httpx.Client:
+    """The webhook sender's HTTP client (and the reconcilers', with their own timeout): the guarded transport,
+    no proxies from the environment, no redirects."""
+    timeout = settings.TURNLOG_WEBHOOK_TIMEOUT_SECONDS if timeout is None else timeout
     return httpx.Client(transport=GuardedTransport(), trust_env=False, follow_redirects=False, timeout=timeout)
