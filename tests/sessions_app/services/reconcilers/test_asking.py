@@ -14,7 +14,7 @@ from sessions_app.services import reconcilers
 from sessions_app.services.reconcilers import BACKOFF, MAX_ATTEMPTS
 from tests.sessions_app.services.notify.crashes import crashed, stalled_clock
 
-from .conftest import Answer, check_policy
+from tests.reconciler_endpoint import Answer, check_policy
 
 
 def checked_crash(endpoint, path="/check", *answers, session_id="crash-1"):
