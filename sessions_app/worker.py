@@ -110,7 +110,9 @@ def run_round(*, now: datetime | None = None, limit: int = ROUND_LIMIT) -> list[
 def check_calls(*, now: datetime) -> list[Action]:
     """Calls with an unknown outcome get their reconciler's check, and the due checks go to the reconciler
     threads (a slow endpoint holds up nothing here); what the threads finished since the last round."""
-    reconcilers.schedule_checks(now=now)
+    if not reconcilers.any_reconciler():  # no policy names an endpoint: nothing to schedule or ask
+        return [_checked(a) for a in _asker().finished() if a.outcome != "skipped"]
+    reconcilers.schedule_checks(now=now, known=True)
     asked = _asker().start_due(now=now)
     return [_checked(a) for a in asked if a.outcome != "skipped"]
 

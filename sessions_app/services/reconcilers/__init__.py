@@ -10,9 +10,9 @@ unknown call a reconciler settled (the project's auto_recover_settled).
 
 from .asking import BACKOFF, MAX_ATTEMPTS, Asked, ask, ask_due, claim_due, read_answer
 from .pool import Asker
-from .scheduling import check_policy, queue_check, schedule_answered, schedule_checks
+from .scheduling import any_reconciler, check_policy, queue_check, schedule_answered, schedule_checks
 
 __all__ = [
-    "BACKOFF", "MAX_ATTEMPTS", "Asked", "Asker", "ask", "ask_due", "check_policy", "claim_due", "queue_check",
+    "BACKOFF", "MAX_ATTEMPTS", "Asked", "Asker", "any_reconciler", "ask", "ask_due", "check_policy", "claim_due", "queue_check",
     "read_answer", "schedule_answered", "schedule_checks",
 ]  # fmt: skip

@@ -30,7 +30,7 @@ class Asker:
 
     def start_due(self, *, now: datetime) -> list[Asked]:
         """Hand the due checks to the idle threads; the asks finished since the last call (a failed one logged)."""
-        finished = self._finished()
+        finished = self.finished()
         for check_id in claim_due(now=now, limit=self.threads - len(self.running)):
             self.running.add(self.pool.submit(_ask_in_thread, check_id, now))
         return finished
@@ -39,12 +39,12 @@ class Asker:
         """Every ask still running, waited for."""
         for future in list(self.running):
             future.exception()
-        return self._finished()
+        return self.finished()
 
     def shutdown(self) -> None:
         self.pool.shutdown(wait=True)
 
-    def _finished(self) -> list[Asked]:
+    def finished(self) -> list[Asked]:
         done = [f for f in self.running if f.done()]
         self.running.difference_update(done)
         out = []

@@ -32,12 +32,18 @@ def check_policy(tool: str | None, policies: list[log_policies.Policy]) -> log_p
     return policy if policy is not None and policy.check_url else None
 
 
-def schedule_checks(*, now: datetime | None = None, limit: int = SCHEDULE_LIMIT) -> list[tuple[str, str]]:
+def any_reconciler() -> bool:
+    """Whether any tool policy names a check endpoint (with none, there is nothing to schedule or ask)."""
+    return ToolPolicy.objects.exclude(check_url="").exists()
+
+
+def schedule_checks(*, now: datetime | None = None, limit: int = SCHEDULE_LIMIT, known: bool = False) -> list[tuple[str, str]]:
     """The worker's part: a pending check, due now, for each call that reads tool_outcome_unknown now, has no
-    current verdict and no check yet, and whose tool's policy names a check_url. The (session, call) of each."""
+    current verdict and no check yet, and whose tool's policy names a check_url. The (session, call) of each.
+    `known`: the caller found any_reconciler() true already."""
     now = now or timezone.now()
     with_url = ToolPolicy.objects.exclude(check_url="")
-    if not with_url.exists():
+    if not known and not any_reconciler():
         return []
     if with_url.filter(project__isnull=True).exists():
         project_ids = list(Project.objects.values_list("pk", flat=True))
