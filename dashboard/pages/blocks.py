@@ -111,6 +111,7 @@ class ToolCard:
     owed: bool = False  # an open turn owes it a result: recovery would answer it
     notes: list = field(default_factory=list)  # pinned to its first sighting or its results, oldest first
     here: frozenset[int] = frozenset()  # seqs of its results and dispatches in the card's own block (anchored in the card)
+    checks: object = None  # selectors.CallChecks: its reconciler's check and attempts, when it has a reconciler
 
     @property
     def anchor(self) -> str:

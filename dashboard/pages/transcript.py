@@ -302,6 +302,7 @@ class Builder:
         # Which results dangling-call patches wrote: only storage knows (log.ledger's docstring).
         self.patch_seqs = selectors.patch_seqs(session) if self.results else set()
         self.notes_at = selectors.notes_by_seq(session)
+        self.checks = selectors.session_checks(session, named)
 
     def row(self, event: Event) -> Row | None:
         data = event.data
@@ -393,6 +394,7 @@ class Builder:
             card.risk, card.rule, card.owed = owed.risk, owed.rule, True
         seqs = [event.seq, *card.dispatch_seqs, *(r.seq for r in results)]  # as selectors.session_calls reads a call's notes
         card.notes = sorted((n for seq in dict.fromkeys(seqs) for n in self.notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
+        card.checks = self.checks.for_call(cid, card.name)
         return card
 
 
