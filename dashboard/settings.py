@@ -359,6 +359,11 @@ TURNLOG_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("TURNLOG_WEBHOOK_MAX_ATTEMPTS"
 TURNLOG_WEBHOOK_RETRY_SECONDS = float(os.environ.get("TURNLOG_WEBHOOK_RETRY_SECONDS", "30"))
 if not (TURNLOG_WEBHOOK_TIMEOUT_SECONDS > 0 and TURNLOG_WEBHOOK_MAX_ATTEMPTS >= 1 and TURNLOG_WEBHOOK_RETRY_SECONDS > 0):
     raise ImproperlyConfigured("TURNLOG_WEBHOOK_TIMEOUT_SECONDS and TURNLOG_WEBHOOK_RETRY_SECONDS must be above 0, TURNLOG_WEBHOOK_MAX_ATTEMPTS at least 1")
+# Reconcilers (docs/guide/reconcilers.md): one check's time limit, and how many the worker asks at once.
+TURNLOG_RECONCILER_TIMEOUT_SECONDS = float(os.environ.get("TURNLOG_RECONCILER_TIMEOUT_SECONDS", "10"))
+TURNLOG_RECONCILER_THREADS = int(os.environ.get("TURNLOG_RECONCILER_THREADS", "4"))
+if not (TURNLOG_RECONCILER_TIMEOUT_SECONDS > 0 and TURNLOG_RECONCILER_THREADS >= 1):
+    raise ImproperlyConfigured("TURNLOG_RECONCILER_TIMEOUT_SECONDS must be above 0, TURNLOG_RECONCILER_THREADS at least 1")
 
 # OTLP ingest (docs/internals/otlp.md): a finished run's turn closes once its trace has been quiet this long, so
 # spans exported after the root (other batches, retries) still land inside the turn.

@@ -5,7 +5,7 @@ from django.urls import path, re_path
 from django.views.generic import RedirectView
 
 import sessions_app.api.converters  # noqa: F401  (registers the session_id and seq converters)
-from dashboard.pages import account, agents, calls, notes, projects, retention, sessions, verdicts, webhooks
+from dashboard.pages import account, agents, calls, checks, notes, projects, retention, sessions, verdicts, webhooks
 from sessions_app.api import app as api
 from sessions_app.api import otlp
 from sessions_app.metrics import exposition as metrics
@@ -23,6 +23,7 @@ urlpatterns = [
     path("sessions/<session_id:session_id>/lineage", sessions.session_lineage, name="session_lineage"),
     path("sessions/<session_id:session_id>/notes", notes.add_note, name="add_note"),
     path("sessions/<session_id:session_id>/verdict", verdicts.call_verdict, name="call_verdict"),
+    path("sessions/<session_id:session_id>/calls/<path:call_id>/check", checks.check_call, name="check_call"),
     path("notes/<int:note_id>/edit", notes.edit_note, name="edit_note"),
     path("notes/<int:note_id>/delete", notes.delete_note, name="delete_note"),
     path("calls/", calls.fleet_page, name="fleet_calls"),

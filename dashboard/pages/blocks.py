@@ -114,6 +114,7 @@ class ToolCard:
     inferred: bool = False  # every dispatch is inferred from the model's request (log.recovery.is_inferred)
     verdicts: list = field(default_factory=list)  # every verdict of the call, oldest first (session-log.md 8.2)
     verdict_form: dict | None = None  # a refused verdict form posted from this card: what was typed, and the error
+    checks: object = None  # selectors.CallChecks: its reconciler's check and attempts, when it has a reconciler
 
     @property
     def anchor(self) -> str:

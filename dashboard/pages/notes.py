@@ -37,6 +37,11 @@ class NoteRights:
     # RECOVER (operators, admins): a card's verdict forms. Kept here as every page and frame passes these rights along.
     can_settle: bool = False
 
+    @property
+    def can_recover(self) -> bool:
+        """RECOVER: a card's verdict forms and its reconciler's "Check now"."""
+        return self.can_settle
+
     def may_change(self, note: Note) -> bool:
         return self.can_add and (self.admin or (note.author_id is not None and note.author_id == self.user_id))
 

@@ -306,6 +306,7 @@ class Builder:
         self.patch_seqs = selectors.patch_seqs(session) if self.results else set()
         self.notes_at = selectors.notes_by_seq(session)
         self.verdicts = selectors.verdicts_of_calls(session, {prep_call_id(cid) for cid in named}) if named else {}
+        self.checks = selectors.session_checks(session, named)
 
     def row(self, event: Event) -> Row | None:
         data = event.data
@@ -399,6 +400,7 @@ class Builder:
         seqs = [event.seq, *card.dispatch_seqs, *(r.seq for r in results)]  # as selectors.session_calls reads a call's notes
         card.notes = sorted((n for seq in dict.fromkeys(seqs) for n in self.notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
         card.verdicts = self.verdicts.get(prep_call_id(cid), [])
+        card.checks = self.checks.for_call(cid, card.name)
         return card
 
 

@@ -59,6 +59,7 @@ REFUSALS: dict[type[Exception], Refusal] = {
     errors.SessionExists: Refusal(409, "session_exists"),
     errors.SeqConflict: Refusal(409, "seq_conflict", fields=lambda exc: {"next_seq": exc.next_seq}),
     errors.IdempotencyKeyReused: Refusal(409, "idempotency_key_reused"),
+    errors.NoReconciler: Refusal(409, "no_reconciler"),
     errors.StalePlan: Refusal(409, "stale_plan", fields=lambda exc: {"plan": recovery.plan_to_wire(exc.plan, exc.session)}),
     errors.RecoveryFirst: Refusal(409, "recovery_first"),
     errors.InvalidNote: Refusal(422, "invalid_note", DETAIL, lambda exc: {"field": exc.field, "reason": exc.reason}),

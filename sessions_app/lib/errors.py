@@ -94,6 +94,15 @@ class VerdictNotFound(Exception):
         self.session_id, self.call_id = session_id, call_id
 
 
+class NoReconciler(Exception):
+    """A check asked for a call whose tool's policy names no check_url (nothing to ask)."""
+
+    def __init__(self, session_id: str, call_id: str, tool: str | None):
+        what = f"tool {tool!r}" if tool else "a call that names no tool"
+        super().__init__(f"no reconciler: no tool policy with a check_url matches {what} (call {call_id!r} of session {session_id!r})")
+        self.session_id, self.call_id, self.tool = session_id, call_id, tool
+
+
 class InvalidVerdict(Exception):
     """A verdict's outcome, evidence or reference breaks the rules of docs/api.md (Verdicts): which field, and why."""
 

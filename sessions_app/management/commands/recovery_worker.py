@@ -20,7 +20,8 @@ INDEX_EVERY_SECONDS = 1.0  # how far the search index may trail the log when nob
 class Command(BaseCommand):
     help = (
         "Recover stalled sessions automatically where an auto-recovery policy allows it and every open turn is"
-        " restart_turn, delete sessions past their project's retention, and send webhooks when sessions stall, are"
+        " restart_turn (or, where the project asks for it, a reconciler settled every unknown call), ask reconcilers"
+        " about calls with an unknown outcome, delete sessions past their project's retention, and send webhooks when sessions stall, are"
         " recovered or held; one line per session recovered, held, stalled, deleted or kept past retention (each kept one once). Runs a round every --interval seconds until"
         " SIGTERM or Ctrl-C; a database outage is logged and retried next round."
     )
@@ -40,7 +41,7 @@ class Command(BaseCommand):
             raise CommandError("--interval must be above 0")
         verbose = options["verbosity"] >= 2
         if once:
-            if not (self.round(verbose) and self.deliver(verbose) and self.index()):
+            if not (self.round(verbose, finish_checks=True) and self.deliver(verbose) and self.index()):
                 raise CommandError("the round failed: database unavailable")
             return
         if settings.TURNLOG_METRICS_BIND:
@@ -60,6 +61,8 @@ class Command(BaseCommand):
                 stop.wait(max(0.0, min(next_round - time.monotonic(), INDEX_EVERY_SECONDS)))
         except KeyboardInterrupt:
             pass
+        for action in worker.finish_checks():  # a check being asked is finished (each at most its timeout)
+            self.stdout.write(action.line())
         self.stdout.write("recovery worker: stopped")
 
     def serve_metrics(self, address: str) -> None:
@@ -107,10 +110,13 @@ class Command(BaseCommand):
                 self.stdout.write(f"webhook {one.webhook_id} attempt {one.attempt}: {one.outcome}{status}" + (f" ({one.error})" if one.error else ""))
         return True
 
-    def round(self, verbose: bool) -> bool:
-        """One round, its actions logged; False when the database failed (the next round retries)."""
+    def round(self, verbose: bool, *, finish_checks: bool = False) -> bool:
+        """One round, its actions logged; False when the database failed (the next round retries). With
+        `finish_checks` (--once), the reconciler checks it started are waited for."""
         try:
             actions = worker.run_round()
+            if finish_checks:
+                actions += worker.finish_checks()
         except DatabaseError as exc:
             self.stderr.write(f"database unavailable, retrying next round: {type(exc).__name__}: {exc}".strip())
             connections.close_all()  # a fresh connection next round
