@@ -170,6 +170,8 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         ),
         Probe("POST", CLOSED + "/verdict", by_role(LOGIN, "404", "403", "403", "422 +has no current verdict"), data={"call_id": "c9", "action": "withdraw"}),
     ],
+    # "Check now" on a call's card (dashboard.pages.checks): the recover permission; this call's tool has no reconciler.
+    "check_call": [Probe("POST", CLOSED + "/calls/c9/check", by_role(LOGIN, "404", "403", "403", "409"))],
     "recovery_preview": [
         page_read(OPEN + "/recovery"),
         Probe(
