@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from sessions_app.lib.errors import InvalidPolicy, PolicyNotFound
@@ -107,6 +107,13 @@ def save_policy(
         name: checks[name](value) for name, value in given.items() if value is not None
     }
     pattern = checked_pattern(pattern)
+    try:
+        return _save(actor, project, pattern, values)
+    except IntegrityError:  # the same pattern created meanwhile: now it is there to change
+        return _save(actor, project, pattern, values)
+
+
+def _save(actor: access.Actor, project: Project | None, pattern: str, values: dict) -> tuple[ToolPolicy, str | None]:
     now = timezone.now()
     with transaction.atomic():
         policy = ToolPolicy.objects.select_for_update().filter(project=project, pattern=pattern).first()

@@ -102,6 +102,8 @@ def test_the_edit_link_fills_the_form_and_delete_removes_the_projects_policy(adm
     assert list(ToolPolicy.objects.values_list("pattern", flat=True)) == ["site_*"]
     entry = AuditEntry.objects.get(action=AuditEntry.TOOL_POLICY_CHANGED)
     assert (entry.target, entry.detail["deleted"], entry.actor_name) == ("send_*", True, "alice")
+    audit = admin.get("/projects/default/audit").content.decode()
+    assert '<a href="/projects/default/tools/"><code>send_*</code></a>' in audit
 
 
 @pytest.mark.parametrize(
