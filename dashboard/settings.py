@@ -350,7 +350,7 @@ if not TURNLOG_WORKER_INTERVAL_SECONDS > 0:
     raise ImproperlyConfigured(f"TURNLOG_WORKER_INTERVAL_SECONDS must be above 0, not {TURNLOG_WORKER_INTERVAL_SECONDS!r}")
 
 # Alerts (sessions_app/services/notify, docs/guide/alerts.md): the site's address as people reach it, for the links in webhook
-# payloads (the recovery preview); webhooks to loopback, link-local or private addresses only when allowed.
+# payloads (the recovery preview); webhooks and reconcilers to non-public addresses (or IPv6 forms carrying one) only when allowed.
 TURNLOG_BASE_URL = os.environ.get("TURNLOG_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 TURNLOG_WEBHOOK_ALLOW_PRIVATE = os.environ.get("TURNLOG_WEBHOOK_ALLOW_PRIVATE", "").lower() in ("1", "true", "yes", "on")
 # One attempt's time limit; attempts per delivery; the first retry's delay, doubled each time (with jitter).

@@ -38,6 +38,7 @@ from sessions_app.models import (
     Role,
     Session,
     ToolPolicy,
+    Verdict,
     WebhookEndpoint,
 )
 from sessions_app.selectors import access
@@ -59,7 +60,7 @@ def session_with(session_id: str, project: Project, events: list[dict]) -> Sessi
     return Session.objects.get(pk=session_id)
 
 
-COUNTED = (Session, Event, Note, RecoveryRecord, ToolPolicy, AutoRecoveryPolicy, ApiToken, Membership, Project, WebhookEndpoint, Group, AccessAttempt, AccessLog, AccessFailureLog)
+COUNTED = (Session, Event, Note, RecoveryRecord, Verdict, ToolPolicy, AutoRecoveryPolicy, ApiToken, Membership, Project, WebhookEndpoint, Group, AccessAttempt, AccessLog, AccessFailureLog)
 
 
 def stored_state() -> tuple:

@@ -162,6 +162,14 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         Probe("POST", "/notes/{member_note}/delete", page_note_change("302 /sessions/alpha-closed/ stored")),
         Probe("POST", "/notes/{admin_note}/delete", {**page_note_change("302 /sessions/alpha-closed/ stored"), "member": "403"}),
     ],
+    # Verdicts from a call's card (dashboard.pages.verdicts): operators and admins (the recover permission).
+    "call_verdict": [
+        Probe(
+            "POST", CLOSED + "/verdict", by_role(LOGIN, "404", "403", "403", "200 stored +verified happened"),
+            data={"call_id": "c9", "action": "record", "outcome": "happened", "evidence": "seen in the portal"},
+        ),
+        Probe("POST", CLOSED + "/verdict", by_role(LOGIN, "404", "403", "403", "422 +has no current verdict"), data={"call_id": "c9", "action": "withdraw"}),
+    ],
     "recovery_preview": [
         page_read(OPEN + "/recovery"),
         Probe(

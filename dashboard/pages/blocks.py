@@ -112,6 +112,9 @@ class ToolCard:
     owed: bool = False  # an open turn owes it a result: recovery would answer it
     notes: list = field(default_factory=list)  # pinned to its first sighting or its results, oldest first
     here: frozenset[int] = frozenset()  # seqs of its results and dispatches in the card's own block (anchored in the card)
+    inferred: bool = False  # every dispatch is inferred from the model's request (log.recovery.is_inferred)
+    verdicts: list = field(default_factory=list)  # every verdict of the call, oldest first (session-log.md 8.2)
+    verdict_form: dict | None = None  # a refused verdict form posted from this card: what was typed, and the error
 
     @property
     def anchor(self) -> str:
@@ -119,7 +122,7 @@ class ToolCard:
 
     @property
     def pending_detail(self) -> str:
-        return "dispatched" if self.dispatch_seqs else "requested"
+        return ("dispatch inferred" if self.inferred else "dispatched") if self.dispatch_seqs else "requested"
 
     @property
     def shown_seqs(self) -> set[int]:
@@ -143,7 +146,7 @@ class ToolCard:
 
     @property
     def rule_reason(self) -> str | None:
-        return recovery.RULE_REASONS.get(self.rule)
+        return recovery.rule_reason(self.rule, inferred=self.inferred) if self.rule is not None else None
 
     @property
     def side_effect_label(self) -> str:
@@ -155,8 +158,13 @@ class ToolCard:
 
     @property
     def loud(self) -> bool:
-        """An unknown outcome of a tool with external effects (or none known): check this first."""
-        return self.side_effect in LOUD_CLASSES and self.state == TOOL_OUTCOME_UNKNOWN
+        """An unknown outcome of a tool with external effects (or none known), not settled by a verdict: check this first."""
+        return self.side_effect in LOUD_CLASSES and self.state == TOOL_OUTCOME_UNKNOWN and self.verdict is None
+
+    @property
+    def verdict(self):
+        """The current verdict: a person's or a reconciler's finding (it never changes the state)."""
+        return self.verdicts[-1] if self.verdicts and self.verdicts[-1].withdrawn_at is None else None
 
 
 @dataclass

@@ -89,7 +89,7 @@ def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
             call=call,
             side_effect=side_effects[log_events.tool_name(call.name)],
             arguments=Value.of(call.arguments),
-            reason=recovery.RULE_REASONS[call.rule],
+            reason=recovery.rule_reason(call.rule, inferred=call.inferred),
             evidence=evidence_of(call),
         )
         for call in calls
@@ -110,7 +110,7 @@ def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
 
 def evidence_of(call: recovery.OwedCall) -> list[tuple[int, str]]:
     label = {
-        1: "tool_call: this call was dispatched",
+        1: "tool_call inferred from the model's request" if call.inferred else "tool_call: this call was dispatched",
         2: "tool_call of another call in this turn",
         3: "step_end: the call's step closed",
     }.get(call.rule)

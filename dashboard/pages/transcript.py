@@ -44,10 +44,13 @@ from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger, recovery
 from sessions_app.log.events import Event
-from sessions_app.models import Session, open_turn_labels_of
+from sessions_app.models import LedgerCall, Session, open_turn_labels_of
 
 # A turn and the user message before it are two blocks: a page opens on about six turns.
 BLOCKS_PER_PAGE = 12
+prep_call_id = LedgerCall._meta.get_field("call_id").get_prep_value  # a stored call id (a long one is its digest)
+
+
 @dataclass
 class Window:
     blocks: list[Block]
@@ -302,6 +305,7 @@ class Builder:
         # Which results dangling-call patches wrote: only storage knows (log.ledger's docstring).
         self.patch_seqs = selectors.patch_seqs(session) if self.results else set()
         self.notes_at = selectors.notes_by_seq(session)
+        self.verdicts = selectors.verdicts_of_calls(session, {prep_call_id(cid) for cid in named}) if named else {}
 
     def row(self, event: Event) -> Row | None:
         data = event.data
@@ -365,6 +369,7 @@ class Builder:
             arguments=Value.of(log_calls.call_arguments(call)),
             sighted_seq=event.seq,
             dispatch_seqs=[d.seq for d in dispatches],
+            inferred=bool(dispatches) and all(recovery.is_inferred(d.data) for d in dispatches),
             results=results,
             state=state,
             side_effect=self.side_effects.get(log_events.tool_name(log_calls.call_name(call)), "unknown"),
@@ -393,6 +398,7 @@ class Builder:
             card.risk, card.rule, card.owed = owed.risk, owed.rule, True
         seqs = [event.seq, *card.dispatch_seqs, *(r.seq for r in results)]  # as selectors.session_calls reads a call's notes
         card.notes = sorted((n for seq in dict.fromkeys(seqs) for n in self.notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
+        card.verdicts = self.verdicts.get(prep_call_id(cid), [])
         return card
 
 

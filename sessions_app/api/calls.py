@@ -69,6 +69,7 @@ def list_fleet_calls(
     until: str | None = Query(None, description="first sighted before (ISO 8601 with a UTC offset or Z)"),
     limit: int = Query(50, ge=1, le=200),
     cursor: str | None = None,
+    settled: Literal["true", "false", "any"] | None = Query(None, description="true: calls with a current verdict; any: both; default: those without"),
 ):
     """The calls of every project you may read, newest first sighting first."""
     for field, text in (("agent", agent), ("tool", tool), ("tag", tag)):
@@ -82,6 +83,7 @@ def list_fleet_calls(
         page = selectors.fleet_calls(
             projects=projects, states=frozenset(state) if state else None, classes=frozenset(class_ or ()),
             agent=agent, tool=tool, tag=tag, limit=limit, cursor=cursor, **moments,
+            settled={"true": True, "false": False, "any": None}[settled or "false"],
         )
     except selectors.InvalidCursor as exc:
         raise ApiError(422, "invalid_cursor", str(exc), field="cursor") from None

@@ -65,6 +65,8 @@ class LedgerCall(models.Model):
         indexes = [
             models.Index(fields=["project", "-sighted_at", "-id"], name="ledger_project_time_idx"),
             models.Index(fields=["project", "settled_state", "-sighted_at", "-id"], name="ledger_project_state_idx"),
+            # GET /api/v1/calls lists the calls to check without a current verdict by default (or those with one).
+            models.Index(fields=["project", "settled_state", "verdict", "-sighted_at", "-id"], name="ledger_project_verdict_idx"),
             models.Index(fields=["project", "tool"], name="ledger_project_tool_idx"),  # the class filter's tool names
             models.Index(fields=["session", "turn_seq"], name="ledger_turn_idx"),
             models.Index(fields=["session", "step_seq"], name="ledger_step_idx"),

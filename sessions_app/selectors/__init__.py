@@ -99,3 +99,13 @@ from sessions_app.selectors.transcript import (
     turns_closed_by,
     turns_of,
 )
+from sessions_app.selectors.verdicts import (
+    check_attempts,
+    current_verdict,
+    current_verdicts,
+    current_verdicts_of,
+    mark_unknown_settled,
+    unknown_calls_settled,
+    verdict_history,
+    verdicts_of_calls,
+)

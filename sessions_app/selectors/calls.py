@@ -14,9 +14,11 @@ from datetime import datetime
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger, recovery
 from sessions_app.models import Note, RecoveryRecord, Session, ToolPolicy, Verdict
+from sessions_app.models.sessions import CallIdField
 from sessions_app.selectors.events import session_log
 from sessions_app.selectors.notes import notes_by_seq
 from sessions_app.selectors.policies import project_policies
+from sessions_app.selectors.verdicts import current_verdicts
 
 # The classes the list shows by default: the calls a person may have to check.
 CHECKED_CLASSES = frozenset({ToolPolicy.EXTERNAL_EFFECT, "unknown"})
@@ -59,9 +61,12 @@ def session_calls(session: Session, *, all_classes: bool) -> list[CallRow]:
         if event.type == "tool_call" and (cid := log_events.call_id(event.data)) is not None:
             dispatches.setdefault(cid, []).append(event.seq)
     notes_at = notes_by_seq(session)
+    verdict_of = current_verdicts(session)  # by stored call id (a long id is kept as its digest)
+    prep = CallIdField(max_length=255).get_prep_value
     out = []
     for call, cls in rows:
         seqs = [call.seq, *dispatches.get(call.call_id, ()), *(r.seq for r in results.get(call.call_id, ()))]
         notes = sorted((n for seq in dict.fromkeys(seqs) for n in notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
-        out.append(CallRow(session=session, call=call, side_effect=cls, time=events[call.seq].time, notes=notes))
+        verdict = verdict_of.get(prep(call.call_id)) if verdict_of else None
+        out.append(CallRow(session=session, call=call, side_effect=cls, time=events[call.seq].time, notes=notes, verdict=verdict))
     return out

@@ -29,6 +29,7 @@ from sessions_app.models import Event, LedgerCall, Session
 from sessions_app.selectors.calls import CHECKED_CLASSES, CallRow
 from sessions_app.selectors.notes import notes_by_seq
 from sessions_app.selectors.policies import project_policies
+from sessions_app.selectors.verdicts import current_verdicts
 
 # The states a person may have to check: every one of them is listed, however long the session.
 STATES_TO_CHECK = frozenset({TOOL_OUTCOME_UNKNOWN, ledger.SUPERSEDED, ledger.PENDING})
@@ -94,6 +95,7 @@ def as_of(row: LedgerCall, boundary: int, session: Session) -> LedgerCall:
         copy.synthetic_seq, copy.synthetic_risk = None, ""
     if copy.patch_seq is not None and copy.patch_seq >= boundary:
         copy.patch_seq = None
+    copy.verdict = copy.verdict_ref = None  # verdicts are each session's own (the fork records its own)
     settle(copy)
     return copy
 
@@ -287,6 +289,7 @@ def call_rows(
         sightings.update({seq: (type_, data, time) for seq, type_, data, time in found})
     touched = answer_seqs(session, sorted({row.call_id for row in rows})) if answers is None else answers  # stored call id -> seqs
     notes_at = notes_by_seq(session) if notes_at is None else notes_at
+    verdicts = current_verdicts(session) if any(row.verdict for row in rows) else {}
     placed = []
     for row in rows:
         type_, data, time = sightings[row.seq]
@@ -300,7 +303,8 @@ def call_rows(
         )
         seqs_of = dict.fromkeys([row.seq, *sorted(touched.get(row.call_id, ()))])
         notes = sorted((n for seq in seqs_of for n in notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
-        placed.append(((row.seq, position), CallRow(session=session, call=state, side_effect=side_effect, time=time, notes=notes)))
+        verdict = verdicts.get(row.call_id)
+        placed.append(((row.seq, position), CallRow(session=session, call=state, side_effect=side_effect, time=time, notes=notes, verdict=verdict)))
     return [row for _, row in sorted(placed, key=lambda item: item[0])]
 
 

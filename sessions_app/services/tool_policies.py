@@ -20,7 +20,7 @@ from sessions_app.models import AuditEntry, Project, ReceiptSweep, ToolPolicy, n
 from sessions_app.selectors import access
 
 from .audit_log import audit
-from .notify.addresses import url_refusal
+from .notify.addresses import refusal_for_url
 
 CLASSES = (ToolPolicy.READ_ONLY, ToolPolicy.IDEMPOTENT, ToolPolicy.EXTERNAL_EFFECT)
 PATTERN_MAX = ToolPolicy._meta.get_field("pattern").max_length
@@ -71,7 +71,7 @@ def checked_pointer(pointer: object) -> str:
 
 def checked_check_url(url: object) -> str:
     url = _text("check_url", url, most=CHECK_URL_MAX).strip()
-    if url and (why := url_refusal(url)):
+    if url and (why := refusal_for_url(url)):
         raise InvalidPolicy("check_url", "address_refused", f"check_url is refused: {why}")
     return url
 
