@@ -223,6 +223,20 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         page_admin("POST", "/projects/alpha/webhooks/{webhook_pk}", "302 /projects/alpha/webhooks/ stored", {"action": "rotate"}),
         page_admin("POST", "/projects/alpha/webhooks/{webhook_pk}", "302 /projects/alpha/webhooks stored", {"action": "delete"}),
     ],
+    # The project's settings form on its page (sessions_app.services.project_settings): its admins only.
+    "project_settings": [
+        page_admin("GET", "/projects/alpha/settings", "405"),
+        page_admin("POST", "/projects/alpha/settings", "302 /projects/alpha/ stored", {"auto_recover_settled": "on"}),
+    ],
+    # Tools (sessions_app.services.tool_policies): every member reads the page; only admins change the project's policies.
+    "project_tools": [
+        page_read("/projects/alpha/tools/"),
+        Probe(
+            "POST", "/projects/alpha/tools/", by_role(LOGIN, "404", "403", admin="302 /projects/alpha/tools/ stored"),
+            data={"action": "save", "pattern": "matrix_new", "side_effect": "read_only"},
+        ),
+        Probe("POST", "/projects/alpha/tools/", by_role(LOGIN, "404", "403", admin="302 /projects/alpha/tools/ stored"), data={"action": "delete", "pattern": "alpha_*"}),
+    ],
     # Deleting a whole session (sessions_app.services.retention): the project's admins only.
     "delete_session": [
         Probe("GET", CLOSED + "/delete", by_role(LOGIN, "404", "403", admin="200")),
@@ -284,6 +298,18 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     "api-v1:delete_note": [
         Probe("DELETE", "/api/v1/notes/{member_note}", note_change("204 stored"), api=True),
         Probe("DELETE", "/api/v1/notes/{admin_note}", {**note_change("204 stored"), "member": "403"}, api=True),
+    ],
+    # A project's tools: read as its sessions are; its policies changed by its admins' logins only (no token scope lends that).
+    "api-v1:project_tools": [api_read("/api/v1/projects/alpha/tools")],
+    "api-v1:save_policy": [
+        Probe("PUT", "/api/v1/projects/alpha/tools/policies/matrix%2Fnew", by_role("401", "404", "403", admin="200 stored"),
+              data={"side_effect": "read_only"}, api=True, credentials=("login",)),
+        Probe("PUT", "/api/v1/projects/alpha/tools/policies/matrix%2Fnew", by_role("401", "404", "403"),
+              data={"side_effect": "read_only"}, api=True, credentials=("token",)),
+    ],  # fmt: skip
+    "api-v1:delete_policy": [
+        Probe("DELETE", "/api/v1/projects/alpha/tools/policies/alpha_*", by_role("401", "404", "403", admin="204 stored"), api=True, credentials=("login",)),
+        Probe("DELETE", "/api/v1/projects/alpha/tools/policies/alpha_*", by_role("401", "404", "403"), api=True, credentials=("token",)),
     ],
     # Whatever no endpoint serves under /api/: a JSON 404 for anyone, credentials or not.
     "^api/": [Probe("GET", "/api/v1/nothing", everyone("404"), api=True), Probe("POST", "/api/v2/sessions", everyone("404"), api=True)],

@@ -20,6 +20,7 @@ from sessions_app.log import ledger
 from sessions_app.log import recovery
 from sessions_app.log import values as log_values
 from sessions_app.log.events import Event
+from sessions_app.log.policies import LOUD_CLASSES
 
 # Longer text is cut on the server; the full value is one click away.
 TRUNCATE_CHARS = 2000
@@ -158,8 +159,8 @@ class ToolCard:
 
     @property
     def loud(self) -> bool:
-        """An unknown outcome of a tool with external effects, not settled by a verdict: check this first."""
-        return self.side_effect == "external_effect" and self.state == TOOL_OUTCOME_UNKNOWN and self.verdict is None
+        """An unknown outcome of a tool with external effects (or none known), not settled by a verdict: check this first."""
+        return self.side_effect in LOUD_CLASSES and self.state == TOOL_OUTCOME_UNKNOWN and self.verdict is None
 
     @property
     def verdict(self):

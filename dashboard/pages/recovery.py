@@ -14,10 +14,12 @@ from sessions_app import selectors
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery
 from sessions_app.log import strategy as log_strategy
+from sessions_app.log.policies import LOUD_CLASSES
 from sessions_app.log.events import Event
 from sessions_app.models import Session
 
-SIDE_EFFECT_RANK = {"external_effect": 0, "unknown": 1, "idempotent": 2, "read_only": 3}
+# A tool without a policy ranks with external effects: it may have acted outside too.
+SIDE_EFFECT_RANK = {"external_effect": 0, "unknown": 0, "idempotent": 2, "read_only": 3}
 
 
 @dataclass
@@ -30,7 +32,7 @@ class OwedCallView:
 
     @property
     def loud(self) -> bool:
-        return self.side_effect == "external_effect" and self.call.risk == recovery.TOOL_OUTCOME_UNKNOWN
+        return self.side_effect in LOUD_CLASSES and self.call.risk == recovery.TOOL_OUTCOME_UNKNOWN
 
     @property
     def side_effect_label(self) -> str:

@@ -63,6 +63,8 @@ REFUSALS: dict[type[Exception], Refusal] = {
     errors.StalePlan: Refusal(409, "stale_plan", fields=lambda exc: {"plan": recovery.plan_to_wire(exc.plan, exc.session)}),
     errors.RecoveryFirst: Refusal(409, "recovery_first"),
     errors.InvalidNote: Refusal(422, "invalid_note", DETAIL, lambda exc: {"field": exc.field, "reason": exc.reason}),
+    errors.PolicyNotFound: Refusal(404, "not_found"),
+    errors.InvalidPolicy: Refusal(422, "invalid_policy", DETAIL, lambda exc: {"field": exc.field, "reason": exc.reason}),
     access.ProjectRequired: Refusal(422, "project_required"),
     log_fork.ForkRefused: Refusal(422, attrgetter("code"), DETAIL, attrgetter("fields")),
     log_events.InvalidEvent: Refusal(422, "invalid_event", DETAIL, lambda exc: {"index": exc.index, "reason": exc.reason}),

@@ -109,3 +109,19 @@ class InvalidVerdict(Exception):
     def __init__(self, field: str, reason: str, detail: str):
         super().__init__(detail)
         self.field, self.reason, self.detail = field, reason, detail
+
+
+class PolicyNotFound(Exception):
+    def __init__(self, project_slug: str | None, pattern: str):
+        where = f"project {project_slug!r}" if project_slug is not None else "the site"
+        super().__init__(f"{where} has no tool policy with pattern {pattern!r}")
+        self.project_slug, self.pattern = project_slug, pattern
+
+
+class InvalidPolicy(Exception):
+    """A tool policy's pattern, class, receipt pointer or reconciler address breaks the rules of docs/api.md
+    (Verdicts, receipts and reconcilers): which field, and why."""
+
+    def __init__(self, field: str, reason: str, detail: str):
+        super().__init__(detail)
+        self.field, self.reason, self.detail = field, reason, detail

@@ -23,6 +23,7 @@ from django.db.models import Q
 from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger
+from sessions_app.log.policies import LOUD_CLASSES
 from sessions_app.log.recovery import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, side_effect_class
 from sessions_app.models import Event, LedgerCall, Session
 from sessions_app.selectors.calls import CHECKED_CLASSES, CallRow
@@ -189,7 +190,7 @@ def ledger_window(session: Session, *, all_classes: bool, latest: int | None = N
     skipped = set()
     if check is not None and to_check > check:
         def loud_first(row: LedgerCall) -> tuple:
-            loud = side_effect_class(row.tool, policies) == "external_effect" and row_state(row, status) == TOOL_OUTCOME_UNKNOWN
+            loud = side_effect_class(row.tool, policies) in LOUD_CLASSES and row_state(row, status) == TOOL_OUTCOME_UNKNOWN
             return (not loud, row.seq)
 
         ordered = sorted(chosen_by_key.values(), key=loud_first)
