@@ -21,7 +21,7 @@ from functools import lru_cache
 from jsonpointer import EndOfList, JsonPointer, JsonPointerException
 
 from .calls import call_arguments, parsed_json_text
-from .events import json_integer
+from .events import call_id, json_integer, tool_calls_of
 
 KEY = "idempotency_key"
 REFERENCE_MAX = 500
@@ -80,6 +80,26 @@ def idempotency_key(places: Iterable[tuple[str, object]]) -> tuple[int, str] | N
         for candidate in key_sources(kind, mapping):
             if better(held, candidate):
                 held = candidate
+    return held
+
+
+def keys_of_log(events: Iterable) -> dict[str, tuple[int, str]]:
+    """Every call's key and its rank, from a whole log (anything with `type` and `data`, in seq order)."""
+    held: dict[str, tuple[int, str]] = {}
+
+    def offer(cid: str | None, kind: str, mapping: object) -> None:
+        if cid is None:
+            return
+        for candidate in key_sources(kind, mapping):
+            if better(held.get(cid), candidate):
+                held[cid] = candidate
+
+    for event in events:
+        if event.type == "assistant_message":
+            for call in tool_calls_of(event.data):
+                offer(call_id(call), TOOL_CALLS_ENTRY, call)
+        elif event.type in (TOOL_CALL, TOOL_RESULT):
+            offer(call_id(event.data), event.type, event.data)
     return held
 
 
