@@ -30,7 +30,7 @@ from sessions_app.models import (
     WebhookEndpoint,
 )
 from sessions_app.selectors import access
-from sessions_app.services import notify, retention
+from sessions_app.services import notify, receipts, retention
 
 
 def is_active_superuser(request) -> bool:
@@ -192,6 +192,27 @@ class ToolPolicyAdmin(SiteSettingAdmin):
     list_editable = ["side_effect"]
     list_filter = ["side_effect"]
     search_fields = ["pattern", "note"]
+
+    # Stored calls' receipts follow the policies: a pointer, pattern or scope changed here asks the worker to re-read them.
+    RECEIPT_FIELDS = {"pattern", "project", "receipt_pointer"}
+
+    def save_model(self, request, obj, form, change):
+        before = ToolPolicy.objects.filter(pk=obj.pk).values_list("project_id", "pattern").first() if change else None
+        super().save_model(request, obj, form, change)
+        if not change or self.RECEIPT_FIELDS & set(form.changed_data):
+            receipts.sweep_for_policy_change(project_id=obj.project_id, pattern=obj.pattern)
+            if before is not None and before != (obj.project_id, obj.pattern):
+                receipts.sweep_for_policy_change(project_id=before[0], pattern=before[1])
+
+    def delete_model(self, request, obj):
+        super().delete_model(request, obj)
+        receipts.sweep_for_policy_change(project_id=obj.project_id, pattern=obj.pattern)
+
+    def delete_queryset(self, request, queryset):
+        gone = list(queryset.values_list("project_id", "pattern"))
+        super().delete_queryset(request, queryset)
+        for project_id, pattern in gone:
+            receipts.sweep_for_policy_change(project_id=project_id, pattern=pattern)
 
 
 @admin.register(AutoRecoveryPolicy)
