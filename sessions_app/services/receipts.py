@@ -12,10 +12,10 @@ per call, its first real result, by (session, seq).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from django.conf import settings
-from django.db import transaction
-from django.db.models import Q
+from django.db import connection, transaction
 
 from sessions_app.lib import statements
 from sessions_app.log import policies as log_policies
@@ -23,7 +23,7 @@ from sessions_app.models import Event, LedgerCall, ReceiptSweep
 
 from .ledger.facts import receipt_reader
 
-PAIRS_PER_QUERY = 250  # (session, seq) pairs per OR'd lookup: SQLite parses a long OR as a deep tree
+PAIRS_PER_QUERY = 1000  # places per statement (a few sessions' IN lists, within SQLite's variable limit)
 
 
 def sweep_for_policy_change(*, project_id: int | None, pattern: str) -> ReceiptSweep:
@@ -62,13 +62,14 @@ def _batch(sweep_id: int, size: int, tools_of: dict[int, list[str]]) -> int:
         rows = LedgerCall.objects.filter(id__gt=sweep.after_id, tool__in=tools_of[sweep.pk])
         if sweep.project_id is not None:
             rows = rows.filter(project_id=sweep.project_id)
-        batch = list(rows.select_for_update().order_by("id").only("id", "session_id", "project_id", "tool", "real_seq", "receipt")[:size])
+        columns = ("id", "session_id", "project_id", "tool", "real_seq", "receipt")
+        batch = [_Row(*values) for values in rows.select_for_update().order_by("id").values_list(*columns)[:size]]
         if not batch:
             sweep.delete()
             return 0
         changed = recompute(batch)
-        if changed:
-            LedgerCall.objects.bulk_update(changed, ["receipt"], batch_size=500)
+        if changed:  # one statement, many rows: bulk_update's CASE per row cost most of a batch
+            statements.execute_many(statements.update_sql(LedgerCall, ["receipt"]), [(row.receipt, row.pk) for row in changed])
         ReceiptSweep.objects.filter(pk=sweep.pk).update(after_id=batch[-1].pk)
         return len(batch)
 
@@ -81,7 +82,19 @@ def _tools_matching(project_id: int | None, pattern: str) -> list[str]:
     return sorted(name for name in names.values_list("tool", flat=True).distinct() if log_policies.matches(name, pattern))
 
 
-def recompute(rows: Iterable[LedgerCall]) -> list[LedgerCall]:
+@dataclass(slots=True)
+class _Row:
+    """The columns of a ledger row a sweep reads (model instances cost a third of a batch)."""
+
+    pk: int
+    session_id: str
+    project_id: int
+    tool: str | None
+    real_seq: int | None
+    receipt: str | None
+
+
+def recompute(rows: Iterable) -> list:
     """Each row's receipt read again from its first real result with its project's policies as they are now;
     the rows whose receipt changed."""
     rows = list(rows)
@@ -100,12 +113,28 @@ def recompute(rows: Iterable[LedgerCall]) -> list[LedgerCall]:
 
 
 def _first_real_results(pairs: list[tuple[str, int]]) -> dict[tuple[str, int], object]:
-    """The data of the events at these (session, seq) places."""
+    """The data of the events at these (session, seq) places: per session, its seqs in one IN list, each
+    statement's alternatives read off the (session, seq) key. Written as SQL: the ORM's building of a
+    few hundred alternatives cost more than reading them."""
+    by_session: dict[str, list[int]] = {}
+    for session_id, seq in pairs:
+        by_session.setdefault(session_id, []).append(seq)
+    quote = connection.ops.quote_name
+    table, data_field = quote(Event._meta.db_table), Event._meta.get_field("data")
     found: dict[tuple[str, int], object] = {}
-    for start in range(0, len(pairs), PAIRS_PER_QUERY):
-        at = Q()
-        for session_id, seq in pairs[start : start + PAIRS_PER_QUERY]:
-            at |= Q(session_id=session_id, seq=seq)
-        for session_id, seq, data in Event.objects.filter(at).values_list("session_id", "seq", "data"):
-            found[(session_id, seq)] = data
+    groups = list(by_session.items())
+    start = 0
+    while start < len(groups):
+        where, params, size = [], [], 0
+        while start < len(groups) and (size == 0 or size + len(groups[start][1]) <= PAIRS_PER_QUERY):
+            session_id, seqs = groups[start]
+            where.append(f"({quote('session_id')} = %s AND {quote('seq')} IN ({', '.join(['%s'] * len(seqs))}))")
+            params += [session_id, *seqs]
+            size += len(seqs)
+            start += 1
+        sql = f"SELECT {quote('session_id')}, {quote('seq')}, {quote('data')} FROM {table} WHERE {' OR '.join(where)}"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            for session_id, seq, data in cursor.fetchall():
+                found[(session_id, seq)] = data_field.from_db_value(data, None, connection)
     return found
