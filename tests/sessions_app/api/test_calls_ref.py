@@ -78,3 +78,17 @@ def test_a_nul_in_ref_is_refused(api):
     response = api.get("/api/v1/calls?ref=a%00b")
     assert_error(response, 422)
     assert "ref" in response.content.decode()
+
+
+def test_the_search_api_begins_its_first_page_with_the_call_a_reference_names(api, pointer):
+    store(api, "s", charge("c1", key="order-42-charge"))
+    response = api.get("/api/v1/search?q=order-42-charge")
+    assert response.status_code == 200, response.content
+    first = response.json()["items"][0]
+    assert first | {"highlights": None} == {
+        "kind": "event", "session_id": "s", "seq": 0, "type": "assistant_message", "note_id": None,
+        "snippet": "charge_card call c1 · key: order-42-charge · receipt: ch_3Px", "highlights": None,
+    }  # fmt: skip
+    start, end = first["highlights"][0]
+    assert first["snippet"][start:end] == "order-42-charge"
+    assert [(h["session_id"], h["seq"]) for h in response.json()["items"]].count(("s", 0)) == 1
