@@ -68,10 +68,29 @@ def _batch(sweep_id: int, size: int, tools_of: dict[int, list[str]]) -> int:
             sweep.delete()
             return 0
         changed = recompute(batch)
-        if changed:  # one statement, many rows: bulk_update's CASE per row cost most of a batch
-            statements.execute_many(statements.update_sql(LedgerCall, ["receipt"]), [(row.receipt, row.pk) for row in changed])
+        if changed:
+            _write_receipts(changed)
         ReceiptSweep.objects.filter(pk=sweep.pk).update(after_id=batch[-1].pk)
         return len(batch)
+
+
+WRITTEN_PER_STATEMENT = 1000
+
+
+def _write_receipts(rows: list) -> None:
+    """The rows' receipts in one UPDATE ... FROM (VALUES ...) per thousand (both databases have it): an
+    UPDATE per row cost half a batch on PostgreSQL, bulk_update's CASE per row more on both."""
+    quote = connection.ops.quote_name
+    table = quote(LedgerCall._meta.db_table)
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), WRITTEN_PER_STATEMENT):
+            chunk = rows[start : start + WRITTEN_PER_STATEMENT]
+            values = ", ".join(["(%s, %s)"] * len(chunk))
+            cursor.execute(
+                f"UPDATE {table} SET {quote('receipt')} = v.column2 FROM (VALUES {values}) AS v"
+                f" WHERE {table}.{quote('id')} = v.column1",
+                [value for row in chunk for value in (row.pk, row.receipt)],
+            )
 
 
 def _tools_matching(project_id: int | None, pattern: str) -> list[str]:
