@@ -111,6 +111,8 @@ class ToolCard:
     owed: bool = False  # an open turn owes it a result: recovery would answer it
     notes: list = field(default_factory=list)  # pinned to its first sighting or its results, oldest first
     here: frozenset[int] = frozenset()  # seqs of its results and dispatches in the card's own block (anchored in the card)
+    idempotency_key: str | None = None  # as session-log.md section 1 reads it
+    receipt: str | None = None  # what the tool policy's receipt pointer finds in the first real result
 
     @property
     def anchor(self) -> str:
