@@ -34,13 +34,19 @@ def sweep_for_policy_change(*, project_id: int | None, pattern: str) -> ReceiptS
     return ReceiptSweep.objects.create(project_id=project_id, pattern=pattern)
 
 
+# Sweep id -> the tool names its pattern matches, read once per sweep in this process (the worker runs a few
+# batches a second; reading a large ledger's distinct names each time would cost more than the batches). A name
+# first seen after that needs no sweep: its calls got their receipts under the changed policy as they arrived.
+_TOOLS_OF: dict[int, list[str]] = {}
+
+
 def run_sweeps(*, batches: int | None = None, batch_size: int | None = None) -> int:
     """Work through the pending sweeps, oldest first, for up to `batches` batches (None: until none is left);
     the number of calls read. Sweeps are re-read each batch, so one another worker finished is not repeated."""
     size = batch_size or settings.TURNLOG_RECEIPT_SWEEP_BATCH
     read = 0
     done_batches = 0
-    tools_of: dict[int, list[str]] = {}  # sweep id -> the tool names its pattern matches (read once per run)
+    tools_of = _TOOLS_OF
     while batches is None or done_batches < batches:
         sweep_id = ReceiptSweep.objects.order_by("id").values_list("id", flat=True).first()
         if sweep_id is None:
@@ -66,6 +72,7 @@ def _batch(sweep_id: int, size: int, tools_of: dict[int, list[str]]) -> int:
         batch = [_Row(*values) for values in rows.select_for_update().order_by("id").values_list(*columns)[:size]]
         if not batch:
             sweep.delete()
+            tools_of.pop(sweep_id, None)
             return 0
         changed = recompute(batch)
         if changed:
