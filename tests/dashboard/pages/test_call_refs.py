@@ -55,3 +55,17 @@ def test_without_a_key_or_receipt_nothing_is_said(viewer):
     services.create_session(session_id="s")
     services.append_events(session_id="s", events=validate_batch(charge()[:1]))
     assert "call-refs" not in page(viewer, "s")
+
+
+def test_a_key_that_arrives_later_changes_the_rows_version_so_a_live_frame_sends_it(pointer):
+    from dashboard.pages import ledger as ledger_panel
+    from sessions_app.models import Session
+
+    services.create_session(session_id="s")
+    services.append_events(session_id="s", events=validate_batch(charge()[:1]))
+    before = ledger_panel.ledger_of(Session.objects.get(pk="s"), all_calls=True)
+    services.append_events(session_id="s", events=validate_batch([{"type": "tool_call", "data": {"id": "p1", "name": "charge_card", "metadata": {"idempotency_key": "k-1"}}}]))
+    after = ledger_panel.ledger_of(Session.objects.get(pk="s"), all_calls=True)
+    assert [entry.call.state for entry in before.rows] == [entry.call.state for entry in after.rows] == ["pending"]
+    assert before.order != after.order
+    assert after.rows[0].row.idempotency_key == "k-1"
