@@ -348,6 +348,10 @@ if not TURNLOG_CLOCK_SKEW_SECONDS >= 0:
 TURNLOG_WORKER_INTERVAL_SECONDS = float(os.environ.get("TURNLOG_WORKER_INTERVAL_SECONDS", "30"))
 if not TURNLOG_WORKER_INTERVAL_SECONDS > 0:
     raise ImproperlyConfigured(f"TURNLOG_WORKER_INTERVAL_SECONDS must be above 0, not {TURNLOG_WORKER_INTERVAL_SECONDS!r}")
+# Calls per transaction when the worker re-reads receipts after a tool policy changed (services.receipts).
+TURNLOG_RECEIPT_SWEEP_BATCH = int(os.environ.get("TURNLOG_RECEIPT_SWEEP_BATCH", "2000"))
+if not TURNLOG_RECEIPT_SWEEP_BATCH >= 1:
+    raise ImproperlyConfigured(f"TURNLOG_RECEIPT_SWEEP_BATCH must be 1 or more, not {TURNLOG_RECEIPT_SWEEP_BATCH!r}")
 
 # Alerts (sessions_app/services/notify, docs/guide/alerts.md): the site's address as people reach it, for the links in webhook
 # payloads (the recovery preview); webhooks and reconcilers to non-public addresses (or IPv6 forms carrying one) only when allowed.

@@ -24,7 +24,7 @@ from django.utils import timezone
 from sessions_app import services
 from sessions_app.lib.errors import SessionNotFound
 from sessions_app.models import AutoRecoveryPolicy, Session
-from sessions_app.services import notify, reconcilers, retention, settled_recovery
+from sessions_app.services import notify, receipts, reconcilers, retention, settled_recovery
 
 RECOVERED, HELD, SKIPPED, CLOSED = "recovered", "held", "skipped", "closed"
 STALLED = "stalled"  # a stall's notification written (its deliveries are sent by deliver_webhooks)
@@ -188,6 +188,16 @@ def notify_stalls(*, now: datetime) -> list[Action]:
 def deliver_webhooks(*, now: datetime | None = None) -> list[notify.Sent]:
     """The webhook deliveries that are due, sent (the command does this every second, between rounds)."""
     return notify.send_due(now=now)
+
+
+# Batches of receipts re-read per tick of the worker's loop (a few seconds' work), between deliveries.
+SWEEP_BATCHES_PER_TICK = 5
+
+
+def sweep_receipts(*, batches: int | None = SWEEP_BATCHES_PER_TICK) -> int:
+    """Stored calls' receipts re-read after tool policies changed (services.receipts), up to `batches`
+    batches (None: until every sweep is done); the number of calls read."""
+    return receipts.run_sweeps(batches=batches)
 
 
 def _recover(session_id: str, agent_name: str, policy: AutoRecoveryPolicy, now: datetime) -> Action:

@@ -116,6 +116,8 @@ class ToolCard:
     verdicts: list = field(default_factory=list)  # every verdict of the call, oldest first (session-log.md 8.2)
     verdict_form: dict | None = None  # a refused verdict form posted from this card: what was typed, and the error
     checks: object = None  # selectors.CallChecks: its reconciler's check and attempts, when it has a reconciler
+    idempotency_key: str | None = None  # as session-log.md section 1 reads it
+    receipt: str | None = None  # what the tool policy's receipt pointer finds in the first real result
 
     @property
     def anchor(self) -> str:

@@ -113,7 +113,7 @@ def ledger_of(session: Session, *, all_calls: bool, render: set[str] | None = No
     def version(row) -> str:
         notes = [(n.pk, n.text, tuple(n.tags), n.author_name) for seq in dict.fromkeys([row.seq, *sorted(answers.get(row.call_id, ()))]) for n in notes_at.get(seq, ())]
         verdict = (v.pk, v.outcome, v.evidence, v.external_ref, v.by) if (v := verdicts.get(row.call_id)) is not None else None
-        shown = (row.call_id, window.state(row), row.result_seq, window.side_effect(row), notes, verdict)
+        shown = (row.call_id, window.state(row), row.result_seq, window.side_effect(row), notes, verdict, row.idempotency_key, row.receipt)
         return hashlib.sha256(repr(shown).encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
     def place(row) -> tuple:

@@ -43,6 +43,7 @@ from sessions_app.lib.wording import json_text
 from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger, recovery
+from sessions_app.log import receipts as log_receipts
 from sessions_app.log.events import Event
 from sessions_app.models import LedgerCall, Session, open_turn_labels_of
 
@@ -298,6 +299,7 @@ class Builder:
         sighted_names = [log_calls.call_name(d[0].data) for d in self.dispatches.values()]
         sighted_names += [log_calls.call_name(c) for e in events if e.type == "assistant_message" for c in log_events.tool_calls_of(e.data)]
         self.side_effects = selectors.side_effect_classes([*sighted_names, *(c["name"] for c in block_calls)], project_id=session.project_id)
+        self.pointers = selectors.receipt_pointers(sighted_names, project_id=session.project_id)
         # What recovery would answer for the calls of open turns, as the call ledger holds it.
         owed = selectors.owed_calls(session, named) if session.turn_stack and named else {}
         self.owed = {cid: Owed(risk, rule) for cid, (risk, rule) in owed.items()}
@@ -397,6 +399,12 @@ class Builder:
             card.patch = by_seq[result_seq]
         elif owed is not None:
             card.risk, card.rule, card.owed = owed.risk, owed.rule, True
+        sighting = log_receipts.TOOL_CALL if event.type == "tool_call" else log_receipts.TOOL_CALLS_ENTRY
+        places = [(sighting, call), *((log_receipts.TOOL_CALL, d.data) for d in dispatches), *((log_receipts.TOOL_RESULT, r.data) for r in results)]
+        if (key := log_receipts.idempotency_key(places)) is not None:
+            card.idempotency_key = key[1]
+        if card.real is not None:
+            card.receipt = log_receipts.receipt(card.real.data, self.pointers.get(log_events.tool_name(card.name), ""))
         seqs = [event.seq, *card.dispatch_seqs, *(r.seq for r in results)]  # as selectors.session_calls reads a call's notes
         card.notes = sorted((n for seq in dict.fromkeys(seqs) for n in self.notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
         card.verdicts = self.verdicts.get(prep_call_id(cid), [])

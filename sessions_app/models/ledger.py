@@ -56,6 +56,9 @@ class LedgerCall(models.Model):
     # key the agent used (section 1), the receipt the tool policy's pointer finds in the first real
     # result, and the current verdict's outcome and external reference (copied from Verdict).
     idempotency_key = models.CharField(max_length=500, null=True, blank=True)
+    # Where the key was read (log.receipts: DISPATCH, ENTRY, ARGUMENTS, RESULT): a later event's key
+    # replaces it only from a better place, so the key does not depend on the order events came in.
+    idempotency_key_rank = models.PositiveSmallIntegerField(null=True, blank=True)
     receipt = models.CharField(max_length=500, null=True, blank=True)
     verdict = models.CharField(max_length=16, null=True, blank=True)
     verdict_ref = models.CharField(max_length=500, null=True, blank=True)

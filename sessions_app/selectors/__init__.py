@@ -53,6 +53,7 @@ from sessions_app.selectors.recovery import (
     complete_tail,
     dangling_patch,
     recovery_history,
+    receipt_pointers,
     recovery_plan,
     recovery_strategies,
     side_effect_classes,

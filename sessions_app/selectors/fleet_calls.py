@@ -75,6 +75,7 @@ def fleet_calls(
     agent: str = "",
     tool: str = "",
     tag: str = "",
+    ref: str = "",
     since: datetime | None = None,
     until: datetime | None = None,
     limit: int = 50,
@@ -88,7 +89,8 @@ def fleet_calls(
     window). `classes` limits to tools the policies class so now; `tag` to calls with a note
     so tagged (on the call's first sighting or one of its results). `settled` False: the
     calls without a current verdict; True: those with one; None: both. selectors.InvalidCursor
-    for a cursor this did not write.
+    for a cursor this did not write. `ref`: only the calls whose receipt, idempotency key or current
+    verdict's reference is exactly it, whatever their state unless `states` is given.
     """
     now = now or timezone.now()
     rows = LedgerCall.objects.all()
@@ -107,7 +109,11 @@ def fleet_calls(
     if cursor:
         moment, last_id = cursors.decode(cursor, id_kind=int, given_by="this API returned")
         rows = rows.filter(Q(sighted_at__lt=moment) | Q(sighted_at=moment, id__lt=last_id))
-    keys = sorted(_newest_keys(rows, projects, states, now, limit + 1, settled), reverse=True)[: limit + 1]
+    if ref:
+        found_keys = _referenced_keys(rows if settled is None else rows.filter(verdict__isnull=not settled), projects, ref, states, now, limit + 1)
+    else:
+        found_keys = _newest_keys(rows, projects, states, now, limit + 1, settled)
+    keys = sorted(found_keys, reverse=True)[: limit + 1]
     by_id = LedgerCall.objects.annotate(state=state_expression(now)).select_related("session__project").in_bulk([pk for _, pk in keys])
     found = [by_id[pk] for _, pk in keys]
     page = found[:limit]
@@ -133,6 +139,19 @@ def _newest_keys(rows, projects: list[int], states: frozenset[str] | None, now: 
         unsettled = mine.filter(settled_state__isnull=True).annotate(state=state_expression(now))
         found += unsettled.filter(_unsettled_in(states, now)).order_by(*newest).values_list("sighted_at", "id")[:count]
     return found
+
+
+def _referenced_keys(rows, projects: list[int], ref: str, states: frozenset[str] | None, now: datetime, count: int) -> list[tuple]:
+    """The (sighted_at, id) of up to `count` newest rows that name `ref`: each column's (project, column)
+    index seeks the few rows holding it, every state unless `states` is given."""
+    found: list[tuple] = []
+    for project in dict.fromkeys(projects):
+        for column in ("receipt", "idempotency_key", "verdict_ref"):
+            named = rows.filter(project_id=project, **{column: ref})
+            if states is not None:
+                named = named.annotate(state=state_expression(now)).filter(state__in=states)
+            found += named.order_by("-sighted_at", "-id").values_list("sighted_at", "id")[:count]
+    return list(set(found))  # a call may name it twice (its key and its receipt)
 
 
 def _unsettled_in(states: frozenset[str] | None, now: datetime) -> Q:
@@ -215,7 +234,10 @@ def call_rows(rows: list[LedgerCall]) -> list[CallRow]:
         )
         side_effect = recovery.side_effect_class(log_events.tool_name(name), policies[row.project_id])
         verdict = verdicts.get((row.session_id, row.call_id))
-        out.append(CallRow(session=row.session, call=state, side_effect=side_effect, time=row.time, notes=notes, verdict=verdict))
+        out.append(CallRow(
+            session=row.session, call=state, side_effect=side_effect, time=row.time, notes=notes, verdict=verdict,
+            idempotency_key=row.idempotency_key, receipt=row.receipt,
+        ))
     return out
 
 

@@ -24,6 +24,7 @@ from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger
 from sessions_app.log.policies import LOUD_CLASSES
+from sessions_app.log.receipts import RESULT
 from sessions_app.log.recovery import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, side_effect_class
 from sessions_app.models import Event, LedgerCall, Session
 from sessions_app.selectors.calls import CHECKED_CLASSES, CallRow
@@ -87,8 +88,11 @@ def as_of(row: LedgerCall, boundary: int, session: Session) -> LedgerCall:
     """
     copy = LedgerCall(**{f.attname: getattr(row, f.attname) for f in LedgerCall._meta.concrete_fields})
     copy.pk, copy.session_id, copy.project_id, copy.agent_name = None, session.id, session.project_id, session.agent_name
+    results_before = (copy.real_seq is not None and copy.real_seq < boundary) or (copy.standin_seq is not None and copy.standin_seq < boundary)
     if copy.real_seq is not None and copy.real_seq >= boundary:
-        copy.real_seq, copy.real_error = None, False
+        copy.real_seq, copy.real_error, copy.receipt = None, False, None
+    if copy.idempotency_key_rank == RESULT and not results_before:  # read from a result the prefix does not hold
+        copy.idempotency_key, copy.idempotency_key_rank = None, None
     if copy.standin_seq is not None and copy.standin_seq >= boundary:
         copy.standin_seq = None
     if copy.synthetic_seq is not None and copy.synthetic_seq >= boundary:
@@ -304,7 +308,8 @@ def call_rows(
         seqs_of = dict.fromkeys([row.seq, *sorted(touched.get(row.call_id, ()))])
         notes = sorted((n for seq in seqs_of for n in notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
         verdict = verdicts.get(row.call_id)
-        placed.append(((row.seq, position), CallRow(session=session, call=state, side_effect=side_effect, time=time, notes=notes, verdict=verdict)))
+        placed.append(((row.seq, position), CallRow(session=session, call=state, side_effect=side_effect, time=time, notes=notes, verdict=verdict,
+                                                    idempotency_key=row.idempotency_key, receipt=row.receipt)))
     return [row for _, row in sorted(placed, key=lambda item: item[0])]
 
 

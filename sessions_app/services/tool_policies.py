@@ -16,10 +16,11 @@ from django.utils import timezone
 
 from sessions_app.lib.errors import InvalidPolicy, PolicyNotFound
 from sessions_app.log import events as log_events
-from sessions_app.models import AuditEntry, Project, ReceiptSweep, ToolPolicy, new_secret
+from sessions_app.models import AuditEntry, Project, ToolPolicy, new_secret
 from sessions_app.selectors import access
 
 from .audit_log import audit
+from .receipts import sweep_for_policy_change
 from .notify.addresses import refusal_for_url
 
 CLASSES = (ToolPolicy.READ_ONLY, ToolPolicy.IDEMPOTENT, ToolPolicy.EXTERNAL_EFFECT)
@@ -164,4 +165,4 @@ def _audit(actor: access.Actor, policy: ToolPolicy, what: dict) -> None:
 
 def _sweep_receipts(*, project_id: int | None, pattern: str) -> None:
     """The worker re-reads the receipts of the stored calls this pattern may match (project None: every project's)."""
-    ReceiptSweep.objects.create(project_id=project_id, pattern=pattern)
+    sweep_for_policy_change(project_id=project_id, pattern=pattern)

@@ -393,3 +393,16 @@ def test_webhooks_in_the_admin_are_checked_and_audited(django_user_model, root, 
     assert not WebhookEndpoint.objects.exists()
     entries = AuditEntry.objects.filter(action=AuditEntry.WEBHOOK_CHANGED, actor_name="root").order_by("pk")
     assert [sorted(k for k in ("created", "changed", "deleted") if k in e.detail) for e in entries] == [["created"], ["changed"], ["deleted"]]
+
+
+def test_a_policy_saved_or_deleted_in_the_admin_asks_the_worker_to_re_read_receipts(root):
+    from sessions_app.models import ReceiptSweep
+
+    stamps = {f"{name}_{part}": value for name in ("created_at", "updated_at") for part, value in enumerate(["2026-01-01", "00:00:00"])}
+    form = {"pattern": "charge_*", "side_effect": ToolPolicy.EXTERNAL_EFFECT, "note": "", "receipt_pointer": "/id", **stamps}
+    response = root.post("/admin/sessions_app/toolpolicy/add/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert list(ReceiptSweep.objects.values_list("project_id", "pattern")) == [(None, "charge_*")]
+    policy = ToolPolicy.objects.get(pattern="charge_*")
+    assert root.post(f"/admin/sessions_app/toolpolicy/{policy.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert list(ReceiptSweep.objects.values_list("pattern", flat=True)) == ["charge_*", "charge_*"]

@@ -1,6 +1,7 @@
 """`manage.py recovery_worker [--once] [--interval SECONDS]`: the clock-driven automatic recovery and retention's
 sweep, stalls told to webhooks (sessions_app.worker), and between its rounds, every second, the webhook deliveries
-that are due (sessions_app.services.notify) and the search index's pending events (services.index_pending)."""
+that are due (sessions_app.services.notify), the search index's pending events (services.index_pending) and the
+receipts tool policy changes ask to re-read (services.receipts)."""
 
 import signal
 import threading
@@ -41,7 +42,7 @@ class Command(BaseCommand):
             raise CommandError("--interval must be above 0")
         verbose = options["verbosity"] >= 2
         if once:
-            if not (self.round(verbose, finish_checks=True) and self.deliver(verbose) and self.index()):
+            if not (self.round(verbose, finish_checks=True) and self.deliver(verbose) and self.index() and self.sweep(batches=None)):
                 raise CommandError("the round failed: database unavailable")
             return
         if settings.TURNLOG_METRICS_BIND:
@@ -58,6 +59,7 @@ class Command(BaseCommand):
                     next_round = time.monotonic() + interval
                 self.deliver(verbose)
                 self.index()
+                self.sweep()
                 stop.wait(max(0.0, min(next_round - time.monotonic(), INDEX_EVERY_SECONDS)))
         except KeyboardInterrupt:
             pass
@@ -77,6 +79,7 @@ class Command(BaseCommand):
         self.stdout.write(f"recovery worker: metrics at http://{address}/metrics (no token: for the scraper's network only)")
 
     index_failing = False
+    sweep_failing = False
     deliver_failing = False
     kept_said: set[tuple[str, str]] = set()  # (session id, why) of sessions kept past retention, said once
 
@@ -91,6 +94,19 @@ class Command(BaseCommand):
             connections.close_all()
             return False
         self.index_failing = False
+        return True
+
+    def sweep(self, batches: int | None = worker.SWEEP_BATCHES_PER_TICK) -> bool:
+        """Receipts re-read after tool policies changed, a few batches a tick; False when the database failed (said once)."""
+        try:
+            worker.sweep_receipts(batches=batches)
+        except DatabaseError as exc:
+            if not self.sweep_failing:
+                self.stderr.write(f"receipts: database unavailable, retrying every second: {type(exc).__name__}: {exc}".strip())
+            self.sweep_failing = True
+            connections.close_all()
+            return False
+        self.sweep_failing = False
         return True
 
     def deliver(self, verbose: bool) -> bool:
