@@ -14,8 +14,7 @@ pytestmark = pytest.mark.django_db(transaction=True)  # the server reads what th
 
 def guide_example(title: str = "Write a session") -> str:
     section = (ROOT / "docs" / "guide" / "python-client.md").read_text().split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
-    (code,) = re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)
-    return code
+    return re.findall(r"```python\n(.*?)```", section, flags=re.DOTALL)[0]  # the section's example; later blocks are fragments
 
 
 def test_the_guides_client_example_runs_and_writes_a_clean_session(server, token, client, monkeypatch):
