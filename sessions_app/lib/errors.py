@@ -100,3 +100,12 @@ class InvalidVerdict(Exception):
     def __init__(self, field: str, reason: str, detail: str):
         super().__init__(detail)
         self.field, self.reason, self.detail = field, reason, detail
+
+
+class NoReconciler(Exception):
+    """No tool policy that applies to the call's tool names a check endpoint: there is nobody to ask."""
+
+    def __init__(self, session_id: str, call_id: str, tool: str | None):
+        shown = repr(tool) if tool is not None else "(no name)"
+        super().__init__(f"no tool policy with a check_url matches tool {shown} of call {call_id!r}: set one on the project's tools page")
+        self.session_id, self.call_id, self.tool = session_id, call_id, tool
