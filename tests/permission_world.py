@@ -30,6 +30,7 @@ from sessions_app.models import (
     ApiToken,
     AuditEntry,
     AutoRecoveryPolicy,
+    CallCheck,
     Event,
     Membership,
     Note,
@@ -38,6 +39,7 @@ from sessions_app.models import (
     Role,
     Session,
     ToolPolicy,
+    Verdict,
     WebhookEndpoint,
 )
 from sessions_app.selectors import access
@@ -76,6 +78,9 @@ def stored_state() -> tuple:
         sorted(Note.objects.values_list("pk", "text", "tags")),
         sorted(Project.objects.values_list("pk", "retention_days")),
         sorted(map(str, WebhookEndpoint.objects.values_list("pk", "url", "agent_patterns", "kinds", "enabled", "slack", "secret"))),
+        # Verdicts (a withdrawal adds no row) and reconciler checks queued.
+        sorted(map(str, Verdict.objects.values_list("pk", "withdrawn_at"))),
+        sorted(map(str, CallCheck.objects.values_list("pk", "state", "next_at"))),
     )
 
 
@@ -181,6 +186,10 @@ def build_world() -> World:
     # A note by the member (its author may change it) and one by the admin (the member may not) on alpha's closed session.
     member_note = services.add_note(actor=access.Actor(user=users["member"]), session_id="alpha-closed", text="member's", seq=0)
     admin_note = services.add_note(actor=access.Actor(user=users["admin"]), session_id="alpha-closed", text="admin's")
+
+    # A verdict to withdraw on the closed session's answered call, and a check endpoint for its other call's tool.
+    Verdict.objects.create(session=closed, call_id="c1", outcome="happened", evidence="matrix", source="person", by="matrix")
+    ToolPolicy.objects.create(pattern="tool_c*", project=alpha, side_effect="external_effect", check_url="https://93.184.215.14/check")
 
     open_session = Session.objects.get(pk="alpha-open")
     dangling = selectors.dangling_patch(closed)
