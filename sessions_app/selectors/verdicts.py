@@ -26,3 +26,9 @@ def check_attempts(session: Session | str, call_id: str) -> list[CheckAttempt]:
     """The reconciler's attempts for the call, oldest first."""
     session_id = session.pk if isinstance(session, Session) else session
     return list(CheckAttempt.objects.filter(session_id=session_id, call_id=call_id).order_by("at", "id"))
+
+
+def session_verdicts(session: Session | str) -> list[Verdict]:
+    """Every verdict of the session, withdrawn ones included, oldest first (what an export carries)."""
+    session_id = session.pk if isinstance(session, Session) else session
+    return list(Verdict.objects.filter(session_id=session_id).order_by("at", "id"))

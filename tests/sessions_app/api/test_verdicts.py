@@ -222,3 +222,34 @@ def test_recording_a_verdict_counts_as_activity_for_retention(ops):
     Session.objects.filter(pk="s1").update(retained_from=timezone.now() - timezone.timedelta(days=30))
     ops.put(path("c1"), {"outcome": "happened", "evidence": "seen"})
     assert Session.objects.get(pk="s1").retained_from > timezone.now() - timezone.timedelta(minutes=1)
+
+
+def test_export_carries_every_verdict_and_import_keeps_them_with_authors_as_text(ops):
+    crashed(ops, call_ids=("c1", "c2"))
+    ops.put(path("c1"), {"outcome": "happened", "evidence": "seen", "external_ref": "W-1"})
+    ops.put(path("c1"), {"outcome": "not_happened", "evidence": "looked again"})
+    ops.put(path("c2"), {"outcome": "happened", "evidence": "in the outbox"})
+    ops.delete_with(path("c2"), {"reason": "wrong mailbox"})
+    blob = ops.get("/api/v1/sessions/s1/export").json()
+    exported = blob["verdicts"]
+    assert [(v["call_id"], v["outcome"], v["withdrawn_at"] is not None) for v in exported] == [
+        ("c1", "happened", True), ("c1", "not_happened", False), ("c2", "happened", True),
+    ]  # fmt: skip
+    assert set(exported[0]) == {
+        "call_id", "outcome", "evidence", "external_ref", "by", "source", "at", "withdrawn_at", "withdrawn_by", "withdraw_reason",
+    }  # fmt: skip
+    assert (exported[2]["withdrawn_by"], exported[2]["withdraw_reason"]) == ("vera", "wrong mailbox")
+
+    blob["verdicts"].append({"call_id": "nope", "outcome": "happened", "evidence": "x", "by": "someone"})
+    blob["verdicts"].append({"call_id": "c2", "outcome": "perhaps", "evidence": "x", "by": "someone"})
+    response = ops.post("/api/v1/sessions/import?id=copy", blob)
+    assert response.status_code == 201, response.content
+    warnings = response.json()["warnings"]
+    assert any("'nope'" in w for w in warnings) and any(w.startswith("verdicts[4] dropped") for w in warnings)
+    history = ops.get(path("c1", "verdicts", session_id="copy")).json()["verdicts"]
+    assert [(v["outcome"], v["by"], v["withdrawn_at"]) for v in history] == [(v["outcome"], v["by"], v["withdrawn_at"]) for v in exported[:2]]
+    assert Verdict.objects.filter(session_id="copy", user__isnull=False).count() == 0
+    rows = dict(LedgerCall.objects.filter(session_id="copy").values_list("call_id", "verdict"))
+    assert rows == {"c1": "not_happened", "c2": None}
+    plan = ops.get("/api/v1/sessions/copy/recovery-plan").json()
+    assert [r["data"]["metadata"].get("verdict", {}).get("outcome") for r in plan["repairs"] if r["type"] == "tool_result"] == ["not_happened", None]
