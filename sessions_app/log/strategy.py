@@ -179,6 +179,11 @@ def _call_name(call: TurnCall) -> str:
     return name_text(call.name) or "an unnamed tool"
 
 
+def verdict_label(outcome: str, by: str, evidence: str) -> str:
+    """A verdict beside a call's risk, as the CLI and pages say it: "verified not happened (vera: bank portal, no wire)"."""
+    return f"verified {'happened' if outcome == HAPPENED else 'not happened'} ({by}: {_short(evidence)})"
+
+
 def settled_words(c: ClassedCall) -> str:
     """What a verdict found about an owed call, as the context message says it:
     "charge_card (seq 41): verified happened by reconciler:charge_* (ref ch_3Px): do not repeat it"."""

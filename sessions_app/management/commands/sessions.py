@@ -164,11 +164,14 @@ class Command(BaseCommand):
         self.stdout.write(self.style.WARNING(f"Open: {'; '.join(session.open_turn_labels)}"))
         if not owed:
             self.stdout.write("No tool call is owed a result.")
+        found = {r.call.id: r.data["metadata"].get("verdict") for r in plan.repairs if r.call is not None}
         for call in owed:
-            # Worded as on the recovery page and the transcript (sessions_app.log.recovery).
+            # Worded as on the recovery page and the transcript (sessions_app.log.recovery); a verdict beside the risk.
+            verdict = found.get(call.id)
+            risk = call.risk + (f", {log_strategy.verdict_label(verdict['outcome'], verdict['by'], verdict['evidence'])}" if verdict else "")
             self.stdout.write(
                 f"  {call.id}  {call.name or '?'}({json.dumps(call.arguments)[:60]})  "
-                f"{log_recovery.RISK_HEADLINES[call.risk]}  rule {call.rule}  evidence seqs {list(call.evidence) or '-'}  "
+                f"{log_recovery.RISK_HEADLINES[call.risk]} ({risk})  rule {call.rule}  evidence seqs {list(call.evidence) or '-'}  "
                 f"side effect: {side_effects[tool_name(call.name)]}\n"
                 f"    Why (rule {call.rule}): {log_recovery.RULE_REASONS[call.rule]}"
             )
@@ -182,7 +185,10 @@ class Command(BaseCommand):
             for c in turn.unverified:
                 self.stdout.write(f"  verify in the outside system: {c.call.name or '?'} (call {c.call.id}, seq {c.call.sighted_seq}, {c.side_effect})")
             for c in turn.effects:
-                self.stdout.write(f"  done, never repeat: {c.call.name or '?'} (call {c.call.id}, seq {c.call.sighted_seq}, result at seq {c.call.result_seq})")
+                if c.call.state == log_recovery.COMPLETED:
+                    self.stdout.write(f"  done, never repeat: {c.call.name or '?'} (call {c.call.id}, seq {c.call.sighted_seq}, result at seq {c.call.result_seq})")
+            for c in turn.settled:
+                self.stdout.write(f"  {log_strategy.settled_words(c)}")
 
     def recover(
         self, *, project: Project | None, session_id: str, yes: bool, note: str, user: str, context: bool, abandon: bool, **_
@@ -203,6 +209,11 @@ class Command(BaseCommand):
         except errors.StalePlan as stale:
             # As the recovery page says it: which events made the plan stale.
             first, last = session.event_count, stale.next_seq - 1
+            if last < first:  # no event came: a verdict was recorded or withdrawn meanwhile
+                raise CommandError(
+                    "A call's verdict changed while you were reading the plan: nothing was appended."
+                    " Run again with the same options to review the fresh plan."
+                ) from None
             arrived = f"seq {first}" if first == last else f"seqs {first}-{last}"
             raise CommandError(
                 f"{last - first + 1} event{'s' if last != first else ''} arrived while you were reading the plan ({arrived}):"
