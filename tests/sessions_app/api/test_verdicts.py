@@ -253,3 +253,10 @@ def test_export_carries_every_verdict_and_import_keeps_them_with_authors_as_text
     assert rows == {"c1": "not_happened", "c2": None}
     plan = ops.get("/api/v1/sessions/copy/recovery-plan").json()
     assert [r["data"]["metadata"].get("verdict", {}).get("outcome") for r in plan["repairs"] if r["type"] == "tool_result"] == ["not_happened", None]
+
+
+def test_a_call_id_holding_nul_matches_no_route_and_a_wrong_method_is_405(ops):
+    crashed(ops)
+    assert_error(ops.put("/api/v1/sessions/s1/calls/c%001/verdict", {"outcome": "happened", "evidence": "x"}), 404, "not_found")
+    assert_error(ops.get(path("c1")), 405, "method_not_allowed")
+    assert not Verdict.objects.exists()
