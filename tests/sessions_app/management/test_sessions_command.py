@@ -364,3 +364,24 @@ def test_recover_refused_as_stale_by_a_verdict_says_so(admin_user, monkeypatch):
         run("recover", "crashed")
     assert "verdict changed while you were reading the plan: nothing was appended" in str(refused.value)
     assert Event.objects.count() == 10 and not RecoveryRecord.objects.exists()
+
+
+def test_verdict_records_and_withdraws_as_the_person_named(admin_user):
+    from sessions_app.models import Verdict
+
+    store(WORKED_EXAMPLE, session_id="crashed")
+    out = run("verdict", "crashed", "c3", "--outcome", "happened", "--evidence", "portal shows it", "--ref", "W-1")
+    assert "Call c3: verified happened (root: portal shows it)." in out
+    verdict = Verdict.objects.get()
+    assert (verdict.by, verdict.user, verdict.external_ref) == ("root", admin_user, "W-1")
+    assert "withdrew" in run("verdict", "crashed", "c3", "--withdraw", "--reason", "wrong account").lower()
+    assert Verdict.objects.get().withdraw_reason == "wrong account"
+    with pytest.raises(CommandError, match="has no current verdict"):
+        run("verdict", "crashed", "c3", "--withdraw")
+    with pytest.raises(CommandError, match="no tool call with id 'c9'"):
+        run("verdict", "crashed", "c9", "--outcome", "happened", "--evidence", "x")
+    with pytest.raises(CommandError, match="evidence: evidence is empty"):
+        run("verdict", "crashed", "c3", "--outcome", "happened", "--evidence", "  ")
+    with pytest.raises(CommandError, match="Pass --outcome and --evidence"):
+        run("verdict", "crashed", "c3")
+    assert Event.objects.count() == 10
