@@ -348,9 +348,13 @@ if not TURNLOG_CLOCK_SKEW_SECONDS >= 0:
 TURNLOG_WORKER_INTERVAL_SECONDS = float(os.environ.get("TURNLOG_WORKER_INTERVAL_SECONDS", "30"))
 if not TURNLOG_WORKER_INTERVAL_SECONDS > 0:
     raise ImproperlyConfigured(f"TURNLOG_WORKER_INTERVAL_SECONDS must be above 0, not {TURNLOG_WORKER_INTERVAL_SECONDS!r}")
+# Calls per transaction when the worker re-reads receipts after a tool policy changed (services.receipts).
+TURNLOG_RECEIPT_SWEEP_BATCH = int(os.environ.get("TURNLOG_RECEIPT_SWEEP_BATCH", "2000"))
+if not TURNLOG_RECEIPT_SWEEP_BATCH >= 1:
+    raise ImproperlyConfigured(f"TURNLOG_RECEIPT_SWEEP_BATCH must be 1 or more, not {TURNLOG_RECEIPT_SWEEP_BATCH!r}")
 
 # Alerts (sessions_app/services/notify, docs/guide/alerts.md): the site's address as people reach it, for the links in webhook
-# payloads (the recovery preview); webhooks to loopback, link-local or private addresses only when allowed.
+# payloads (the recovery preview); webhooks and reconcilers to non-public addresses (or IPv6 forms carrying one) only when allowed.
 TURNLOG_BASE_URL = os.environ.get("TURNLOG_BASE_URL", "http://127.0.0.1:8000").rstrip("/")
 TURNLOG_WEBHOOK_ALLOW_PRIVATE = os.environ.get("TURNLOG_WEBHOOK_ALLOW_PRIVATE", "").lower() in ("1", "true", "yes", "on")
 # One attempt's time limit; attempts per delivery; the first retry's delay, doubled each time (with jitter).
@@ -359,6 +363,11 @@ TURNLOG_WEBHOOK_MAX_ATTEMPTS = int(os.environ.get("TURNLOG_WEBHOOK_MAX_ATTEMPTS"
 TURNLOG_WEBHOOK_RETRY_SECONDS = float(os.environ.get("TURNLOG_WEBHOOK_RETRY_SECONDS", "30"))
 if not (TURNLOG_WEBHOOK_TIMEOUT_SECONDS > 0 and TURNLOG_WEBHOOK_MAX_ATTEMPTS >= 1 and TURNLOG_WEBHOOK_RETRY_SECONDS > 0):
     raise ImproperlyConfigured("TURNLOG_WEBHOOK_TIMEOUT_SECONDS and TURNLOG_WEBHOOK_RETRY_SECONDS must be above 0, TURNLOG_WEBHOOK_MAX_ATTEMPTS at least 1")
+# Reconcilers (docs/guide/reconcilers.md): one check's time limit, and how many the worker asks at once.
+TURNLOG_RECONCILER_TIMEOUT_SECONDS = float(os.environ.get("TURNLOG_RECONCILER_TIMEOUT_SECONDS", "10"))
+TURNLOG_RECONCILER_THREADS = int(os.environ.get("TURNLOG_RECONCILER_THREADS", "4"))
+if not (TURNLOG_RECONCILER_TIMEOUT_SECONDS > 0 and TURNLOG_RECONCILER_THREADS >= 1):
+    raise ImproperlyConfigured("TURNLOG_RECONCILER_TIMEOUT_SECONDS must be above 0, TURNLOG_RECONCILER_THREADS at least 1")
 
 # OTLP ingest (docs/internals/otlp.md): a finished run's turn closes once its trace has been quiet this long, so
 # spans exported after the root (other batches, retries) still land inside the turn.

@@ -5,7 +5,7 @@ from django.urls import path, re_path
 from django.views.generic import RedirectView
 
 import sessions_app.api.converters  # noqa: F401  (registers the session_id and seq converters)
-from dashboard.pages import account, agents, calls, notes, projects, retention, sessions, webhooks
+from dashboard.pages import account, agents, calls, checks, notes, project_settings, projects, retention, sessions, tools, verdicts, webhooks
 from sessions_app.api import app as api
 from sessions_app.api import otlp
 from sessions_app.metrics import exposition as metrics
@@ -22,6 +22,8 @@ urlpatterns = [
     path("sessions/<session_id:session_id>/delete", retention.delete_session, name="delete_session"),
     path("sessions/<session_id:session_id>/lineage", sessions.session_lineage, name="session_lineage"),
     path("sessions/<session_id:session_id>/notes", notes.add_note, name="add_note"),
+    path("sessions/<session_id:session_id>/verdict", verdicts.call_verdict, name="call_verdict"),
+    path("sessions/<session_id:session_id>/calls/<path:call_id>/check", checks.check_call, name="check_call"),
     path("notes/<int:note_id>/edit", notes.edit_note, name="edit_note"),
     path("notes/<int:note_id>/delete", notes.delete_note, name="delete_note"),
     path("calls/", calls.fleet_page, name="fleet_calls"),
@@ -37,6 +39,8 @@ urlpatterns = [
     path("projects/<slug:slug>/webhooks", webhooks.project_webhooks, name="project_webhooks"),
     path("projects/<slug:slug>/webhooks/<int:endpoint_id>", webhooks.project_webhook, name="project_webhook"),
     path("projects/<slug:slug>/audit", projects.project_audit, name="project_audit"),
+    path("projects/<slug:slug>/tools/", tools.project_tools, name="project_tools"),
+    path("projects/<slug:slug>/settings", project_settings.project_settings, name="project_settings"),
     # Browsers ask for /favicon.ico whatever the page links; base.html links the SVG itself.
     path("favicon.ico", RedirectView.as_view(url=static("turnlog/favicon.svg"))),
     path("login/", auth_views.LoginView.as_view(), name="login"),

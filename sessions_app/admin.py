@@ -1,7 +1,7 @@
 """Admin: logs are read-only here, and staff see only their projects' logs (sessions_app.selectors.access).
 
-Tool policies are the one thing edited here by hand, by superusers (they are
-site-wide: they rank every project's recoveries). Projects, their members,
+Site-wide tool policies are the one thing edited here by hand, by superusers (they
+rank every project's recoveries; a project's admins keep its own on its Tools page). Projects, their members,
 tokens, webhooks and the audit log are for superusers; a project's own admins manage
 them on its project pages.
 """
@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from sessions_app import selectors, services
+from sessions_app.lib.errors import InvalidPolicy
 from sessions_app.models import (
     ApiToken,
     AuditEntry,
@@ -30,7 +31,7 @@ from sessions_app.models import (
     WebhookEndpoint,
 )
 from sessions_app.selectors import access
-from sessions_app.services import notify, retention
+from sessions_app.services import notify, retention, tool_policies
 
 
 def is_active_superuser(request) -> bool:
@@ -184,14 +185,66 @@ class SiteSettingAdmin(StaffMayView, SuperusersChange, admin.ModelAdmin):
     """A setting of every project: staff read it, only superusers add, change or delete it."""
 
 
+class ToolPolicyForm(forms.ModelForm):
+    check_url = forms.CharField(max_length=tool_policies.CHECK_URL_MAX, required=False, label="Reconciler URL")
+
+    class Meta:
+        model = ToolPolicy
+        fields = ["project", "pattern", "side_effect", "note", "receipt_pointer", "check_url"]
+
+    def clean(self):
+        """The service's own checks (an RFC 6901 pointer, an address the webhooks' rules allow) as the form's errors."""
+        values = super().clean()
+        for name, check in {"receipt_pointer": tool_policies.checked_pointer, "check_url": tool_policies.checked_check_url}.items():
+            if name in values and name not in self.errors:
+                try:
+                    values[name] = check(values[name])
+                except InvalidPolicy as refused:
+                    self.add_error(name, refused.detail)
+        return values
+
+
 @admin.register(ToolPolicy)
 class ToolPolicyAdmin(SiteSettingAdmin):
-    """Staff read the policies; only superusers change them: one policy ranks the recoveries of every project."""
+    """Staff read the policies (the site's, and those of the projects they may read); only superusers change them
+    here, through sessions_app.services.tool_policies (checked and audited). A site-wide policy ranks the recoveries
+    of every project; a project's admins keep their own on its Tools page."""
 
-    list_display = ["pattern", "side_effect", "note"]
-    list_editable = ["side_effect"]
-    list_filter = ["side_effect"]
+    form = ToolPolicyForm
+    list_display = ["pattern", "scope_display", "side_effect", "receipt_pointer", "check_url", "note", "updated_at"]
+    # RelatedOnly: the projects of the rows the user sees; its empty choice is the site-wide policies.
+    list_filter = [("project", admin.RelatedOnlyFieldListFilter), "side_effect"]
+    list_select_related = ["project"]
     search_fields = ["pattern", "note"]
+    readonly_fields = ["check_secret", "created_at", "updated_at"]
+
+    def get_queryset(self, request):
+        readable = access.actor_of(request).project_ids(access.READ)
+        return super().get_queryset(request).filter(Q(project__isnull=True) | Q(project_id__in=readable))
+
+    def get_readonly_fields(self, request, obj=None):
+        # A policy is its (project, pattern): to move or rename one, add the new one and delete the old.
+        return [*(["project", "pattern"] if obj is not None else []), *self.readonly_fields]
+
+    @admin.display(description="scope", ordering="project__slug")
+    def scope_display(self, policy):
+        return "site-wide" if policy.project_id is None else f"project {policy.project.slug}"
+
+    def save_model(self, request, obj, form, change):
+        values = {name: form.cleaned_data[name] for name in ("side_effect", "note", "receipt_pointer", "check_url")}
+        slug = obj.project.slug if obj.project is not None else tool_policies.SITE
+        saved, secret = tool_policies.save_policy(actor=access.actor_of(request), project_slug=slug, pattern=obj.pattern, **values)
+        obj.pk = saved.pk
+        if secret:
+            self.message_user(request, "A new reconciler secret was made: it is shown on this policy's page (check secret).", messages.WARNING)
+
+    def delete_model(self, request, obj):
+        slug = obj.project.slug if obj.project_id is not None else tool_policies.SITE
+        tool_policies.delete_policy(actor=access.actor_of(request), project_slug=slug, pattern=obj.pattern)
+
+    def delete_queryset(self, request, queryset):
+        for policy in queryset.select_related("project"):
+            self.delete_model(request, policy)
 
 
 @admin.register(AutoRecoveryPolicy)

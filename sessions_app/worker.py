@@ -1,11 +1,13 @@
 """The automatic recovery worker's rounds (session-log.md section 8.1): thin orchestration over services.
 
 One round: sessions past their project's retention deleted (sessions_app/services/retention), finished OTLP runs closed,
-sessions that stalled told to their project's webhooks (sessions_app/services/notify: a notification each), then the
+sessions that stalled told to their project's webhooks (sessions_app/services/notify: a notification each), calls with
+an unknown outcome handed to their reconcilers (sessions_app/services/reconcilers, in threads of their own), then the
 candidates in one indexed query (stalled, quiet for at least
 the smallest enabled policy's time, not left for a person), the policy of each
 one's agent, then services.recover_automatically, which decides everything
-again under the locks. `manage.py recovery_worker` runs rounds on a clock.
+again under the locks; last, crashes a reconciler settled, where the project asks for that (services/settled_recovery).
+`manage.py recovery_worker` runs rounds on a clock.
 """
 
 from __future__ import annotations
@@ -15,16 +17,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import F
 from django.utils import timezone
 
 from sessions_app import services
 from sessions_app.lib.errors import SessionNotFound
 from sessions_app.models import AutoRecoveryPolicy, Session
-from sessions_app.services import notify, retention
+from sessions_app.services import notify, receipts, reconcilers, retention, settled_recovery
 
 RECOVERED, HELD, SKIPPED, CLOSED = "recovered", "held", "skipped", "closed"
 STALLED = "stalled"  # a stall's notification written (its deliveries are sent by deliver_webhooks)
+CHECKED = "checked"  # a reconciler asked about a call (its attempt's outcome in `why`)
 DELETED, KEPT = "deleted", "kept"  # retention: a session deleted, or past retention and kept (blocked, or forked)
 # Candidates per round, oldest first; the rest wait for the next round.
 ROUND_LIMIT = 200
@@ -35,6 +39,7 @@ class Action:
     """What one round did with one candidate session."""
 
     # recovered | held (the agent passed its hourly limit) | skipped | closed (a finished OTLP run) | stalled | deleted | kept
+    # | checked
     outcome: str
     session_id: str
     agent_name: str
@@ -74,10 +79,11 @@ def run_round(*, now: datetime | None = None, limit: int = ROUND_LIMIT) -> list[
     actions = sweep_retention(now=now)
     actions += close_finished_runs(now=now)
     actions += notify_stalls(now=now)
+    actions += check_calls(now=now)
     policies = list(AutoRecoveryPolicy.objects.all())
     enabled = [p for p in policies if p.enabled]
     if not enabled:
-        return actions
+        return actions + recover_settled_crashes(now=now, policies=policies, limit=limit)
     quietest = min(p.quiet_seconds for p in enabled)
     # One indexed query (session_interrupted_idx): no log is read here.
     candidates = (
@@ -98,6 +104,58 @@ def run_round(*, now: datetime | None = None, limit: int = ROUND_LIMIT) -> list[
         if (now - last_activity_at).total_seconds() < policy.quiet_seconds:
             continue  # not quiet for its own policy's time yet: a later round
         actions.append(_recover(session_id, agent_name, policy, now))
+    return actions + recover_settled_crashes(now=now, policies=policies, limit=limit)
+
+
+def check_calls(*, now: datetime) -> list[Action]:
+    """Calls with an unknown outcome get their reconciler's check, and the due checks go to the reconciler
+    threads (a slow endpoint holds up nothing here); what the threads finished since the last round."""
+    if not reconcilers.any_reconciler():  # no policy names an endpoint: nothing to schedule or ask
+        return [_checked(a) for a in _asker().finished() if a.outcome != "skipped"]
+    reconcilers.schedule_checks(now=now, known=True)
+    asked = _asker().start_due(now=now)
+    return [_checked(a) for a in asked if a.outcome != "skipped"]
+
+
+def finish_checks() -> list[Action]:
+    """Wait for the checks still being asked (`recovery_worker --once`, shutdown, tests)."""
+    return [_checked(a) for a in _asker().wait() if a.outcome != "skipped"]
+
+
+def _checked(asked: reconcilers.Asked) -> Action:
+    said = f"attempt {asked.attempt}: {asked.outcome}" + (f", HTTP {asked.status}" if asked.status else "")
+    said += f", {asked.answer}" if asked.answer else ""
+    said += f" ({asked.error})" if asked.error else ""
+    return Action(CHECKED, asked.session_id, "", f"reconciler:{asked.pattern}" if asked.pattern else None, f"call {asked.call_id} {said}")
+
+
+_ASKER: list[reconcilers.Asker] = []  # one per process, made at its first round
+
+
+def _asker() -> reconcilers.Asker:
+    if not _ASKER:
+        _ASKER.append(reconcilers.Asker(settings.TURNLOG_RECONCILER_THREADS))
+    return _ASKER[0]
+
+
+def recover_settled_crashes(*, now: datetime, policies: list[AutoRecoveryPolicy], limit: int = ROUND_LIMIT) -> list[Action]:
+    """Stalled sessions whose every unknown external call a reconciler settled, recovered with the recovery
+    context where their project asks for it (settled_recovery decides again under the locks)."""
+    actions = []
+    for session_id, agent_name, _ in settled_recovery.candidates(now=now, limit=limit):
+        policy = policy_for(agent_name, policies)
+        if policy is not None and not policy.enabled:
+            continue  # a disabled policy keeps this agent's sessions for a person
+        pattern = policy.agent_pattern if policy is not None else None
+        try:
+            result = settled_recovery.recover_settled(session_id=session_id, policy=policy, now=now)
+        except (SessionNotFound, AutoRecoveryPolicy.DoesNotExist):
+            continue
+        if result is not None and result.record is not None:
+            record = result.record
+            actions.append(Action(RECOVERED, session_id, agent_name, pattern, record.note, record.pk, tuple(record.strategy_names)))
+        elif Session.objects.filter(pk=session_id, repeated_failures_at__isnull=False).exists():
+            actions.append(Action(HELD, session_id, agent_name, pattern, "repeated failures: past the hourly limit of automatic recoveries"))
     return actions
 
 
@@ -130,6 +188,16 @@ def notify_stalls(*, now: datetime) -> list[Action]:
 def deliver_webhooks(*, now: datetime | None = None) -> list[notify.Sent]:
     """The webhook deliveries that are due, sent (the command does this every second, between rounds)."""
     return notify.send_due(now=now)
+
+
+# Batches of receipts re-read per tick of the worker's loop (a few seconds' work), between deliveries.
+SWEEP_BATCHES_PER_TICK = 5
+
+
+def sweep_receipts(*, batches: int | None = SWEEP_BATCHES_PER_TICK) -> int:
+    """Stored calls' receipts re-read after tool policies changed (services.receipts), up to `batches`
+    batches (None: until every sweep is done); the number of calls read."""
+    return receipts.run_sweeps(batches=batches)
 
 
 def _recover(session_id: str, agent_name: str, policy: AutoRecoveryPolicy, now: datetime) -> Action:

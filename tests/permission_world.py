@@ -61,12 +61,12 @@ def session_with(session_id: str, project: Project, events: list[dict]) -> Sessi
     return Session.objects.get(pk=session_id)
 
 
-COUNTED = (Session, Event, Note, RecoveryRecord, ToolPolicy, AutoRecoveryPolicy, ApiToken, Membership, Project, WebhookEndpoint, Group, AccessAttempt, AccessLog, AccessFailureLog)
+COUNTED = (Session, Event, Note, RecoveryRecord, Verdict, ToolPolicy, AutoRecoveryPolicy, ApiToken, Membership, Project, WebhookEndpoint, Group, AccessAttempt, AccessLog, AccessFailureLog)
 
 
 def stored_state() -> tuple:
     """What a write could change: rows added or removed (the audit log aside: refusals are audited), roles, usable tokens,
-    notes' text and tags (an edit adds no row), projects' retention, webhooks' settings and secrets."""
+    notes' text and tags (an edit adds no row), projects' settings, tool policies' and webhooks' settings and secrets."""
     tables = [model._meta.db_table for model in (*COUNTED, get_user_model())]
     with connection.cursor() as cursor:  # one round trip for the counts
         cursor.execute("SELECT " + ", ".join(f"(SELECT COUNT(*) FROM {connection.ops.quote_name(table)})" for table in tables))
@@ -76,7 +76,8 @@ def stored_state() -> tuple:
         ApiToken.objects.usable().count(),
         sorted(Membership.objects.values_list("project_id", "user_id", "role")),
         sorted(Note.objects.values_list("pk", "text", "tags")),
-        sorted(Project.objects.values_list("pk", "retention_days")),
+        sorted(Project.objects.values_list("pk", "retention_days", "auto_recover_settled")),
+        sorted(ToolPolicy.objects.values_list("pk", "side_effect", "note", "receipt_pointer", "check_url", "check_secret")),
         sorted(map(str, WebhookEndpoint.objects.values_list("pk", "url", "agent_patterns", "kinds", "enabled", "slack", "secret"))),
         # Verdicts (a withdrawal adds no row) and reconciler checks queued.
         sorted(map(str, Verdict.objects.values_list("pk", "withdrawn_at"))),
@@ -197,6 +198,7 @@ def build_world() -> World:
     group = Group.objects.create(name="matrix")
     policy = ToolPolicy.objects.create(pattern="matrix_*", side_effect=ToolPolicy.CLASSES[0][0])
     auto_policy = AutoRecoveryPolicy.objects.create(agent_pattern="matrix-*")
+    ToolPolicy.objects.create(project=alpha, pattern="alpha_*", side_effect=ToolPolicy.IDEMPOTENT)  # alpha's own
     # A public address (never contacted here), so the check at save time passes without TURNLOG_WEBHOOK_ALLOW_PRIVATE.
     webhook = notify.create_endpoint(project=alpha, actor=users["admin"], url="https://93.184.215.14/matrix")
     seen = {"user_agent": "matrix", "ip_address": "127.0.0.1", "username": "nobody", "http_accept": "*/*", "path_info": "/login/"}

@@ -162,6 +162,16 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         Probe("POST", "/notes/{member_note}/delete", page_note_change("302 /sessions/alpha-closed/ stored")),
         Probe("POST", "/notes/{admin_note}/delete", {**page_note_change("302 /sessions/alpha-closed/ stored"), "member": "403"}),
     ],
+    # Verdicts from a call's card (dashboard.pages.verdicts): operators and admins (the recover permission).
+    "call_verdict": [
+        Probe(
+            "POST", CLOSED + "/verdict", by_role(LOGIN, "404", "403", "403", "200 stored +verified happened"),
+            data={"call_id": "c9", "action": "record", "outcome": "happened", "evidence": "seen in the portal"},
+        ),
+        Probe("POST", CLOSED + "/verdict", by_role(LOGIN, "404", "403", "403", "422 +has no current verdict"), data={"call_id": "c9", "action": "withdraw"}),
+    ],
+    # "Check now" on a call's card (dashboard.pages.checks): the recover permission; this call's tool has no reconciler.
+    "check_call": [Probe("POST", CLOSED + "/calls/c9/check", by_role(LOGIN, "404", "403", "403", "409"))],
     "recovery_preview": [
         page_read(OPEN + "/recovery"),
         Probe(
@@ -212,6 +222,20 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         ),
         page_admin("POST", "/projects/alpha/webhooks/{webhook_pk}", "302 /projects/alpha/webhooks/ stored", {"action": "rotate"}),
         page_admin("POST", "/projects/alpha/webhooks/{webhook_pk}", "302 /projects/alpha/webhooks stored", {"action": "delete"}),
+    ],
+    # The project's settings form on its page (sessions_app.services.project_settings): its admins only.
+    "project_settings": [
+        page_admin("GET", "/projects/alpha/settings", "405"),
+        page_admin("POST", "/projects/alpha/settings", "302 /projects/alpha/ stored", {"auto_recover_settled": "on"}),
+    ],
+    # Tools (sessions_app.services.tool_policies): every member reads the page; only admins change the project's policies.
+    "project_tools": [
+        page_read("/projects/alpha/tools/"),
+        Probe(
+            "POST", "/projects/alpha/tools/", by_role(LOGIN, "404", "403", admin="302 /projects/alpha/tools/ stored"),
+            data={"action": "save", "pattern": "matrix_new", "side_effect": "read_only"},
+        ),
+        Probe("POST", "/projects/alpha/tools/", by_role(LOGIN, "404", "403", admin="302 /projects/alpha/tools/ stored"), data={"action": "delete", "pattern": "alpha_*"}),
     ],
     # Deleting a whole session (sessions_app.services.retention): the project's admins only.
     "delete_session": [
@@ -281,6 +305,18 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     "api-v1:delete_note": [
         Probe("DELETE", "/api/v1/notes/{member_note}", note_change("204 stored"), api=True),
         Probe("DELETE", "/api/v1/notes/{admin_note}", {**note_change("204 stored"), "member": "403"}, api=True),
+    ],
+    # A project's tools: read as its sessions are; its policies changed by its admins' logins only (no token scope lends that).
+    "api-v1:project_tools": [api_read("/api/v1/projects/alpha/tools")],
+    "api-v1:save_policy": [
+        Probe("PUT", "/api/v1/projects/alpha/tools/policies/matrix%2Fnew", by_role("401", "404", "403", admin="200 stored"),
+              data={"side_effect": "read_only"}, api=True, credentials=("login",)),
+        Probe("PUT", "/api/v1/projects/alpha/tools/policies/matrix%2Fnew", by_role("401", "404", "403"),
+              data={"side_effect": "read_only"}, api=True, credentials=("token",)),
+    ],  # fmt: skip
+    "api-v1:delete_policy": [
+        Probe("DELETE", "/api/v1/projects/alpha/tools/policies/alpha_*", by_role("401", "404", "403", admin="204 stored"), api=True, credentials=("login",)),
+        Probe("DELETE", "/api/v1/projects/alpha/tools/policies/alpha_*", by_role("401", "404", "403"), api=True, credentials=("token",)),
     ],
     # Whatever no endpoint serves under /api/: a JSON 404 for anyone, credentials or not.
     "^api/": [Probe("GET", "/api/v1/nothing", everyone("404"), api=True), Probe("POST", "/api/v2/sessions", everyone("404"), api=True)],

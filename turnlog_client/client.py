@@ -21,6 +21,7 @@ import httpx
 from turnlog_client import endpoints
 from turnlog_client.endpoints import Call
 from turnlog_client.errors import SessionExists, TransportError, retryable
+from turnlog_client.resume import chat_messages
 from turnlog_client.stream import MAX_FRAME_BYTES, follow, follow_async
 from turnlog_client.types import (
     AppendResult, Event, EventsPage, ImportResult, Message, NewEvent, Plan, RepairApplied, Session, SessionPage,
@@ -119,6 +120,17 @@ class Client(_Base):
     def messages(self, session_id: str) -> list[Message]:
         """The fold: what the model sees."""
         return self.send(endpoints.messages(session_id))["messages"]
+
+    def resume(self, session_id: str, *, strict: bool = True) -> list[dict[str, Any]]:
+        """The fold as OpenAI chat messages, to continue the agent from its log (turnlog_client.resume).
+
+        NotFound when there is no such session. With `strict` (the default),
+        RecoveryNeeded while a turn is open (recover first: `recover(id, context=True)`)
+        or when a call in the fold has no result (`patch_dangling_calls(id)`).
+        """
+        fold = self.messages(session_id)
+        # Read after the fold: a turn that opened meanwhile refuses rather than resuming half of it.
+        return chat_messages(session_id, fold, self.get_session(session_id)["open_turns"], strict=strict)
 
     def recovery_plan(self, session_id: str) -> Plan:
         return self.send(endpoints.recovery_plan(session_id))
@@ -309,6 +321,11 @@ class AsyncClient(_Base):
 
     async def messages(self, session_id: str) -> list[Message]:
         return (await self.send(endpoints.messages(session_id)))["messages"]
+
+    async def resume(self, session_id: str, *, strict: bool = True) -> list[dict[str, Any]]:
+        """As Client.resume."""
+        fold = await self.messages(session_id)
+        return chat_messages(session_id, fold, (await self.get_session(session_id))["open_turns"], strict=strict)
 
     async def recovery_plan(self, session_id: str) -> Plan:
         return await self.send(endpoints.recovery_plan(session_id))

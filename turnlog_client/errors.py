@@ -151,6 +151,17 @@ class FlushTimeout(TurnlogError):
         super().__init__(message if last_error is None else f"{message}; last error: {last_error}")
 
 
+class RecoveryNeeded(TurnlogError):
+    """`Client.resume` found a history no model would accept as it is: a turn still open (`open_turns`:
+    recover first) or calls without a result (`unanswered`: patch the dangling calls first)."""
+
+    def __init__(self, session_id: str, open_turns: list[int], unanswered: list[str], message: str):
+        self.session_id = session_id
+        self.open_turns = open_turns
+        self.unanswered = unanswered
+        super().__init__(message)
+
+
 class SpoolError(TurnlogError):
     """The spool file cannot be used: another process holds it, it belongs to another session, or it is damaged."""
 

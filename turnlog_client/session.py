@@ -108,11 +108,18 @@ class SessionWriter:
         if tool_calls:
             self.writer.flush()
 
-    def tool_call(self, call_id: str, name: str, arguments: Any = None) -> None:
-        """Record that the call is handed to its tool, and return once that is stored: call it right before the tool runs."""
+    def tool_call(self, call_id: str, name: str, arguments: Any = None, *, idempotency_key: str | None = None) -> None:
+        """Record that the call is handed to its tool, and return once that is stored: call it right before the tool runs.
+
+        `idempotency_key`: the key the tool call uses with the system it changes (a payment's
+        Idempotency-Key, an order reference), kept in the event's `metadata` where the server
+        reads it first (session-log.md section 1): the call's card shows it and `?ref=` finds it.
+        """
         data: dict[str, Any] = {"id": call_id, "name": name}
         if arguments is not None:
             data["arguments"] = arguments
+        if idempotency_key is not None:
+            data["metadata"] = {"idempotency_key": idempotency_key}
         self.writer.add("tool_call", data)
         if self._stack:
             self._stack[-1].dispatched.append(call_id)

@@ -1,4 +1,5 @@
-"""The fleet page's live rows (/ws/calls/live?<the page's filters>): new matching calls prepended, changed rows replaced.
+"""The fleet page's live rows (/ws/calls/live?<the page's filters>): new matching calls prepended, changed rows replaced,
+rows a verdict took off the list (or, under the Settled filter, a withdrawal) dropped.
 
 A call joins the list without an event of its own when its session stalls (its owed
 calls then read as their risk), so the socket lists again on a timer, as the session
@@ -22,7 +23,9 @@ from dashboard.outage import DATABASE_UNAVAILABLE
 from dashboard.pages.calls import FleetQuery, fleet_query
 from dashboard.templatetags.turnlog import dom_id
 from sessions_app import selectors
+from sessions_app.models import LedgerCall
 
+prep_call_id = LedgerCall._meta.get_field("call_id").get_prep_value  # a stored call id (a long one is its digest)
 # At most one listing per this many seconds while sessions keep changing.
 CHANGE_SETTLE_SECONDS = 0.5
 
@@ -80,17 +83,30 @@ class FleetCallsConsumer(SessionListConsumer):
             del self.shown[key]
         return [f'<tr id="call-{dom_id(session_id)}--{dom_id(call_id)}" hx-swap-oob="delete"></tr>' for session_id, call_id in removed]
 
+    def settled_rows(self, listed: set) -> list[str]:
+        """Removals of the shown rows that left the list by a verdict recorded or withdrawn (the Settled filter's side)."""
+        wanted = self.query.with_verdict
+        if wanted is None:
+            return []
+        gone = [key for key in self.shown if key not in listed]
+        settled = selectors.current_verdicts_of((sid, prep_call_id(cid)) for sid, cid in gone) if gone else {}
+        removed = [key for key in gone if ((key[0], prep_call_id(key[1])) in settled) != wanted]
+        for key in removed:
+            del self.shown[key]
+        return [f'<tr id="call-{dom_id(session_id)}--{dom_id(call_id)}" hx-swap-oob="delete"></tr>' for session_id, call_id in removed]
+
     def changed_rows(self) -> list[str]:
         context = self.query.context()
         added, frames = [], []
-        for row in self.query.listing().items:
+        items = self.query.listing().items
+        for row in items:
             key, html = row_key(row), self.render(row, context)
             if key not in self.shown:
                 added.append(html)
             elif self.shown[key] != html:
                 frames.append(self.render(row, context, oob="true"))
             self.shown[key] = html
-        frames += self.deleted_rows()
+        frames += self.deleted_rows() + self.settled_rows({row_key(row) for row in items})
         if added:
             rows = "".join(added)
             frames.insert(0, f'<tbody hx-swap-oob="afterbegin:#call-rows">{rows}</tbody>')  # CSS hides "No call matches" then

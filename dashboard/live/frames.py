@@ -338,8 +338,9 @@ def render_state_frame(
 def render_notes_frame(
     session_id: str, seqs: list, transcript_tab: bool, can_fork: bool, all_calls: bool, note_rights: notes.NoteRights | None
 ) -> list[str]:
-    """After a note changed: the rows and cards holding the events it is pinned to (a result's note shows on its call's
-    card), and the ledger panel's head, order (the page fetches the rows whose notes changed) and notes on the whole session."""
+    """After a note or a verdict changed: the rows and cards holding the events it is pinned to (a result's note shows on
+    its call's card), the ledger panel's head, order (the page fetches the rows whose notes or verdict changed) and notes
+    on the whole session, and the header."""
     session = session_page.page_session(session_id)
     tab = session_page.TRANSCRIPT if transcript_tab else session_page.RAW
     context = {**session_page.header_context(session, can_fork=can_fork, tab=tab), "note_rights": note_rights, "highlight": range(0)}
@@ -349,7 +350,8 @@ def render_notes_frame(
     if transcript_tab and pinned:
         pieces += pinned_places(out, session, pinned)
     pieces += ledger_panel.panel_changes(session, all_calls=all_calls, tab=tab, note_rights=note_rights, notes=True)
-    return pack(pieces)
+    # A verdict (published as a change of the call's place) may settle the session's last unknown call: the header says so.
+    return pack(pieces, last=session_page.header_swaps(context))
 
 
 def pinned_places(out: Renderer, session: Session, seqs: list[int]) -> list[str]:

@@ -381,6 +381,7 @@ class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocke
                 return f'<tr id="session-{dom_id(session_id)}" hx-swap-oob="delete"></tr>'
             return None
         session = matches[0]
+        selectors.mark_unknown_settled([session])  # as the page's rows read it
         self.statuses[session.id] = session.status
         if session.id in self.shown:
             return render_to_string("sessions/list.html#session-row", {"session": session, "oob": "true", **self.row_context}).strip()

@@ -50,6 +50,8 @@ def target_url(project: Project, entry: AuditEntry, tokens: dict[str, int], memb
         return session_url(target)
     if target in tokens and entry.action in (AuditEntry.TOKEN_CREATED, AuditEntry.TOKEN_REVOKED):
         return f"{reverse('project_tokens', args=[project.slug])}#token-{tokens[target]}"
+    if entry.action == AuditEntry.TOOL_POLICY_CHANGED:
+        return reverse("project_tools", args=[project.slug])
     if target in members and entry.action.startswith("member_"):
         return f"{reverse('project_members', args=[project.slug])}#member-{members[target]}"
     return None

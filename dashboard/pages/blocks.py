@@ -20,6 +20,7 @@ from sessions_app.log import ledger
 from sessions_app.log import recovery
 from sessions_app.log import values as log_values
 from sessions_app.log.events import Event
+from sessions_app.log.policies import LOUD_CLASSES
 
 # Longer text is cut on the server; the full value is one click away.
 TRUNCATE_CHARS = 2000
@@ -111,6 +112,12 @@ class ToolCard:
     owed: bool = False  # an open turn owes it a result: recovery would answer it
     notes: list = field(default_factory=list)  # pinned to its first sighting or its results, oldest first
     here: frozenset[int] = frozenset()  # seqs of its results and dispatches in the card's own block (anchored in the card)
+    inferred: bool = False  # every dispatch is inferred from the model's request (log.recovery.is_inferred)
+    verdicts: list = field(default_factory=list)  # every verdict of the call, oldest first (session-log.md 8.2)
+    verdict_form: dict | None = None  # a refused verdict form posted from this card: what was typed, and the error
+    checks: object = None  # selectors.CallChecks: its reconciler's check and attempts, when it has a reconciler
+    idempotency_key: str | None = None  # as session-log.md section 1 reads it
+    receipt: str | None = None  # what the tool policy's receipt pointer finds in the first real result
 
     @property
     def anchor(self) -> str:
@@ -118,7 +125,7 @@ class ToolCard:
 
     @property
     def pending_detail(self) -> str:
-        return "dispatched" if self.dispatch_seqs else "requested"
+        return ("dispatch inferred" if self.inferred else "dispatched") if self.dispatch_seqs else "requested"
 
     @property
     def shown_seqs(self) -> set[int]:
@@ -142,7 +149,7 @@ class ToolCard:
 
     @property
     def rule_reason(self) -> str | None:
-        return recovery.RULE_REASONS.get(self.rule)
+        return recovery.rule_reason(self.rule, inferred=self.inferred) if self.rule is not None else None
 
     @property
     def side_effect_label(self) -> str:
@@ -154,8 +161,13 @@ class ToolCard:
 
     @property
     def loud(self) -> bool:
-        """An unknown outcome of a tool with external effects: check this first."""
-        return self.side_effect == "external_effect" and self.state == TOOL_OUTCOME_UNKNOWN
+        """An unknown outcome of a tool with external effects (or none known), not settled by a verdict: check this first."""
+        return self.side_effect in LOUD_CLASSES and self.state == TOOL_OUTCOME_UNKNOWN and self.verdict is None
+
+    @property
+    def verdict(self):
+        """The current verdict: a person's or a reconciler's finding (it never changes the state)."""
+        return self.verdicts[-1] if self.verdicts and self.verdicts[-1].withdrawn_at is None else None
 
 
 @dataclass

@@ -22,6 +22,8 @@ from sessions_app.selectors import access
 ROWS_TARGETS = {"call-rows", "more-calls"}
 PAGE_SIZE = 50
 DEFAULT_STATES_WORDS = "tool_outcome_unknown, superseded, pending past the stall window"
+# The "Settled" filter: its value in the query string -> fleet_calls' `settled` (to check: no current verdict).
+SETTLED_CHOICES = {"": ("To check", False), "true": ("Settled", True), "any": ("Both", None)}
 
 
 @dataclass
@@ -37,13 +39,18 @@ class FleetQuery:
     tag: str = ""
     since: datetime | None = None
     until: datetime | None = None
+    settled: str = ""  # a key of SETTLED_CHOICES
     ignored: list[str] = field(default_factory=list)
+
+    @property
+    def with_verdict(self) -> bool | None:
+        return SETTLED_CHOICES[self.settled][1]
 
     def listing(self, *, limit: int = PAGE_SIZE, cursor: str | None = None) -> selectors.FleetPage:
         return selectors.fleet_calls(
             projects=[self.project.pk] if self.project else [p.pk for p in self.projects],
             states=self.states, classes=self.classes, agent=self.agent, tool=self.tool, tag=self.tag,
-            since=self.since, until=self.until, limit=limit, cursor=cursor,
+            since=self.since, until=self.until, limit=limit, cursor=cursor, settled=self.with_verdict,
         )
 
     def context(self) -> dict:
@@ -52,6 +59,7 @@ class FleetQuery:
             "agent": self.agent, "tool": self.tool, "tag": self.tag, "since": _shown(self.since), "until": _shown(self.until),
             "states": STATES, "classes": selectors.CLASSES, "default_states": DEFAULT_STATES_WORDS, "ignored": self.ignored,
             "several_projects": len(self.projects) > 1 and self.project is None,
+            "settled": self.settled, "settled_choices": [(value, words) for value, (words, _) in SETTLED_CHOICES.items()],
         }  # fmt: skip
 
 
@@ -81,6 +89,10 @@ def fleet_query(user, params) -> FleetQuery:
             query.ignored.append(f"{name}: NUL is not allowed.")
             value = ""
         setattr(query, name, value)
+    settled = params.get("settled", "")
+    if settled not in SETTLED_CHOICES:
+        query.ignored.append(f"settled {settled!r}: not one of true, any (or empty: the calls to check).")
+    query.settled = settled if settled in SETTLED_CHOICES else ""
     for name in ("since", "until"):
         if value := params.get(name, "").strip():
             try:

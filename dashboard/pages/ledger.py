@@ -5,7 +5,7 @@ switch, ?calls=all, shows every call), as GET /api/v1/sessions/{id}/calls states
 them (selectors.session_ledger: the same rows, read from the call ledger), so the
 panel, the cards and the API say the same word. The calls to check (an unknown
 outcome, pending, superseded) come first, however old: up to CHECK_ROWS of them,
-unknown outcomes of external effects first; then the latest ROWS others, in
+unknown outcomes of external effects (and of tools without a policy) first; then the latest ROWS others, in
 order of first sighting, with a link to all of them (the API).
 
 The page load renders `sessions/_ledger.html` from `panel_context`. A live frame
@@ -29,6 +29,7 @@ from dashboard.pages.notes import NoteRights
 from sessions_app import selectors
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger
+from sessions_app.log.policies import LOUD_CLASSES
 from sessions_app.log.recovery import TOOL_OUTCOME_UNKNOWN
 from sessions_app.models import LedgerCall, Session
 
@@ -67,7 +68,7 @@ class LedgerRow:
 
     @property
     def check_first(self) -> bool:
-        return self.row.side_effect == "external_effect" and self.call.state == TOOL_OUTCOME_UNKNOWN
+        return self.row.side_effect in LOUD_CLASSES and self.call.state == TOOL_OUTCOME_UNKNOWN and self.row.verdict is None
 
     @property
     def to_check(self) -> bool:
@@ -107,16 +108,19 @@ def ledger_of(session: Session, *, all_calls: bool, render: set[str] | None = No
     window = selectors.ledger_window(session, all_classes=all_calls, latest=ROWS, check=CHECK_ROWS)
     answers = selectors.answer_seqs(session, sorted(row.call_id for row in window.rows))
     notes_at = selectors.notes_by_seq(session)
+    verdicts = selectors.current_verdicts(session) if any(row.verdict for row in window.rows) else {}
 
     def version(row) -> str:
         notes = [(n.pk, n.text, tuple(n.tags), n.author_name) for seq in dict.fromkeys([row.seq, *sorted(answers.get(row.call_id, ()))]) for n in notes_at.get(seq, ())]
-        shown = (row.call_id, window.state(row), row.result_seq, window.side_effect(row), notes)
+        verdict = (v.pk, v.outcome, v.evidence, v.external_ref, v.by) if (v := verdicts.get(row.call_id)) is not None else None
+        shown = (row.call_id, window.state(row), row.result_seq, window.side_effect(row), notes, verdict, row.idempotency_key, row.receipt)
         return hashlib.sha256(repr(shown).encode("utf-8", "surrogatepass")).hexdigest()[:12]
 
     def place(row) -> tuple:
-        state = window.state(row)
-        loud = window.side_effect(row) == "external_effect" and state == TOOL_OUTCOME_UNKNOWN
-        return (not loud, state not in selectors.STATES_TO_CHECK, row.seq, row.call_id)
+        # The calls to check first (unknown outcomes of external effects first); a settled one (a verdict) after them.
+        state, open_ = window.state(row), row.verdict is None
+        loud = window.side_effect(row) in LOUD_CLASSES and state == TOOL_OUTCOME_UNKNOWN and open_
+        return (not loud, not (state in selectors.STATES_TO_CHECK and open_), row.seq, row.call_id)
 
     ordered = sorted(window.rows, key=place)
     order = [(row_id(row.call_id), version(row)) for row in ordered]

@@ -34,6 +34,13 @@ class NoteRights:
     can_add: bool  # APPEND: members, operators, admins
     admin: bool
     user_id: int | None
+    # RECOVER (operators, admins): a card's verdict forms. Kept here as every page and frame passes these rights along.
+    can_settle: bool = False
+
+    @property
+    def can_recover(self) -> bool:
+        """RECOVER: a card's verdict forms and its reconciler's "Check now"."""
+        return self.can_settle
 
     def may_change(self, note: Note) -> bool:
         return self.can_add and (self.admin or (note.author_id is not None and note.author_id == self.user_id))
@@ -41,12 +48,13 @@ class NoteRights:
     @property
     def key(self) -> tuple:
         """What frames rendered for these rights depend on: viewers share one render, admins one, a member their own."""
-        return (self.can_add, self.admin, self.user_id if self.can_add and not self.admin else None)
+        return (self.can_add, self.admin, self.user_id if self.can_add and not self.admin else None, self.can_settle)
 
 
 def note_rights(actor: access.Actor, project_id: int) -> NoteRights:
     return NoteRights(
-        can_add=actor.can(project_id, access.APPEND), admin=actor.can(project_id, access.ADMIN), user_id=actor.user.pk if actor.user else None
+        can_add=actor.can(project_id, access.APPEND), admin=actor.can(project_id, access.ADMIN), user_id=actor.user.pk if actor.user else None,
+        can_settle=actor.can(project_id, access.RECOVER),
     )
 
 

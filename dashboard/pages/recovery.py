@@ -14,10 +14,12 @@ from sessions_app import selectors
 from sessions_app.log import events as log_events
 from sessions_app.log import recovery
 from sessions_app.log import strategy as log_strategy
+from sessions_app.log.policies import LOUD_CLASSES
 from sessions_app.log.events import Event
 from sessions_app.models import Session
 
-SIDE_EFFECT_RANK = {"external_effect": 0, "unknown": 1, "idempotent": 2, "read_only": 3}
+# A tool without a policy ranks with external effects: it may have acted outside too.
+SIDE_EFFECT_RANK = {"external_effect": 0, "unknown": 0, "idempotent": 2, "read_only": 3}
 
 
 @dataclass
@@ -30,7 +32,7 @@ class OwedCallView:
 
     @property
     def loud(self) -> bool:
-        return self.side_effect == "external_effect" and self.call.risk == recovery.TOOL_OUTCOME_UNKNOWN
+        return self.side_effect in LOUD_CLASSES and self.call.risk == recovery.TOOL_OUTCOME_UNKNOWN
 
     @property
     def side_effect_label(self) -> str:
@@ -87,7 +89,7 @@ def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
             call=call,
             side_effect=side_effects[log_events.tool_name(call.name)],
             arguments=Value.of(call.arguments),
-            reason=recovery.RULE_REASONS[call.rule],
+            reason=recovery.rule_reason(call.rule, inferred=call.inferred),
             evidence=evidence_of(call),
         )
         for call in calls
@@ -108,7 +110,7 @@ def recovery_preview(session: Session, plan: recovery.Plan) -> RecoveryPreview:
 
 def evidence_of(call: recovery.OwedCall) -> list[tuple[int, str]]:
     label = {
-        1: "tool_call: this call was dispatched",
+        1: "tool_call inferred from the model's request" if call.inferred else "tool_call: this call was dispatched",
         2: "tool_call of another call in this turn",
         3: "step_end: the call's step closed",
     }.get(call.rule)

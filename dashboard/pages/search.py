@@ -6,7 +6,7 @@ Each hit's snippet is escaped piece by piece and its highlights wrapped in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from django.urls import reverse
 from django.utils.html import escape, format_html, format_html_join
@@ -29,6 +29,7 @@ class HitRow:
 class Hits:
     items: list[HitRow]
     next_cursor: str | None
+    calls: list[HitRow] = field(default_factory=list)  # the calls the query names exactly (first page only)
 
 
 def hits_for(q: str, projects: list[int], cursor: str | None = None) -> Hits | None:
@@ -37,7 +38,11 @@ def hits_for(q: str, projects: list[int], cursor: str | None = None) -> Hits | N
         return None
     services.index_pending(projects=projects, wait=True)  # what was appended a moment ago is found
     page = search.search(q=q, projects=projects, limit=HITS_PER_PAGE, cursor=cursor)
-    return Hits(items=[HitRow(hit, hit_url(hit), marked(hit.snippet, hit.highlights)) for hit in page.items], next_cursor=page.next_cursor)
+    calls = search.reference_hits(q, projects) if cursor is None else []
+    return Hits(
+        items=[HitRow(hit, hit_url(hit), marked(hit.snippet, hit.highlights)) for hit in page.items], next_cursor=page.next_cursor,
+        calls=[HitRow(hit, hit_url(hit), marked(hit.snippet, hit.highlights)) for hit in calls],
+    )
 
 
 def hit_url(hit: search.Hit) -> str:

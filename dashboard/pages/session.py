@@ -33,6 +33,7 @@ def page_session(session_id: str) -> Session:
 def header_context(session: Session, *, can_fork: bool, tab: str) -> dict:
     """Everything _header.html and _tabs.html read, from the database."""
     forks = selectors.forks_of(session)
+    selectors.mark_unknown_settled([session])  # the summary's "all unknown calls settled"
     return {
         "session": session,
         "status": session.status,

@@ -103,6 +103,7 @@ def session_list(request):
         )
     except selectors.InvalidCursor as exc:
         return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+    selectors.mark_unknown_settled(page.items)  # the rows' "all unknown calls settled"
     context = {
         "page": page, "hits": hits, "status": status, "q": q, "statuses": selectors.STATUSES, "projects": projects, "project": project,
         "ignored": ignored,

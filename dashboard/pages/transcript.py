@@ -43,11 +43,15 @@ from sessions_app.lib.wording import json_text
 from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger, recovery
+from sessions_app.log import receipts as log_receipts
 from sessions_app.log.events import Event
-from sessions_app.models import Session, open_turn_labels_of
+from sessions_app.models import LedgerCall, Session, open_turn_labels_of
 
 # A turn and the user message before it are two blocks: a page opens on about six turns.
 BLOCKS_PER_PAGE = 12
+prep_call_id = LedgerCall._meta.get_field("call_id").get_prep_value  # a stored call id (a long one is its digest)
+
+
 @dataclass
 class Window:
     blocks: list[Block]
@@ -295,6 +299,7 @@ class Builder:
         sighted_names = [log_calls.call_name(d[0].data) for d in self.dispatches.values()]
         sighted_names += [log_calls.call_name(c) for e in events if e.type == "assistant_message" for c in log_events.tool_calls_of(e.data)]
         self.side_effects = selectors.side_effect_classes([*sighted_names, *(c["name"] for c in block_calls)], project_id=session.project_id)
+        self.pointers = selectors.receipt_pointers(sighted_names, project_id=session.project_id)
         # What recovery would answer for the calls of open turns, as the call ledger holds it.
         owed = selectors.owed_calls(session, named) if session.turn_stack and named else {}
         self.owed = {cid: Owed(risk, rule) for cid, (risk, rule) in owed.items()}
@@ -302,6 +307,8 @@ class Builder:
         # Which results dangling-call patches wrote: only storage knows (log.ledger's docstring).
         self.patch_seqs = selectors.patch_seqs(session) if self.results else set()
         self.notes_at = selectors.notes_by_seq(session)
+        self.verdicts = selectors.verdicts_of_calls(session, {prep_call_id(cid) for cid in named}) if named else {}
+        self.checks = selectors.session_checks(session, named)
 
     def row(self, event: Event) -> Row | None:
         data = event.data
@@ -365,6 +372,7 @@ class Builder:
             arguments=Value.of(log_calls.call_arguments(call)),
             sighted_seq=event.seq,
             dispatch_seqs=[d.seq for d in dispatches],
+            inferred=bool(dispatches) and all(recovery.is_inferred(d.data) for d in dispatches),
             results=results,
             state=state,
             side_effect=self.side_effects.get(log_events.tool_name(log_calls.call_name(call)), "unknown"),
@@ -391,8 +399,16 @@ class Builder:
             card.patch = by_seq[result_seq]
         elif owed is not None:
             card.risk, card.rule, card.owed = owed.risk, owed.rule, True
+        sighting = log_receipts.TOOL_CALL if event.type == "tool_call" else log_receipts.TOOL_CALLS_ENTRY
+        places = [(sighting, call), *((log_receipts.TOOL_CALL, d.data) for d in dispatches), *((log_receipts.TOOL_RESULT, r.data) for r in results)]
+        if (key := log_receipts.idempotency_key(places)) is not None:
+            card.idempotency_key = key[1]
+        if card.real is not None:
+            card.receipt = log_receipts.receipt(card.real.data, self.pointers.get(log_events.tool_name(card.name), ""))
         seqs = [event.seq, *card.dispatch_seqs, *(r.seq for r in results)]  # as selectors.session_calls reads a call's notes
         card.notes = sorted((n for seq in dict.fromkeys(seqs) for n in self.notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
+        card.verdicts = self.verdicts.get(prep_call_id(cid), [])
+        card.checks = self.checks.for_call(cid, card.name)
         return card
 
 

@@ -65,13 +65,15 @@ def list_fleet_calls(
     tool: str = Query("", description="the tool's name, exactly"),
     project: str | None = Query(None, description="only this project's calls (its slug)"),
     tag: str = Query("", description="calls with a note carrying this tag"),
+    ref: str = Query("", description="calls whose receipt, idempotency key or current verdict's external_ref is exactly this (every state unless `state` is given)"),
     since: str | None = Query(None, description="first sighted at or after (ISO 8601 with a UTC offset or Z)"),
     until: str | None = Query(None, description="first sighted before (ISO 8601 with a UTC offset or Z)"),
     limit: int = Query(50, ge=1, le=200),
     cursor: str | None = None,
+    settled: Literal["true", "false", "any"] | None = Query(None, description="true: calls with a current verdict; any: both; default: those without"),
 ):
     """The calls of every project you may read, newest first sighting first."""
-    for field, text in (("agent", agent), ("tool", tool), ("tag", tag)):
+    for field, text in (("agent", agent), ("tool", tool), ("tag", tag), ("ref", ref)):
         if "\x00" in text:  # no stored text holds NUL (log.values refuses it)
             raise ApiError(422, "invalid_request", f"{field}: NUL is not allowed", field=field)
     moments = {field: _moment(field, value) for field, value in (("since", since), ("until", until))}
@@ -81,7 +83,8 @@ def list_fleet_calls(
     try:
         page = selectors.fleet_calls(
             projects=projects, states=frozenset(state) if state else None, classes=frozenset(class_ or ()),
-            agent=agent, tool=tool, tag=tag, limit=limit, cursor=cursor, **moments,
+            agent=agent, tool=tool, tag=tag, ref=ref, limit=limit, cursor=cursor, **moments,
+            settled={"true": True, "false": False, "any": None}[settled or ("any" if ref else "false")],
         )
     except selectors.InvalidCursor as exc:
         raise ApiError(422, "invalid_cursor", str(exc), field="cursor") from None

@@ -35,7 +35,12 @@ def search_log(
         page = search.search(q=q, projects=projects, limit=limit, cursor=cursor)
     except search.InvalidCursor as exc:
         raise ApiError(422, "invalid_cursor", str(exc), field="cursor") from None
-    return {"items": [hit_to_wire(hit) for hit in page.items], "next_cursor": page.next_cursor}
+    items = page.items
+    if cursor is None:  # a query that is a call's receipt, idempotency key or verdict reference: that call first
+        named = search.reference_hits(q, projects)
+        at = {(hit.session_id, hit.seq) for hit in named}
+        items = [*named, *(hit for hit in items if hit.kind != "event" or (hit.session_id, hit.seq) not in at)]
+    return {"items": [hit_to_wire(hit) for hit in items], "next_cursor": page.next_cursor}
 
 
 def hit_to_wire(hit: search.Hit) -> dict:

@@ -20,7 +20,7 @@ from sessions_app.log import events as log_events
 from sessions_app.selectors import access
 from sessions_app.selectors import verdicts as verdict_reads
 from sessions_app.selectors.call_detail import call_row, prep_call_id
-from sessions_app.services import checks
+from sessions_app.services import reconcilers
 from sessions_app.services import verdicts as verdict_writes
 
 router = Router(tags=["verdicts"])
@@ -108,5 +108,5 @@ def list_verdicts(request, session_id: str, call_id: str):
 @router.post(f"{CALL_PATH}/check", response={202: CheckQueuedOut, 403: ErrorOut, 404: ErrorOut, 409: ErrorOut})
 def queue_check(request, session_id: str, call_id: str):
     """Ask the call's reconciler (its tool policy's check endpoint) again, now (the recover permission)."""
-    check = checks.queue_check(actor=access.actor_of(request), session_id=session_id, call_id=call_id)
+    check = reconcilers.queue_check(actor=access.actor_of(request), session_id=session_id, call_id=call_id)
     return Status(202, {"call_id": call_id, "policy": check.policy.pattern, "next_at": log_events.format_time(check.next_at)})

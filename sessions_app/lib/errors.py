@@ -94,6 +94,15 @@ class VerdictNotFound(Exception):
         self.session_id, self.call_id = session_id, call_id
 
 
+class NoReconciler(Exception):
+    """A check asked for a call whose tool's policy names no check_url (nothing to ask)."""
+
+    def __init__(self, session_id: str, call_id: str, tool: str | None):
+        what = f"tool {tool!r}" if tool else "a call that names no tool"
+        super().__init__(f"no reconciler: no tool policy with a check_url matches {what} (call {call_id!r} of session {session_id!r})")
+        self.session_id, self.call_id, self.tool = session_id, call_id, tool
+
+
 class InvalidVerdict(Exception):
     """A verdict's outcome, evidence or reference breaks the rules of docs/api.md (Verdicts): which field, and why."""
 
@@ -102,10 +111,17 @@ class InvalidVerdict(Exception):
         self.field, self.reason, self.detail = field, reason, detail
 
 
-class NoReconciler(Exception):
-    """No tool policy that applies to the call's tool names a check endpoint: there is nobody to ask."""
+class PolicyNotFound(Exception):
+    def __init__(self, project_slug: str | None, pattern: str):
+        where = f"project {project_slug!r}" if project_slug is not None else "the site"
+        super().__init__(f"{where} has no tool policy with pattern {pattern!r}")
+        self.project_slug, self.pattern = project_slug, pattern
 
-    def __init__(self, session_id: str, call_id: str, tool: str | None):
-        shown = repr(tool) if tool is not None else "(no name)"
-        super().__init__(f"no tool policy with a check_url matches tool {shown} of call {call_id!r}: set one on the project's tools page")
-        self.session_id, self.call_id, self.tool = session_id, call_id, tool
+
+class InvalidPolicy(Exception):
+    """A tool policy's pattern, class, receipt pointer or reconciler address breaks the rules of docs/api.md
+    (Verdicts, receipts and reconcilers): which field, and why."""
+
+    def __init__(self, field: str, reason: str, detail: str):
+        super().__init__(detail)
+        self.field, self.reason, self.detail = field, reason, detail

@@ -65,3 +65,10 @@ def json_text(value: object) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False, default=str)
+
+
+def verdict_words(verdict) -> str:
+    """A current verdict as every view says it after the state word: "verified not happened (vera: bank portal, no wire; ref X)"."""
+    found = "happened" if verdict.outcome == "happened" else "not happened"
+    ref = f"; ref {verdict.external_ref}" if verdict.external_ref else ""
+    return f"verified {found} ({verdict.by}: {verdict.evidence}{ref})"

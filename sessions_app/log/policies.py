@@ -10,6 +10,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 UNKNOWN_CLASS = "unknown"
+EXTERNAL_EFFECT = "external_effect"
+# A tool no policy classes may have acted outside as well: shown and ordered as external_effect is
+# (its class word stays "unknown").
+LOUD_CLASSES = frozenset({EXTERNAL_EFFECT, UNKNOWN_CLASS})
 PROJECT, SITE = "project", "site"
 
 

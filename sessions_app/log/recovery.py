@@ -48,6 +48,24 @@ RULE_REASONS = {
         " so it may well have been dispatched: recovery treats it as dispatched, with an unknown outcome."
     ),
 }
+# Rule 1 when every tool_call naming the call is inferred (metadata.inferred: written from a model span's request by
+# the OTLP mapping, docs/guide/otlp.md): nothing saw it handed to the tool, yet it may have run.
+INFERRED_REASON = (
+    "Its tool_call was inferred from the model's request (metadata.inferred), not seen handed to the tool: no span of"
+    " the tool arrived. A missing span is no evidence that the tool did not run, so recovery treats it as dispatched,"
+    " with an unknown outcome: it may have run."
+)
+
+
+def is_inferred(data: dict) -> bool:
+    """A tool_call written from the model's request, not from a sight of the tool (metadata.inferred is exactly true)."""
+    metadata = data.get("metadata")
+    return isinstance(metadata, dict) and metadata.get("inferred") is True
+
+
+def rule_reason(rule: int, *, inferred: bool = False) -> str:
+    """Why a rule decided, as every view (card, recovery page, CLI) words it."""
+    return INFERRED_REASON if inferred and rule == 1 else RULE_REASONS[rule]
 
 
 def open_turn_label(number: object, seq: int) -> str:
@@ -69,6 +87,7 @@ class OwedCall:
     risk: str
     rule: int  # 1..4, the row of the risk table that decided
     evidence: tuple[int, ...]  # seqs proving the rule (see _classify)
+    inferred: bool = False  # rule 1 on inferred tool_calls only (is_inferred): known from the model's request alone
 
 
 @dataclass(frozen=True)
@@ -177,6 +196,7 @@ class _Scan:
     step_stack: list[int] = field(default_factory=list)
     closed_steps: dict[int, int] = field(default_factory=dict)  # step_start seq -> its step_end seq
     dispatches: dict[str, list[int]] = field(default_factory=dict)  # call id -> tool_call seqs
+    inferred_dispatches: set[int] = field(default_factory=set)  # the tool_call seqs that are is_inferred
     # turn_start seq (None outside turns) -> its tool_call seqs
     turn_dispatches: dict[int | None, list[int]] = field(default_factory=dict)
     results: dict[str, list[Event]] = field(default_factory=dict)  # call id -> every tool_result naming it
@@ -203,6 +223,8 @@ class _Scan:
             self.closed_steps[where.step_seq] = event.seq
         elif event.type == "tool_call" and (cid := call_id(event.data)) is not None:
             self.dispatches.setdefault(cid, []).append(event.seq)
+            if is_inferred(event.data):
+                self.inferred_dispatches.add(event.seq)
             self.turn_dispatches.setdefault(where.turn_seq, []).append(event.seq)
             self._sight(cid, event.data, where, event.seq)
         elif event.type == "assistant_message":
@@ -260,7 +282,7 @@ def _owed_result(scan: _Scan, call: Sighting, verdict: Verdict | None) -> Repair
     rule, risk, evidence = _classify(scan, call)
     owed = OwedCall(
         call.id, call.name, call_arguments(call.call), call.turn_seq, call.step_seq, call.sighted_seq,
-        risk, rule, evidence,
+        risk, rule, evidence, rule == 1 and all(seq in scan.inferred_dispatches for seq in evidence),
     )  # fmt: skip
     text = NOT_STARTED_TEXT if risk == TOOL_NOT_STARTED else OUTCOME_UNKNOWN_TEXT
     data = {

@@ -56,6 +56,9 @@ class LedgerCall(models.Model):
     # key the agent used (section 1), the receipt the tool policy's pointer finds in the first real
     # result, and the current verdict's outcome and external reference (copied from Verdict).
     idempotency_key = models.CharField(max_length=500, null=True, blank=True)
+    # Where the key was read (log.receipts: DISPATCH, ENTRY, ARGUMENTS, RESULT): a later event's key
+    # replaces it only from a better place, so the key does not depend on the order events came in.
+    idempotency_key_rank = models.PositiveSmallIntegerField(null=True, blank=True)
     receipt = models.CharField(max_length=500, null=True, blank=True)
     verdict = models.CharField(max_length=16, null=True, blank=True)
     verdict_ref = models.CharField(max_length=500, null=True, blank=True)
@@ -65,6 +68,8 @@ class LedgerCall(models.Model):
         indexes = [
             models.Index(fields=["project", "-sighted_at", "-id"], name="ledger_project_time_idx"),
             models.Index(fields=["project", "settled_state", "-sighted_at", "-id"], name="ledger_project_state_idx"),
+            # GET /api/v1/calls lists the calls to check without a current verdict by default (or those with one).
+            models.Index(fields=["project", "settled_state", "verdict", "-sighted_at", "-id"], name="ledger_project_verdict_idx"),
             models.Index(fields=["project", "tool"], name="ledger_project_tool_idx"),  # the class filter's tool names
             models.Index(fields=["session", "turn_seq"], name="ledger_turn_idx"),
             models.Index(fields=["session", "step_seq"], name="ledger_step_idx"),

@@ -48,10 +48,12 @@ from sessions_app.selectors.projects import (
     user_token,
     user_tokens,
 )
+from sessions_app.selectors.reconcilers import CallChecks, SessionChecks, call_checks, policy_attempts, session_checks
 from sessions_app.selectors.recovery import (
     complete_tail,
     dangling_patch,
     recovery_history,
+    receipt_pointers,
     recovery_plan,
     recovery_strategies,
     side_effect_classes,
@@ -98,4 +100,14 @@ from sessions_app.selectors.transcript import (
     turns_closed_at,
     turns_closed_by,
     turns_of,
+)
+from sessions_app.selectors.verdicts import (
+    check_attempts,
+    current_verdict,
+    current_verdicts,
+    current_verdicts_of,
+    mark_unknown_settled,
+    unknown_calls_settled,
+    verdict_history,
+    verdicts_of_calls,
 )

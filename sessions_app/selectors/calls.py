@@ -13,10 +13,14 @@ from datetime import datetime
 
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger, recovery
+from sessions_app.log import policies as log_policies
+from sessions_app.log import receipts as log_receipts
 from sessions_app.models import Note, RecoveryRecord, Session, ToolPolicy, Verdict
+from sessions_app.models.sessions import CallIdField
 from sessions_app.selectors.events import session_log
 from sessions_app.selectors.notes import notes_by_seq
 from sessions_app.selectors.policies import project_policies
+from sessions_app.selectors.verdicts import current_verdicts
 
 # The classes the list shows by default: the calls a person may have to check.
 CHECKED_CLASSES = frozenset({ToolPolicy.EXTERNAL_EFFECT, "unknown"})
@@ -45,7 +49,8 @@ def session_calls(session: Session, *, all_classes: bool) -> list[CallRow]:
     """The session's calls in order of first sighting; without `all_classes`, external_effect and unknown only."""
     events = session_log(session)
     status = session.status
-    states = ledger.call_states(events, running=status == "running", active=status == "active", patch_seqs=patch_seqs(session))
+    patches = patch_seqs(session)
+    states = ledger.call_states(events, running=status == "running", active=status == "active", patch_seqs=patches)
     policies = project_policies(session.project_id)
     classes = {name: recovery.side_effect_class(name, policies) for name in {log_events.tool_name(c.name) for c in states}}
     rows = [(call, classes[log_events.tool_name(call.name)]) for call in states]
@@ -59,9 +64,25 @@ def session_calls(session: Session, *, all_classes: bool) -> list[CallRow]:
         if event.type == "tool_call" and (cid := log_events.call_id(event.data)) is not None:
             dispatches.setdefault(cid, []).append(event.seq)
     notes_at = notes_by_seq(session)
+    verdict_of = current_verdicts(session)  # by stored call id (a long id is kept as its digest)
+    prep = CallIdField(max_length=255).get_prep_value
+    keys = log_receipts.keys_of_log(events)
     out = []
     for call, cls in rows:
         seqs = [call.seq, *dispatches.get(call.call_id, ()), *(r.seq for r in results.get(call.call_id, ()))]
         notes = sorted((n for seq in dict.fromkeys(seqs) for n in notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
-        out.append(CallRow(session=session, call=call, side_effect=cls, time=events[call.seq].time, notes=notes))
+        verdict = verdict_of.get(prep(call.call_id)) if verdict_of else None
+        key = keys.get(call.call_id)
+        receipt = _receipt(call, results.get(call.call_id, ()), patches, policies)
+        out.append(CallRow(session=session, call=call, side_effect=cls, time=events[call.seq].time, notes=notes,
+                           idempotency_key=None if key is None else key[1], receipt=receipt, verdict=verdict))  # fmt: skip
     return out
+
+
+def _receipt(call: ledger.CallState, results, patches: set[int], policies) -> str | None:
+    """What the tool's policy points at in the call's first real result (log.receipts)."""
+    policy = log_policies.matching(log_events.tool_name(call.name), policies)
+    if policy is None or not policy.receipt_pointer:
+        return None
+    real = next((r for r in results if ledger.result_kind(r, patches) == ledger.REAL), None)
+    return None if real is None else log_receipts.receipt(real.data, policy.receipt_pointer)

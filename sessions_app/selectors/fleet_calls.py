@@ -22,9 +22,11 @@ from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger, recovery
 from sessions_app.models import Event, LedgerCall, Note, ToolPolicy
+from sessions_app.models.verdicts import OUTCOMES
 from sessions_app.selectors.calls import CallRow
 from sessions_app.selectors.policies import policies_by_project
 from sessions_app.selectors.sessions import ACTIVE, RUNNING, stalled_before, status_filter
+from sessions_app.selectors.verdicts import current_verdicts_of
 
 CLASSES = (ToolPolicy.READ_ONLY, ToolPolicy.IDEMPOTENT, ToolPolicy.EXTERNAL_EFFECT, "unknown")
 # The states the fleet lists by default, besides `pending` past the stall window: the calls to check.
@@ -73,18 +75,22 @@ def fleet_calls(
     agent: str = "",
     tool: str = "",
     tag: str = "",
+    ref: str = "",
     since: datetime | None = None,
     until: datetime | None = None,
     limit: int = 50,
     cursor: str | None = None,
     now: datetime | None = None,
+    settled: bool | None = False,
 ) -> FleetPage:
     """The calls of `projects` newest first (by when the server first sighted them), keyset-paged.
 
     `states` None: the calls to check (tool_outcome_unknown, superseded, pending past the stall
     window). `classes` limits to tools the policies class so now; `tag` to calls with a note
-    so tagged (on the call's first sighting or one of its results). selectors.InvalidCursor
-    for a cursor this did not write.
+    so tagged (on the call's first sighting or one of its results). `settled` False: the
+    calls without a current verdict; True: those with one; None: both. selectors.InvalidCursor
+    for a cursor this did not write. `ref`: only the calls whose receipt, idempotency key or current
+    verdict's reference is exactly it, whatever their state unless `states` is given.
     """
     now = now or timezone.now()
     rows = LedgerCall.objects.all()
@@ -103,7 +109,11 @@ def fleet_calls(
     if cursor:
         moment, last_id = cursors.decode(cursor, id_kind=int, given_by="this API returned")
         rows = rows.filter(Q(sighted_at__lt=moment) | Q(sighted_at=moment, id__lt=last_id))
-    keys = sorted(_newest_keys(rows, projects, states, now, limit + 1), reverse=True)[: limit + 1]
+    if ref:
+        found_keys = _referenced_keys(rows if settled is None else rows.filter(verdict__isnull=not settled), projects, ref, states, now, limit + 1)
+    else:
+        found_keys = _newest_keys(rows, projects, states, now, limit + 1, settled)
+    keys = sorted(found_keys, reverse=True)[: limit + 1]
     by_id = LedgerCall.objects.annotate(state=state_expression(now)).select_related("session__project").in_bulk([pk for _, pk in keys])
     found = [by_id[pk] for _, pk in keys]
     page = found[:limit]
@@ -111,21 +121,37 @@ def fleet_calls(
     return FleetPage(items=call_rows(page), next_cursor=next_cursor)
 
 
-def _newest_keys(rows, projects: list[int], states: frozenset[str] | None, now: datetime, count: int) -> list[tuple]:
-    """The (sighted_at, id) of up to `count` newest rows per project and settled state, and of the
-    newest unsettled rows whose state (decided here) is asked for: each one indexed range
-    (project, settled_state, newest first) cut by LIMIT, so the cost follows the page, not the
+def _newest_keys(rows, projects: list[int], states: frozenset[str] | None, now: datetime, count: int, verdict: bool | None = False) -> list[tuple]:
+    """The (sighted_at, id) of up to `count` newest rows per project, settled state and verdict asked for,
+    and of the newest unsettled rows whose state (decided here) is asked for: each one indexed range
+    (project, settled_state, verdict, newest first) cut by LIMIT, so the cost follows the page, not the
     project's calls. The caller merges them."""
     settled = (CHECK_STATES if states is None else states) - {ledger.PENDING}
     newest = ("-sighted_at", "-id")
     found: list[tuple] = []
+    verdicts = [Q()] if verdict is None else [Q(verdict=o) for o in OUTCOMES] if verdict else [Q(verdict__isnull=True)]
     for project in dict.fromkeys(projects):  # a project named twice is read once
         mine = rows.filter(project_id=project)
         for state in sorted(settled):
-            found += mine.filter(settled_state=state).order_by(*newest).values_list("sighted_at", "id")[:count]
+            for of_verdict in verdicts:
+                found += mine.filter(of_verdict, settled_state=state).order_by(*newest).values_list("sighted_at", "id")[:count]
+        mine = mine.filter(verdict__isnull=not verdict) if verdict is not None else mine
         unsettled = mine.filter(settled_state__isnull=True).annotate(state=state_expression(now))
         found += unsettled.filter(_unsettled_in(states, now)).order_by(*newest).values_list("sighted_at", "id")[:count]
     return found
+
+
+def _referenced_keys(rows, projects: list[int], ref: str, states: frozenset[str] | None, now: datetime, count: int) -> list[tuple]:
+    """The (sighted_at, id) of up to `count` newest rows that name `ref`: each column's (project, column)
+    index seeks the few rows holding it, every state unless `states` is given."""
+    found: list[tuple] = []
+    for project in dict.fromkeys(projects):
+        for column in ("receipt", "idempotency_key", "verdict_ref"):
+            named = rows.filter(project_id=project, **{column: ref})
+            if states is not None:
+                named = named.annotate(state=state_expression(now)).filter(state__in=states)
+            found += named.order_by("-sighted_at", "-id").values_list("sighted_at", "id")[:count]
+    return list(set(found))  # a call may name it twice (its key and its receipt)
 
 
 def _unsettled_in(states: frozenset[str] | None, now: datetime) -> Q:
@@ -196,6 +222,7 @@ def call_rows(rows: list[LedgerCall]) -> list[CallRow]:
     for note in Note.objects.filter(session_id__in=sessions, seq__isnull=False).order_by("created_at", "id"):
         notes_at.setdefault((note.session_id, note.seq), []).append(note)
     policies = policies_by_project({row.project_id for row in rows})
+    verdicts = current_verdicts_of((row.session_id, row.call_id) for row in rows if row.verdict)
     out = []
     for row in rows:
         call = _sighted_call(row, *sightings[(row.session_id, row.seq)])
@@ -206,7 +233,11 @@ def call_rows(rows: list[LedgerCall]) -> list[CallRow]:
             log_events.call_id(call), name, log_calls.call_arguments(call), row.seq, row.turn_seq, row.state, row.result_seq
         )
         side_effect = recovery.side_effect_class(log_events.tool_name(name), policies[row.project_id])
-        out.append(CallRow(session=row.session, call=state, side_effect=side_effect, time=row.time, notes=notes))
+        verdict = verdicts.get((row.session_id, row.call_id))
+        out.append(CallRow(
+            session=row.session, call=state, side_effect=side_effect, time=row.time, notes=notes, verdict=verdict,
+            idempotency_key=row.idempotency_key, receipt=row.receipt,
+        ))
     return out
 
 

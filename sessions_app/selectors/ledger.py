@@ -23,11 +23,14 @@ from django.db.models import Q
 from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger
+from sessions_app.log.policies import LOUD_CLASSES
+from sessions_app.log.receipts import RESULT
 from sessions_app.log.recovery import TOOL_NOT_STARTED, TOOL_OUTCOME_UNKNOWN, side_effect_class
 from sessions_app.models import Event, LedgerCall, Session
 from sessions_app.selectors.calls import CHECKED_CLASSES, CallRow
 from sessions_app.selectors.notes import notes_by_seq
 from sessions_app.selectors.policies import project_policies
+from sessions_app.selectors.verdicts import current_verdicts
 
 # The states a person may have to check: every one of them is listed, however long the session.
 STATES_TO_CHECK = frozenset({TOOL_OUTCOME_UNKNOWN, ledger.SUPERSEDED, ledger.PENDING})
@@ -85,14 +88,18 @@ def as_of(row: LedgerCall, boundary: int, session: Session) -> LedgerCall:
     """
     copy = LedgerCall(**{f.attname: getattr(row, f.attname) for f in LedgerCall._meta.concrete_fields})
     copy.pk, copy.session_id, copy.project_id, copy.agent_name = None, session.id, session.project_id, session.agent_name
+    results_before = (copy.real_seq is not None and copy.real_seq < boundary) or (copy.standin_seq is not None and copy.standin_seq < boundary)
     if copy.real_seq is not None and copy.real_seq >= boundary:
-        copy.real_seq, copy.real_error = None, False
+        copy.real_seq, copy.real_error, copy.receipt = None, False, None
+    if copy.idempotency_key_rank == RESULT and not results_before:  # read from a result the prefix does not hold
+        copy.idempotency_key, copy.idempotency_key_rank = None, None
     if copy.standin_seq is not None and copy.standin_seq >= boundary:
         copy.standin_seq = None
     if copy.synthetic_seq is not None and copy.synthetic_seq >= boundary:
         copy.synthetic_seq, copy.synthetic_risk = None, ""
     if copy.patch_seq is not None and copy.patch_seq >= boundary:
         copy.patch_seq = None
+    copy.verdict = copy.verdict_ref = None  # verdicts are each session's own (the fork records its own)
     settle(copy)
     return copy
 
@@ -187,7 +194,7 @@ def ledger_window(session: Session, *, all_classes: bool, latest: int | None = N
     skipped = set()
     if check is not None and to_check > check:
         def loud_first(row: LedgerCall) -> tuple:
-            loud = side_effect_class(row.tool, policies) == "external_effect" and row_state(row, status) == TOOL_OUTCOME_UNKNOWN
+            loud = side_effect_class(row.tool, policies) in LOUD_CLASSES and row_state(row, status) == TOOL_OUTCOME_UNKNOWN
             return (not loud, row.seq)
 
         ordered = sorted(chosen_by_key.values(), key=loud_first)
@@ -286,6 +293,7 @@ def call_rows(
         sightings.update({seq: (type_, data, time) for seq, type_, data, time in found})
     touched = answer_seqs(session, sorted({row.call_id for row in rows})) if answers is None else answers  # stored call id -> seqs
     notes_at = notes_by_seq(session) if notes_at is None else notes_at
+    verdicts = current_verdicts(session) if any(row.verdict for row in rows) else {}
     placed = []
     for row in rows:
         type_, data, time = sightings[row.seq]
@@ -299,7 +307,9 @@ def call_rows(
         )
         seqs_of = dict.fromkeys([row.seq, *sorted(touched.get(row.call_id, ()))])
         notes = sorted((n for seq in seqs_of for n in notes_at.get(seq, ())), key=lambda n: (n.created_at, n.pk))
-        placed.append(((row.seq, position), CallRow(session=session, call=state, side_effect=side_effect, time=time, notes=notes)))
+        verdict = verdicts.get(row.call_id)
+        placed.append(((row.seq, position), CallRow(session=session, call=state, side_effect=side_effect, time=time, notes=notes, verdict=verdict,
+                                                    idempotency_key=row.idempotency_key, receipt=row.receipt)))
     return [row for _, row in sorted(placed, key=lambda item: item[0])]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sessions_app.log import events as log_events
+from sessions_app.log import policies as log_policies
 from sessions_app.log import recovery, strategy
 from sessions_app.models import Event, LedgerCall, RecoveryRecord, Session
 from sessions_app.selectors.policies import project_policies
@@ -101,6 +102,16 @@ def side_effect_classes(tool_names, *, project_id: int | None) -> dict[str | Non
     """Each tool's side-effect class by the project's tool policies, keyed by log_events.tool_name of each name given."""
     policies = project_policies(project_id)
     return {name: recovery.side_effect_class(name, policies) for name in {log_events.tool_name(n) for n in tool_names}}
+
+
+def receipt_pointers(tool_names, *, project_id: int | None) -> dict[str | None, str]:
+    """Each tool's receipt pointer by the project's tool policies ("" for none), keyed as side_effect_classes keys."""
+    policies = project_policies(project_id)
+    found = {}
+    for name in {log_events.tool_name(n) for n in tool_names}:
+        policy = log_policies.matching(name, policies)
+        found[name] = policy.receipt_pointer if policy is not None else ""
+    return found
 
 
 def recovery_strategies(plan: recovery.Plan, *, session: Session) -> list[strategy.TurnStrategy]:

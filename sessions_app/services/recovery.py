@@ -16,7 +16,7 @@ from sessions_app.log import strategy as log_strategy
 from sessions_app.log import values as log_values
 from sessions_app.models import HELD, RECOVERED, AuditEntry, AutoRecoveryPolicy, RecoveryRecord, Session
 from sessions_app.selectors import dangling_patch, recovery_plan, recovery_strategies
-from sessions_app.services import ledger
+from sessions_app.services import ledger, reconcilers
 from sessions_app.services.notify import transitions
 
 from .audit_log import WORKER, audit
@@ -74,33 +74,45 @@ def recover_automatically(*, session_id: str, policy: AutoRecoveryPolicy, now: d
             return None
         plan = recovery_plan(session)
         turns = recovery_strategies(plan, session=session)
-        # A verdict may turn an unknown call into a safe one (section 8.2); only a project that chose so lets that alone decide.
+        # A verdict may turn an unknown call into a safe one (section 8.2): that crash is not this path's, but a
+        # person's, or services.settled_recovery's where the project chose so (with the context message).
         settled = any(c.settled and c.call.state == log_recovery.TOOL_OUTCOME_UNKNOWN and c.risky for t in turns for c in t.calls)
-        if any(t.strategy != log_strategy.RESTART_TURN for t in turns) or (settled and not session.project.auto_recover_settled):
+        if any(t.strategy != log_strategy.RESTART_TURN for t in turns) or settled:
             session.auto_checked_count = session.event_count
             session.save(update_fields=["auto_checked_count"])
             return None
         # An agent is its name within its project: another team's agent of the same name has its own count.
-        recent = RecoveryRecord.objects.filter(
-            automatic=True, agent_name=session.agent_name, session__project_id=session.project_id, created_at__gt=now - timedelta(hours=1)
-        ).count()
+        recent = automatic_recoveries_in_the_hour(session, now)
         if recent >= policy.max_per_hour:
-            if session.repeated_failures_at is None:
-                session.repeated_failures_at = now
-                session.save(update_fields=["repeated_failures_at"])
-                audit(
-                    project=session.project_id,
-                    actor=None,
-                    action=AuditEntry.AUTO_RECOVERY_HELD,
-                    target=session.id,
-                    detail={"agent_name": session.agent_name, "policy": policy.agent_pattern, "limit": policy.max_per_hour},
-                    actor_name=WORKER,
-                )
-                transitions.record(session, HELD, at=now, plan=plan, turns=turns, detail={"policy": policy.agent_pattern, "limit": policy.max_per_hour})
-                publish_session_changed_on_commit(session.id)
-                transaction.on_commit(instruments.RECOVERIES.labels(instruments.HELD).inc)
+            hold(session, plan, turns, pattern=policy.agent_pattern, limit=policy.max_per_hour, now=now)
             return None
         return _apply_recovery(session, plan, user=None, digest=None, note="", policy=policy, now=now, turns=turns)
+
+
+def automatic_recoveries_in_the_hour(session: Session, now: datetime) -> int:
+    """The worker's recoveries of the session's agent in the hour before `now` (an agent is its name within its project)."""
+    return RecoveryRecord.objects.filter(
+        automatic=True, agent_name=session.agent_name, session__project_id=session.project_id, created_at__gt=now - timedelta(hours=1)
+    ).count()
+
+
+def hold(session: Session, plan, turns, *, pattern: str, limit: int, now: datetime) -> None:
+    """The agent passed its hourly limit: the session is flagged "repeated failures" for a person (once)."""
+    if session.repeated_failures_at is not None:
+        return
+    session.repeated_failures_at = now
+    session.save(update_fields=["repeated_failures_at"])
+    audit(
+        project=session.project_id,
+        actor=None,
+        action=AuditEntry.AUTO_RECOVERY_HELD,
+        target=session.id,
+        detail={"agent_name": session.agent_name, "policy": pattern, "limit": limit},
+        actor_name=WORKER,
+    )
+    transitions.record(session, HELD, at=now, plan=plan, turns=turns, detail={"policy": pattern, "limit": limit})
+    publish_session_changed_on_commit(session.id)
+    transaction.on_commit(instruments.RECOVERIES.labels(instruments.HELD).inc)
 
 
 def _apply_recovery(
@@ -115,7 +127,9 @@ def _apply_recovery(
     policy: AutoRecoveryPolicy | None = None,
     now: datetime | None = None,
     turns: list[log_strategy.TurnStrategy] | None = None,
+    automatic: str | None = None,
 ) -> RepairResult:
+    """`automatic`: the worker's name for a recovery it made under no auto-recovery policy (a settled crash)."""
     turns = recovery_strategies(plan, session=session) if turns is None else turns
     extra = []
     if context and plan.repairs:
@@ -123,19 +137,22 @@ def _apply_recovery(
     recorded = {
         "strategies": [t.as_wire() for t in turns],
         "abandoned": abandon,
-        "automatic": policy is not None,
+        "automatic": policy is not None or automatic is not None,
         "policy": policy,
+        "worker": automatic or (f"automatic ({policy.agent_pattern})" if policy is not None else None),
         "turns_closed": len(plan.open_turns),
         "quiet_seconds": ((now or timezone.now()) - session.last_activity_at).total_seconds(),
     }
     result = _apply_repairs(session, plan.repairs, plan, RecoveryRecord.RECOVERY, user, digest, note, extra=extra, recorded=recorded)
     if result.record is not None:
+        # The calls it answered as tool_outcome_unknown get their reconciler's check (where a policy names one).
+        reconcilers.schedule_answered(session, [r.call for r in plan.repairs if r.call is not None], now=now)
         count_for_agent(session, at=result.record.created_at, crashed_turns=len(plan.open_turns))
         record = result.record
         detail = {"recovered_by": record.username, "automatic": record.automatic, "abandoned": record.abandoned, "record_id": record.pk}
         # The plan as it was before the recovery appended: what was owed, and what was recommended.
         transitions.record(session, RECOVERED, at=record.created_at, plan=plan, turns=turns, detail=detail)
-        transaction.on_commit(instruments.RECOVERIES.labels(instruments.MANUAL if policy is None else instruments.AUTOMATIC).inc)
+        transaction.on_commit(instruments.RECOVERIES.labels(instruments.AUTOMATIC if record.automatic else instruments.MANUAL).inc)
     return result
 
 
@@ -161,7 +178,8 @@ def _apply_repairs(session, repairs, plan, kind, user, digest, note, *, extra=()
     if not repairs:
         return RepairResult(appended=[], next_seq=session.event_count, record=None)
     rows = store_events(session, [log_events.NewEvent(r.type, r.data, None) for r in [*repairs, *extra]], received_at=timezone.now())
-    recorded = recorded or {}
+    recorded = dict(recorded or {})
+    worker = recorded.pop("worker", None)  # the worker's name on the record, when it recovered
     if kind == RecoveryRecord.RECOVERY:
         session.recovered_at = timezone.now()
         session.save(update_fields=["recovered_at"])
@@ -170,7 +188,7 @@ def _apply_repairs(session, repairs, plan, kind, user, digest, note, *, extra=()
         session=session,
         kind=kind,
         user=user,
-        username=user.get_username() if user is not None else f"automatic ({policy.agent_pattern})",
+        username=user.get_username() if user is not None else worker or "cli",
         note=note,
         digest=current,
         first_seq=rows[0].seq,
@@ -191,12 +209,14 @@ def _apply_repairs(session, repairs, plan, kind, user, digest, note, *, extra=()
         }
         if policy is not None:
             detail["policy"] = policy.agent_pattern
+        if worker is not None and note:
+            detail["why"] = note  # what the worker decided on (a settled crash: which reconciler found what)
     audit(
         project=session.project_id,
         actor=user,
         action=AuditEntry.RECOVERY if kind == RecoveryRecord.RECOVERY else AuditEntry.DANGLING_PATCH,
         target=session.id,
         detail=detail,
-        actor_name=WORKER if policy is not None else "cli",
+        actor_name=WORKER if worker is not None else "cli",
     )
     return RepairResult(appended=rows, next_seq=session.event_count, record=record)

@@ -92,17 +92,47 @@ def test_a_staff_operator_sees_every_log_page_of_their_project_and_reads_policie
     assert client.get(f"/admin/sessions_app/toolpolicy/{ToolPolicy.objects.get().pk}/change/").status_code == 200
 
 
-def test_tool_policies_rank_every_project_so_only_superusers_edit_them(logs, django_user_model, root):
+def test_site_wide_tool_policies_rank_every_project_so_only_superusers_edit_them(logs, django_user_model, root):
     operator = logged_in(django_user_model, "ops", "--staff")
     policy = ToolPolicy.objects.get()
     assert operator.get("/admin/sessions_app/toolpolicy/add/").status_code == 403
     assert 'name="_save"' not in operator.get(f"/admin/sessions_app/toolpolicy/{policy.pk}/change/").content.decode()
-    operator.post(f"/admin/sessions_app/toolpolicy/{policy.pk}/change/", {"pattern": "send_*", "side_effect": "read_only"})
+    operator.post(f"/admin/sessions_app/toolpolicy/{policy.pk}/change/", {"side_effect": "read_only"})
     assert operator.post(f"/admin/sessions_app/toolpolicy/{policy.pk}/delete/", {"post": "yes"}).status_code == 403
     assert ToolPolicy.objects.get().side_effect == ToolPolicy.EXTERNAL_EFFECT
 
     response = root.post("/admin/sessions_app/toolpolicy/add/", {"pattern": "lookup_*", "side_effect": ToolPolicy.READ_ONLY, "note": ""})
-    assert response.status_code == 302 and ToolPolicy.objects.filter(pattern="lookup_*").exists()
+    assert response.status_code == 302, response.content.decode()[-3000:]
+    added = ToolPolicy.objects.get(pattern="lookup_*")
+    assert added.project is None and added.check_secret == ""
+    # Through the service: audited as a site-wide change.
+    entry = AuditEntry.objects.get(action=AuditEntry.TOOL_POLICY_CHANGED)
+    assert (entry.target, entry.project, entry.actor_name, entry.detail["scope"], entry.detail["created"]) == ("lookup_*", None, "root", "site", True)
+    changed = root.post(f"/admin/sessions_app/toolpolicy/{added.pk}/change/", {"side_effect": ToolPolicy.IDEMPOTENT, "note": "", "receipt_pointer": "/id"})
+    assert changed.status_code == 302 and ToolPolicy.objects.get(pk=added.pk).side_effect == ToolPolicy.IDEMPOTENT
+    assert root.post(f"/admin/sessions_app/toolpolicy/{added.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert not ToolPolicy.objects.filter(pattern="lookup_*").exists()
+    assert AuditEntry.objects.filter(action=AuditEntry.TOOL_POLICY_CHANGED).count() == 3
+
+
+def test_the_admin_refuses_a_bad_pointer_or_address_as_form_errors(logs, root):
+    bad = root.post("/admin/sessions_app/toolpolicy/add/", {"pattern": "x", "side_effect": "read_only", "receipt_pointer": "id", "check_url": "http://127.0.0.1:1/"})
+    page = bad.content.decode()
+    assert bad.status_code == 200 and "not an RFC 6901 JSON pointer" in page and "loopback" in page
+    assert not ToolPolicy.objects.filter(pattern="x").exists()
+
+
+def test_staff_see_and_filter_the_policies_of_their_projects_and_the_sites(elsewhere, django_user_model):
+    ToolPolicy.objects.create(project=Project.default(), pattern="mine_*", side_effect=ToolPolicy.READ_ONLY)
+    ToolPolicy.objects.create(project=elsewhere.project, pattern="theirs_*", side_effect=ToolPolicy.READ_ONLY)
+    client = logged_in(django_user_model, "ops", "--staff")
+    listing = client.get("/admin/sessions_app/toolpolicy/").content.decode()
+    assert "send_*" in listing and "mine_*" in listing and "project default" in listing
+    assert "theirs_*" not in listing and "Secret Team" not in listing and "secret-team" not in listing
+    only_site = client.get("/admin/sessions_app/toolpolicy/", {"project__isnull": "True"}).content.decode()
+    assert "send_*" in only_site and "mine_*" not in only_site
+    only_mine = client.get("/admin/sessions_app/toolpolicy/", {"project__id__exact": Project.default().pk}).content.decode()
+    assert "mine_*" in only_mine and "send_*" not in only_mine
 
 
 def test_logs_stay_read_only_for_staff(logs, django_user_model):
@@ -363,3 +393,16 @@ def test_webhooks_in_the_admin_are_checked_and_audited(django_user_model, root, 
     assert not WebhookEndpoint.objects.exists()
     entries = AuditEntry.objects.filter(action=AuditEntry.WEBHOOK_CHANGED, actor_name="root").order_by("pk")
     assert [sorted(k for k in ("created", "changed", "deleted") if k in e.detail) for e in entries] == [["created"], ["changed"], ["deleted"]]
+
+
+def test_a_policy_saved_or_deleted_in_the_admin_asks_the_worker_to_re_read_receipts(root):
+    from sessions_app.models import ReceiptSweep
+
+    stamps = {f"{name}_{part}": value for name in ("created_at", "updated_at") for part, value in enumerate(["2026-01-01", "00:00:00"])}
+    form = {"pattern": "charge_*", "side_effect": ToolPolicy.EXTERNAL_EFFECT, "note": "", "receipt_pointer": "/id", **stamps}
+    response = root.post("/admin/sessions_app/toolpolicy/add/", form)
+    assert response.status_code == 302, response.content.decode()[:2000]
+    assert list(ReceiptSweep.objects.values_list("project_id", "pattern")) == [(None, "charge_*")]
+    policy = ToolPolicy.objects.get(pattern="charge_*")
+    assert root.post(f"/admin/sessions_app/toolpolicy/{policy.pk}/delete/", {"post": "yes"}).status_code == 302
+    assert list(ReceiptSweep.objects.values_list("pattern", flat=True)) == ["charge_*", "charge_*"]

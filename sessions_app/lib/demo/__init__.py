@@ -11,5 +11,5 @@ The agents (agents.py) call the fake tools (tools.py); scenarios.py writes their
 """
 
 from sessions_app.lib.demo.agents import AGENT_NAMES, AUTO_RECOVERY_POLICIES
-from sessions_app.lib.demo.scenarios import CRASH_POINTS, Scenario, scenario, timed_batches
+from sessions_app.lib.demo.scenarios import CRASH_POINTS, Scenario, scenario, stalled_scenario, timed_batches, unknown_effects
 from sessions_app.lib.demo.tools import TOOL_POLICIES, TOOLS, side_effect_class

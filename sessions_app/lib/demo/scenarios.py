@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from sessions_app.lib.demo.agents import AGENTS, REJECTED_REQUESTS, Agent
 from sessions_app.lib.demo.tools import ERROR_RATE, TOOLS, random_token, side_effect_class
-from sessions_app.log.events import format_time
+from sessions_app.log import recovery
+from sessions_app.log.events import Event, format_time
 
 # Where a crashing scenario stops, inside its last turn:
 CRASH_POINTS = {
@@ -67,6 +68,28 @@ def scenario(seed: int, *, crash_rate: float = 0.25, compaction_rate: float = 0.
         crashes=crash_point is not None,
         crash_point=crash_point,
     )
+
+
+def unknown_effects(scenario: Scenario) -> dict[str, str]:
+    """The calls its crash leaves with an unknown outcome that change the world outside (external_effect
+    tools): call id -> tool name. Recovery's strategy for such a turn is manual_check."""
+    logged = [Event(seq, e["type"], datetime(2000, 1, 1, tzinfo=UTC), e["data"]) for seq, e in enumerate(scenario.events)]
+    owed = [repair.call for repair in recovery.plan(logged).repairs if repair.call]
+    return {
+        call.id: call.name for call in owed
+        if call.risk == recovery.TOOL_OUTCOME_UNKNOWN and side_effect_class(call.name) == "external_effect"
+    }  # fmt: skip
+
+
+def stalled_scenario(seed: int, *, tool: str | None = None, compaction_rate: float = 0.25) -> Scenario:
+    """The first crashing scenario from `seed` on that leaves a call of an external-effect tool (of `tool`,
+    when given) with an unknown outcome: one a person has to check by hand."""
+    for candidate in range(seed, seed + 1000):
+        crashed = scenario(candidate, crash_rate=1.0, compaction_rate=compaction_rate)
+        names = unknown_effects(crashed).values()
+        if names and (tool is None or tool in names):
+            return crashed
+    raise LookupError(f"no demo scenario from seed {seed} leaves an unknown call of {tool or 'an external-effect tool'}")
 
 
 def timed_batches(scenario: Scenario, start: datetime) -> list[list[dict]]:

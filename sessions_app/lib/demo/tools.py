@@ -64,7 +64,11 @@ def get_invoice(rng, f):
 
 @_tool((0.8, 3.0), "card_declined: insufficient_funds", "card_declined: expired_card", "rate limited by processor")
 def charge_card(rng, f):
-    return {"customer_id": f["customer_id"], "amount_cents": f["cents"], "currency": "usd"}, _json(
+    # The key the processor deduplicates on: a reconciler finds the charge by it.
+    arguments = {
+        "customer_id": f["customer_id"], "amount_cents": f["cents"], "currency": "usd", "idempotency_key": f"charge-{f['invoice']}"
+    }  # fmt: skip
+    return arguments, _json(
         {"charge_id": f"ch_{random_token(rng, 14)}", "status": "succeeded", "amount_cents": f["cents"]}
     )
 
@@ -219,8 +223,8 @@ TOOL_POLICIES = (
     ("lookup_customer", "read_only", ""),
     ("read_file", "read_only", ""),
     ("fetch_url", "read_only", "a GET of a public page"),
-    ("update_ticket", "idempotent", "sets the ticket to a status; setting it twice changes nothing"),
-    ("deploy_service", "idempotent", "rolling out the version already running is a no-op"),
+    ("update_ticket", "external_effect", "posts a note on the customer's ticket: check the ticket before retrying"),
+    ("deploy_service", "external_effect", "a rollout to a live environment: check the deploy system before retrying"),
     ("run_tests", "idempotent", "re-running the suite repeats it; nothing outside changes"),
     ("charge_card", "external_effect", "moves money: check the processor before retrying"),
     ("create_refund", "external_effect", "moves money: check the processor before retrying"),

@@ -1,6 +1,7 @@
 """`manage.py recovery_worker [--once] [--interval SECONDS]`: the clock-driven automatic recovery and retention's
 sweep, stalls told to webhooks (sessions_app.worker), and between its rounds, every second, the webhook deliveries
-that are due (sessions_app.services.notify) and the search index's pending events (services.index_pending)."""
+that are due (sessions_app.services.notify), the search index's pending events (services.index_pending) and the
+receipts tool policy changes ask to re-read (services.receipts)."""
 
 import signal
 import threading
@@ -20,7 +21,8 @@ INDEX_EVERY_SECONDS = 1.0  # how far the search index may trail the log when nob
 class Command(BaseCommand):
     help = (
         "Recover stalled sessions automatically where an auto-recovery policy allows it and every open turn is"
-        " restart_turn, delete sessions past their project's retention, and send webhooks when sessions stall, are"
+        " restart_turn (or, where the project asks for it, a reconciler settled every unknown call), ask reconcilers"
+        " about calls with an unknown outcome, delete sessions past their project's retention, and send webhooks when sessions stall, are"
         " recovered or held; one line per session recovered, held, stalled, deleted or kept past retention (each kept one once). Runs a round every --interval seconds until"
         " SIGTERM or Ctrl-C; a database outage is logged and retried next round."
     )
@@ -40,7 +42,7 @@ class Command(BaseCommand):
             raise CommandError("--interval must be above 0")
         verbose = options["verbosity"] >= 2
         if once:
-            if not (self.round(verbose) and self.deliver(verbose) and self.index()):
+            if not (self.round(verbose, finish_checks=True) and self.deliver(verbose) and self.index() and self.sweep(batches=None)):
                 raise CommandError("the round failed: database unavailable")
             return
         if settings.TURNLOG_METRICS_BIND:
@@ -57,9 +59,12 @@ class Command(BaseCommand):
                     next_round = time.monotonic() + interval
                 self.deliver(verbose)
                 self.index()
+                self.sweep()
                 stop.wait(max(0.0, min(next_round - time.monotonic(), INDEX_EVERY_SECONDS)))
         except KeyboardInterrupt:
             pass
+        for action in worker.finish_checks():  # a check being asked is finished (each at most its timeout)
+            self.stdout.write(action.line())
         self.stdout.write("recovery worker: stopped")
 
     def serve_metrics(self, address: str) -> None:
@@ -74,6 +79,7 @@ class Command(BaseCommand):
         self.stdout.write(f"recovery worker: metrics at http://{address}/metrics (no token: for the scraper's network only)")
 
     index_failing = False
+    sweep_failing = False
     deliver_failing = False
     kept_said: set[tuple[str, str]] = set()  # (session id, why) of sessions kept past retention, said once
 
@@ -88,6 +94,19 @@ class Command(BaseCommand):
             connections.close_all()
             return False
         self.index_failing = False
+        return True
+
+    def sweep(self, batches: int | None = worker.SWEEP_BATCHES_PER_TICK) -> bool:
+        """Receipts re-read after tool policies changed, a few batches a tick; False when the database failed (said once)."""
+        try:
+            worker.sweep_receipts(batches=batches)
+        except DatabaseError as exc:
+            if not self.sweep_failing:
+                self.stderr.write(f"receipts: database unavailable, retrying every second: {type(exc).__name__}: {exc}".strip())
+            self.sweep_failing = True
+            connections.close_all()
+            return False
+        self.sweep_failing = False
         return True
 
     def deliver(self, verbose: bool) -> bool:
@@ -107,10 +126,13 @@ class Command(BaseCommand):
                 self.stdout.write(f"webhook {one.webhook_id} attempt {one.attempt}: {one.outcome}{status}" + (f" ({one.error})" if one.error else ""))
         return True
 
-    def round(self, verbose: bool) -> bool:
-        """One round, its actions logged; False when the database failed (the next round retries)."""
+    def round(self, verbose: bool, *, finish_checks: bool = False) -> bool:
+        """One round, its actions logged; False when the database failed (the next round retries). With
+        `finish_checks` (--once), the reconciler checks it started are waited for."""
         try:
             actions = worker.run_round()
+            if finish_checks:
+                actions += worker.finish_checks()
         except DatabaseError as exc:
             self.stderr.write(f"database unavailable, retrying next round: {type(exc).__name__}: {exc}".strip())
             connections.close_all()  # a fresh connection next round

@@ -9,6 +9,7 @@ from sessions_app import services
 from sessions_app.lib import demo
 from sessions_app.log import events as log_events
 from sessions_app.models import AutoRecoveryPolicy, Event, Session, ToolPolicy
+from sessions_app.services.verdicts import record_reconciler_verdict
 
 SPREAD = timedelta(hours=6)  # demo sessions start over this window before now
 
@@ -19,17 +20,31 @@ class SeededSession:
     scenario: demo.Scenario
 
 
+SETTLED_TOOL = "charge_card"  # the tool of the crash a reconciler settles
+SETTLED_EVIDENCE = "payments table: charge ch_demo_1 found by idempotency key"
+
+
+def demo_scenario(index: int, count: int) -> demo.Scenario:
+    """Every third session crashes mid-turn and the first one compacts. The newest crash (the first
+    stalled session in the list) leaves an external call's outcome unknown, to check by hand; the
+    crash before it, a charge_card call that a reconciler settles (settle_one)."""
+    crashed = [i for i in range(count) if i % 3 == 1]
+    if crashed and index == crashed[-1]:
+        return demo.stalled_scenario(1000 + index, compaction_rate=0.2)
+    if len(crashed) > 1 and index == crashed[-2]:
+        return demo.stalled_scenario(1000 + index, tool=SETTLED_TOOL, compaction_rate=0.2)
+    return demo.scenario(index, crash_rate=1.0 if index in crashed else 0.0, compaction_rate=1.0 if index == 0 else 0.2)
+
+
 def seed_sessions(count: int, now: datetime) -> list[SeededSession]:
-    """Finished demo sessions, every third one crashed mid-turn and the first one compacted.
+    """Finished demo sessions (demo_scenario), oldest first.
 
     Each is written as its agent would have written it: the scenario's batches with their
     original times, oldest session first.
     """
     seeded = []
     for index in range(count):
-        scenario = demo.scenario(
-            index, crash_rate=1.0 if index % 3 == 1 else 0.0, compaction_rate=1.0 if index == 0 else 0.2
-        )
+        scenario = demo_scenario(index, count)
         duration = timedelta(seconds=scenario.duration)
         start = min(now - SPREAD * (count - index) / count, now - duration)
         # The session began with its first event, hours ago, not at seeding time.
@@ -43,6 +58,21 @@ def seed_sessions(count: int, now: datetime) -> list[SeededSession]:
         session.refresh_from_db()
         seeded.append(SeededSession(session, scenario))
     return seeded
+
+
+def settle_one(seeded: list[SeededSession]) -> tuple[SeededSession, str] | None:
+    """Where a reconciler would come in: the verdict it finds for the crashed charge_card call (the second
+    newest crash), so the demo shows a settled call beside the ones still to check. (item, call id)"""
+    crashed = [item for item in seeded if item.scenario.crashes]
+    if len(crashed) < 2:
+        return None
+    item = crashed[-2]
+    call_id = next(cid for cid, name in demo.unknown_effects(item.scenario).items() if name == SETTLED_TOOL)
+    record_reconciler_verdict(
+        session_id=item.session.id, call_id=call_id, pattern=SETTLED_TOOL, outcome="happened", evidence=SETTLED_EVIDENCE,
+        external_ref="ch_demo_1",
+    )  # fmt: skip
+    return item, call_id
 
 
 def seed_tool_policies() -> int:
@@ -97,8 +127,11 @@ class Command(BaseCommand):
         with transaction.atomic():
             seeded = seed_sessions(sessions, timezone.now())
             forked = fork_one(seeded)
+            settled = settle_one(seeded)
         for item in seeded:
             state = f"crashed {demo.CRASH_POINTS[item.scenario.crash_point]}" if item.scenario.crashes else "clean"
+            if settled is not None and settled[0] is item:
+                state += f"; {SETTLED_TOOL} settled by reconciler:{SETTLED_TOOL}"
             self.stdout.write(
                 f"{item.session.id}  {item.session.agent_name:<18} {item.session.event_count:>4} events  {state}"
             )

@@ -12,7 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 from sessions_app import selectors, services
 from sessions_app.lib import errors
 from sessions_app.lib.params import BadParameter, decimal_int
-from sessions_app.lib.wording import agent_label, duration, percent, seq_range, strategy_counts
+from sessions_app.lib.wording import agent_label, duration, percent, seq_range, strategy_counts, verdict_words
 from sessions_app.log import clock as log_clock
 from sessions_app.log import fork as log_fork
 from sessions_app.log import recovery as log_recovery
@@ -44,6 +44,9 @@ class Command(BaseCommand):
         listing.add_argument("--limit", type=int, default=50)
         status = sub.add_parser("status", help="open turns and owed calls of a session")
         status.add_argument("session_id")
+        calls = sub.add_parser("calls", help="a session's calls as its ledger panel lists them, with their verdicts")
+        calls.add_argument("session_id")
+        calls.add_argument("--all", dest="all_calls", action="store_true", help="every call (default: external effects and tools without a policy)")
         recover = sub.add_parser("recover", help="preview and apply a session's recovery plan")
         recover.add_argument("session_id")
         recover.add_argument("--yes", action="store_true", help="apply without asking")
@@ -74,7 +77,7 @@ class Command(BaseCommand):
         verdict.add_argument("--withdraw", action="store_true", help="withdraw the call's current verdict instead")
         verdict.add_argument("--reason", default=None, help="why it is withdrawn")
         verdict.add_argument("--user", default="", help="who records it: an operator of the session's project or a superuser (default: the first superuser)")
-        for command in (status, recover, fork, delete, verdict):
+        for command in (status, calls, recover, fork, delete, verdict):
             command.add_argument("--project", metavar="SLUG", help="refuse the session unless it is in this project")
 
     def handle(self, *args, action: str, project: str | None, **options):
@@ -164,6 +167,17 @@ class Command(BaseCommand):
             ))  # fmt: skip
         self.describe_plan(session, plan)
 
+    def calls(self, *, project: Project | None, session_id: str, all_calls: bool, **_):
+        """One line a call: its id, tool and state, then what a verdict found (worded as the card and the ledger say it)."""
+        session = self.session(session_id, project)
+        rows = selectors.session_ledger(session, all_classes=all_calls).rows
+        if not rows:
+            self.stdout.write("No tool call." if all_calls else "No call of a tool with external effects or without a policy (--all lists every call).")
+        for row in rows:
+            said = f"{row.call.state}, {verdict_words(row.verdict)}" if row.verdict else row.call.state
+            line = f"  seq {row.call.seq}  {printable(str(row.call.call_id))}  {printable(str(row.call.name or '?'))}  {row.side_effect}  {printable(said)}"
+            self.stdout.write(self.style.SUCCESS(line) if row.verdict else line)
+
     def describe_plan(self, session, plan) -> None:
         for warning in plan.warnings:
             self.stdout.write(self.style.WARNING(f"warning: {warning}"))
@@ -184,7 +198,7 @@ class Command(BaseCommand):
                 f"  {call.id}  {call.name or '?'}({json.dumps(call.arguments)[:60]})  "
                 f"{log_recovery.RISK_HEADLINES[call.risk]} ({risk})  rule {call.rule}  evidence seqs {list(call.evidence) or '-'}  "
                 f"side effect: {side_effects[tool_name(call.name)]}\n"
-                f"    Why (rule {call.rule}): {log_recovery.RULE_REASONS[call.rule]}"
+                f"    Why (rule {call.rule}): {log_recovery.rule_reason(call.rule, inferred=call.inferred)}"
             )
         self.stdout.write(f"Recovery would append {len(plan.repairs)} events:")
         for repair in plan.repairs:

@@ -20,11 +20,11 @@ from sessions_app.log import search_text
 from sessions_app.log import values as log_values
 from sessions_app.models import Event, Note, Session
 
-from . import hits
+from . import hits, references
 
 EVENT, NOTE = 0, 1  # at the same position a note is newer than the event
 
-__all__ = ["Hit", "InvalidCursor", "SearchPage", "search"]
+__all__ = ["Hit", "InvalidCursor", "SearchPage", "reference_hits", "search"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,20 @@ def search(*, q: str, projects: list[int], limit: int, cursor: str | None = None
     page = keyed[:limit]
     next_cursor = _encode(page[-1][0]) if len(keyed) > limit else None
     return SearchPage(items=[hit for _, hit in page], next_cursor=next_cursor)
+
+
+def reference_hits(q: str, projects: list[int], *, limit: int = references.CALLS_SHOWN) -> list[Hit]:
+    """The calls whose receipt, idempotency key or current verdict's reference is exactly `q`, each as a hit on
+    its first sighting (kind "event") whose snippet says which reference matched (selectors.search.references)."""
+    rows = references.reference_calls(q, projects, limit=limit)
+    if not rows:
+        return []
+    types, ref = references.sighting_types(rows), references.reference_of(q)
+    found = []
+    for row in rows:
+        snippet, highlights = references.reference_snippet(row, ref)
+        found.append(Hit("event", row.session.id, row.call.seq, types.get((row.session.id, row.call.seq)), None, snippet, highlights))
+    return found
 
 
 def _before(key: tuple, after: tuple) -> bool:

@@ -15,8 +15,11 @@ from dataclasses import dataclass, field
 from sessions_app.log import calls as log_calls
 from sessions_app.log import events as log_events
 from sessions_app.log import ledger
+from sessions_app.log import policies as log_policies
+from sessions_app.log import receipts as log_receipts
 from sessions_app.models import LedgerCall, Session
 from sessions_app.selectors.ledger import settle
+from sessions_app.selectors.policies import project_policies
 
 TOOL_MAX = LedgerCall._meta.get_field("tool").max_length
 PREVIEW_MAX = LedgerCall._meta.get_field("arguments_preview").max_length
@@ -62,10 +65,13 @@ class Book:
     earlier_results: Callable[[str], Sequence]
     sighted_before: Callable[[str], bool]
     inherited: dict[str, LedgerCall] = field(default_factory=dict)
+    # (tool, first real result's data) -> the receipt the tool's policy points at (`receipt_reader`).
+    receipt_of: Callable[[str | None, object], str | None] = lambda tool, data: None
     created: list[LedgerCall] = field(default_factory=list)
     changed: set[str] = field(default_factory=set)
     dispatched_turns: set[int] = field(default_factory=set)
     results: dict[str, list] = field(default_factory=dict)  # key -> results read so far
+    real_results: dict[str, object] = field(default_factory=dict)  # key -> data of a first real result this run read
 
     def read(self, event) -> None:
         """One event (anything with seq, type, time, received_at, data, turn_seq, step_seq)."""
@@ -74,6 +80,7 @@ class Book:
             for call in log_events.tool_calls_of(event.data):
                 if (cid := log_events.call_id(call)) is not None:
                     self._sight(cid, call, event)
+                    self._offer_key(call_key(cid), log_receipts.TOOL_CALLS_ENTRY, call)
         elif kind == "tool_call" and (cid := log_events.call_id(event.data)) is not None:
             self._adopt(call_key(cid))
             if event.turn_seq is not None and event.turn_seq not in self.dispatched_turns:
@@ -87,13 +94,15 @@ class Book:
             if (row := self.rows.get(call_key(cid))) is not None and not row.dispatched:
                 row.dispatched = True
                 self.changed.add(call_key(cid))
+            self._offer_key(call_key(cid), log_receipts.TOOL_CALL, event.data)
         elif kind == "tool_result" and (cid := log_events.call_id(event.data)) is not None:
             key = call_key(cid)
             self._adopt(key)
             self.results.setdefault(key, []).append(event)
             if (row := self.rows.get(key)) is not None:
-                add_result(row, event, self.patch_seqs)
+                self._add_result(key, row, event)
                 self.changed.add(key)
+                self._offer_key(key, log_receipts.TOOL_RESULT, event.data)
         elif kind == "turn_end" and event.turn_seq is not None and self._may_hold("turn_seq", event.turn_seq):
             for key, row in self.rows.items():
                 if row.turn_seq == event.turn_seq and row.turn_open:
@@ -137,15 +146,33 @@ class Book:
             turn_dispatched=event.turn_seq is not None
             and (event.turn_seq in self.dispatched_turns or self.earlier_dispatch(event.turn_seq)),
         )
-        for result in [*self.earlier_results(key), *self.results.get(key, ())]:
-            add_result(row, result, self.patch_seqs)
         self.rows[key] = row
+        for result in [*self.earlier_results(key), *self.results.get(key, ())]:
+            self._add_result(key, row, result)
+            self._offer_key(key, log_receipts.TOOL_RESULT, result.data)
         self._held["turn_seq"].add(row.turn_seq)
         self._held["step_seq"].add(row.step_seq)
         self.created.append(row)
 
+    def _add_result(self, key: str, row: LedgerCall, result) -> None:
+        if add_result(row, result, self.patch_seqs):
+            self.real_results[key] = result.data
+
+    def _offer_key(self, key: str, kind: str, mapping: object) -> None:
+        """The idempotency key `mapping` holds replaces the row's when read from a better place (log.receipts)."""
+        if (row := self.rows.get(key)) is None:
+            return
+        for rank, text in log_receipts.key_sources(kind, mapping):
+            held = None if row.idempotency_key is None else (row.idempotency_key_rank, row.idempotency_key)
+            if log_receipts.better(held, (rank, text)):
+                row.idempotency_key, row.idempotency_key_rank = text, rank
+                self.changed.add(key)
+
     def settle_all(self) -> tuple[list[LedgerCall], list[LedgerCall]]:
-        """(rows to insert, rows to update), each settled."""
+        """(rows to insert, rows to update), each settled (and holding the receipt of a first real result read)."""
+        for key, data in self.real_results.items():
+            if (row := self.rows.get(key)) is not None and row.real_seq is not None:
+                row.receipt = self.receipt_of(row.tool, data)
         created_keys = {row.call_id for row in self.created}
         for row in self.created:
             settle(row)
@@ -169,16 +196,37 @@ def _new_row(**values) -> LedgerCall:
     return LedgerCall(*[values[name] for name in _ROW_FIELDS])
 
 
-def add_result(row: LedgerCall, result, patch_seqs: Container[int]) -> None:
-    """A tool_result for the row's call, read after every earlier one (results come in seq order)."""
+def add_result(row: LedgerCall, result, patch_seqs: Container[int]) -> bool:
+    """A tool_result for the row's call, read after every earlier one (results come in seq order).
+
+    True when it is the call's first real result (the one its receipt is read from)."""
     kind = ledger.result_kind(result, patch_seqs)
     if kind == ledger.REAL:
         if row.real_seq is None:
             row.real_seq, row.real_error = result.seq, ledger.is_error(result)
-        return
+            return True
+        return False
     if row.standin_seq is None:
         row.standin_seq = result.seq
     if kind == ledger.SYNTHETIC and row.synthetic_seq is None:
         row.synthetic_seq, row.synthetic_risk = result.seq, ledger.carried_risk(result)
     elif kind == ledger.PATCH and row.patch_seq is None:
         row.patch_seq = result.seq
+    return False
+
+
+def receipt_reader(project_id: int | None) -> Callable[[str | None, object], str | None]:
+    """(tool, result data) -> the receipt the tool's effective policy in the project points at. The
+    policies are read once, when a first real result first asks (one run of events, one sweep batch)."""
+    policies: list | None = None
+
+    def receipt_of(tool: str | None, data: object) -> str | None:
+        nonlocal policies
+        if tool is None:
+            return None
+        if policies is None:
+            policies = project_policies(project_id)
+        policy = log_policies.matching(tool, policies)
+        return log_receipts.receipt(data, policy.receipt_pointer) if policy is not None else None
+
+    return receipt_of

@@ -21,12 +21,13 @@ from sessions_app.models import CallSighting, Event, LedgerCall, Session, Verdic
 from sessions_app.selectors.calls import patch_seqs as _patch_seqs
 from sessions_app.selectors.ledger import inherited_rows
 
-from .facts import Book, add_result, call_key, settle
+from .facts import Book, add_result, call_key, receipt_reader, settle
 
 SETTLED_FIELDS = ["settled_state", "result_seq", "owed_risk"]
 FACT_FIELDS = [
     "turn_open", "dispatched", "turn_dispatched", "step_closed", "real_seq", "real_error",
     "standin_seq", "synthetic_seq", "synthetic_risk", "patch_seq", *SETTLED_FIELDS,
+    "idempotency_key", "idempotency_key_rank", "receipt",
 ]  # fmt: skip
 SIGHTING_TYPES = frozenset({"assistant_message", "tool_call"})
 TOUCHING_TYPES = SIGHTING_TYPES | {"tool_result", "turn_end", "step_end"}
@@ -138,6 +139,7 @@ def _book(session: Session, rows: dict, *, first: int, unknown: set[str]) -> Boo
     return Book(
         session=session, rows=rows, patch_seqs=patch_seqs, earlier_dispatch=earlier_dispatch,
         earlier_results=lambda key: earlier.get(key, ()), sighted_before=sighted.__contains__, inherited=inherited,
+        receipt_of=receipt_reader(session.project_id),
     )
 
 
@@ -181,9 +183,12 @@ def track_patch(session: Session, *, seqs: Collection[int]) -> None:
         row.real_seq, row.real_error, row.standin_seq = None, False, None
         row.synthetic_seq, row.synthetic_risk, row.patch_seq = None, "", None
     results = Event.objects.filter(session_id=session.id, call_id__in=rows.keys(), type="tool_result").order_by("seq")
+    receipt_of, real = receipt_reader(session.project_id), {}
     for key, seq, data in results.values_list("call_id", "seq", "data"):
-        add_result(rows[key], _Result(seq, data), patches)
-    for row in rows.values():
+        if add_result(rows[key], _Result(seq, data), patches):
+            real[key] = data
+    for key, row in rows.items():
+        row.receipt = receipt_of(row.tool, real[key]) if key in real else None  # a patch's content is no receipt
         settle(row)
     LedgerCall.objects.bulk_create([row for row in rows.values() if row.pk is None])
     if stored := [row for row in rows.values() if row.pk is not None]:
@@ -198,7 +203,7 @@ def rebuild(session: Session) -> int:
     """
     book = Book(
         session=session, rows={}, patch_seqs=_patch_seqs(session), earlier_dispatch=lambda turn_seq: False,
-        earlier_results=lambda key: (), sighted_before=lambda key: False,
+        earlier_results=lambda key: (), sighted_before=lambda key: False, receipt_of=receipt_reader(session.project_id),
     )
     changed_by_own: set[str] = set()
     for event in Event.objects.filter(session=session).order_by("seq").iterator(chunk_size=2000):

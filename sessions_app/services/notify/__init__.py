@@ -2,7 +2,7 @@
 
 transitions.py writes one notification per transition (recoveries in their own transaction, stalls by the
 worker) and its pending deliveries; delivery.py sends them, signed (Standard Webhooks), with retries;
-addresses.py keeps them off private addresses; endpoints.py is how project admins change the endpoints.
+addresses.py keeps them (and reconcilers) off non-public addresses; endpoints.py is how project admins change the endpoints.
 """
 
 from .delivery import Sent, send_due

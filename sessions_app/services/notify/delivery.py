@@ -69,13 +69,7 @@ def _attempt(client: httpx.Client, delivery: Delivery) -> Sent:
     body_of = payload.slack_text(delivery.notification.payload) if endpoint.slack else delivery.notification.payload
     body = orjson.dumps(body_of)
     at = timezone.now()
-    headers = {
-        "content-type": "application/json",
-        "user-agent": "Turnlog-Webhooks",
-        "webhook-id": delivery.webhook_id,
-        "webhook-timestamp": str(int(at.timestamp())),
-        "webhook-signature": Webhook(endpoint.secret).sign(delivery.webhook_id, at, body),
-    }
+    headers = signed_headers(endpoint.secret, delivery.webhook_id, at, body)
     started = time.monotonic()
     status, error = None, ""  # error: what the status does not say (no answer, a redirect)
     try:
@@ -89,6 +83,17 @@ def _attempt(client: httpx.Client, delivery: Delivery) -> Sent:
         error = f"{type(exc).__name__}: {exc}"
     latency_ms = (time.monotonic() - started) * 1000
     return _record(delivery, at=at, status=status, error=error[:ERROR_CHARS], latency_ms=latency_ms)
+
+
+def signed_headers(secret: str, message_id: str, at: datetime, body: bytes, *, user_agent: str = "Turnlog-Webhooks") -> dict[str, str]:
+    """The Standard Webhooks headers of one request (reconcilers' requests are signed the same way)."""
+    return {
+        "content-type": "application/json",
+        "user-agent": user_agent,
+        "webhook-id": message_id,
+        "webhook-timestamp": str(int(at.timestamp())),
+        "webhook-signature": Webhook(secret).sign(message_id, at, body),
+    }
 
 
 def _record(delivery: Delivery, *, at: datetime, status: int | None, error: str, latency_ms: float) -> Sent:

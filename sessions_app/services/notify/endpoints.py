@@ -8,7 +8,7 @@ from django.utils import timezone
 from sessions_app.models import AuditEntry, Project, WebhookEndpoint, all_kinds, new_secret
 from sessions_app.services.audit_log import audit
 
-from .addresses import url_refusal
+from .addresses import refusal_for_url
 
 FIELDS = ("url", "agent_patterns", "kinds", "enabled", "slack")
 
@@ -22,7 +22,7 @@ class EndpointRefused(ValueError):
 
 
 def check(*, url: str, kinds: list[str], agent_patterns: str) -> None:
-    if why := url_refusal(url):
+    if why := refusal_for_url(url):
         raise EndpointRefused("url", why)
     if not kinds or set(kinds) - set(all_kinds()):
         raise EndpointRefused("kinds", f"choose one or more of {', '.join(all_kinds())}")

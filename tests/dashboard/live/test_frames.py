@@ -227,3 +227,24 @@ def test_a_note_on_a_result_outside_its_calls_turn_reaches_the_card_and_the_resu
         dom.arrange_ledger(page.page, lambda url: viewer.get(url).content.decode())
     assert "seen late" in dom.normalized(page.page.by_id("event-4"))
     page.assert_reads_as_a_reload()
+
+
+def test_an_inferred_dispatch_arriving_live_says_so_on_its_card_as_a_reload_does(viewer, session_id):
+    append(session_id, ("step_start", {"step": 1}), ("assistant_message", call("c1")))
+    page = OpenPage(viewer, session_id)
+    append(session_id, ("tool_call", {"id": "c1", "name": "lookup", "metadata": {"inferred": True}}))
+    messages = page.follow()
+    assert "Inferred from the model's request" in "".join(messages) and "Dispatched (tool_call)" not in "".join(messages)
+    card = dom.normalized(next(n for n in page.page.walk() if n.attrs.get("data-call-id") == "c1"))
+    assert "dispatch inferred" in card and "no span of the tool was seen, so whether it ran is unknown" in card
+    page.assert_reads_as_a_reload()
+
+
+def test_a_turn_recovered_while_the_page_is_open_says_when_it_was_last_heard_from(viewer, session_id, django_user_model):
+    append(session_id, *tool_step(1, answered=False)[:-1])
+    page = OpenPage(viewer, session_id)
+    services.recover(session_id=session_id, user=django_user_model.objects.create_user("ops", is_staff=True))
+    page.follow()
+    head = dom.normalized(next(n for n in page.page.by_id("turn-1").walk() if n.tag == "header"))
+    assert "into the turn; what ran after that is unknown · recovered" in head and "interrupted after" not in head
+    page.assert_reads_as_a_reload()

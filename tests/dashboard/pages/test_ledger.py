@@ -135,3 +135,43 @@ def test_hostile_names_and_arguments_stay_text(viewer):
 )
 def test_short_arguments(arguments, short):
     assert ledger_panel.short_arguments(arguments) == short
+
+
+def test_a_tool_without_a_policy_is_shown_and_ordered_as_an_external_effect(viewer, policies):
+    # Two dispatched calls owed by the crashed turn: a tool no policy classes, then a charge.
+    store([
+        ("user_message", message("pay")),
+        ("turn_start", {"turn": 1}),
+        assistant(call("m1", "mystery_tool"), call("p1", "charge_card")),
+        ("tool_call", {"id": "m1", "name": "mystery_tool"}),
+        ("tool_call", {"id": "p1", "name": "charge_card"}),
+    ], session_id="crashed")  # fmt: skip
+    html = panel(viewer, "crashed")
+    assert rows(html) == [("m1", "tool_outcome_unknown"), ("p1", "tool_outcome_unknown")]
+    m1 = re.search(r'<tr [^>]*data-call="m1".*?</tr>', html, re.S)[0]
+    assert "state-tool_outcome_unknown loud" in m1 and '<span class="badge se-unknown">side effects unknown</span>' in m1
+    page = viewer.get("/sessions/crashed/").content.decode()
+    assert 'class="card state-tool_outcome_unknown loud" id="call-' in page.split('data-call-id="m1"')[0][-300:]
+    # The recovery preview ranks both as checks to make first, in the order they were sighted.
+    preview = viewer.get("/sessions/crashed/recovery").content.decode()
+    assert preview.count("Check this first") == 2
+    assert preview.index("mystery_tool") < preview.index("charge_card")
+
+
+def test_the_panel_puts_unknown_outcomes_of_unclassed_tools_before_other_calls_to_check(viewer, policies, monkeypatch):
+    monkeypatch.setattr(ledger_panel, "CHECK_ROWS", 1)
+    synthetic = message("unknown", tool_call_id="p1", name="charge_card", metadata={"synthetic": True, "risk": "tool_outcome_unknown"})
+    store([
+        ("user_message", message("pay")),
+        ("turn_start", {"turn": 1}),
+        assistant(call("p1", "charge_card")),
+        ("tool_call", {"id": "p1", "name": "charge_card"}),
+        ("tool_result", synthetic),
+        answer("p1", "charge_card"),  # late: the charge reads superseded
+        ("turn_end", {"turn": 1, "steps": 0, "reason": "interrupted"}),
+        ("turn_start", {"turn": 2}),
+        assistant(call("m1", "mystery_tool")),
+        ("tool_call", {"id": "m1", "name": "mystery_tool"}),
+    ], session_id="crashed")  # fmt: skip
+    # Both are calls to check; with room for one, the unclassed tool's unknown outcome is the one shown.
+    assert rows(panel(viewer, "crashed")) == [("m1", "tool_outcome_unknown")]

@@ -69,3 +69,21 @@ def test_an_empty_or_over_long_box_shows_no_hits_section_content(viewer):
     store("s1", [f.user("hello")])
     assert "In the logs and notes" not in viewer.get("/").content.decode()
     assert "In the logs and notes" not in viewer.get("/?q=" + "x" * 201).content.decode()
+
+
+def test_a_query_that_is_a_calls_key_or_receipt_lists_that_call_linking_to_its_card(viewer):
+    from sessions_app.models import ToolPolicy
+
+    ToolPolicy.objects.create(pattern="charge_*", side_effect="external_effect", receipt_pointer="/id")
+    call = {"id": "c1", "name": "charge_card", "arguments": {"idempotency_key": "order-42<b>"}}
+    store("s1", [
+        {"type": "assistant_message", "data": {"content": "", "tool_calls": [call]}},
+        {"type": "tool_result", "data": {"tool_call_id": "c1", "content": '{"id": "ch_3Px"}'}},
+    ])  # fmt: skip
+    for q in ("ch_3Px", "order-42<b>", " ch_3Px "):
+        html = viewer.get("/", {"q": q}).content.decode()
+        assert "<h2>Calls with this reference</h2>" in html, q
+        assert '<a href="/sessions/s1/#seq-0"><code>s1</code> · seq 0 · call</a>' in html
+    html = viewer.get("/", {"q": "order-42<b>"}).content.decode()
+    assert "key: <mark>order-42&lt;b&gt;</mark> · receipt: ch_3Px" in html
+    assert "Calls with this reference" not in viewer.get("/", {"q": "ch_3P"}).content.decode()  # exactly

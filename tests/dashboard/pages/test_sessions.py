@@ -292,7 +292,7 @@ def test_a_recovered_turn_shows_its_open_step_as_interrupted_and_no_dead_hours(s
     page = text_of(staff.get("/sessions/crashed/"))
     head = page[page.index('<header class="turn-head"') :].split("</header>")[0]
     # From turn_start (seq 1) to its last real event (seq 9): 8 s; then months until the recovery.
-    assert re.search(r"interrupted after 8\.0 s, recovered \d+ d \d+ h later", head)
+    assert re.search(r"last heard from 8\.0 s into the turn; what ran after that is unknown · recovered \d+ d \d+ h later", head)
     step_two = page[page.index('<div class="step step-interrupted" id="seq-7">') :][:600]
     assert '<span class="badge danger">interrupted</span>' in step_two and '<span class="badge warn">open</span>' not in page
 

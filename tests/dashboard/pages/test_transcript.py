@@ -4,16 +4,21 @@ Each test is a way the cards used to read otherwise than api.md's rules; every p
 compared, call by call, with selectors.session_calls (the rows of GET /api/v1/sessions/{id}/calls).
 """
 
+import io
 import re
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.utils.html import escape
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dashboard.pages import transcript
 
 from sessions_app import selectors, services
+from sessions_app.log import recovery
 from sessions_app.log.events import validate_batch
 from sessions_app.models import Session
 from tests.sessions_app.log.strategies import logs, message
@@ -149,3 +154,74 @@ def test_cards_read_as_the_ledger_before_and_after_recovery_a_patch_a_late_resul
     same_story(session.id)
     child = services.fork(session_id=session.id)
     same_story(child.id)
+
+
+# A call known only from a model span's request (the OTLP mapping writes its tool_call with metadata.inferred) ------------
+
+INFERRED = [
+    ("user_message", message("go")),
+    ("turn_start", {"turn": 1}),
+    ("step_start", {"turn": 1, "step": 1}),
+    assistant("c1"),  # the model span's request
+    ("tool_call", {"id": "c1", "name": "echo", "metadata": {"inferred": True}}),  # no span of the tool was seen
+]
+
+
+def card_html(page: str, cid: str) -> str:
+    """The card's own HTML: up to its notes form (every member may add a note)."""
+    start = page.index(f'data-call-id="{cid}" data-state=')
+    return page[start : page.index('class="add-note"', start)]
+
+
+def test_a_call_inferred_from_the_models_request_says_so_on_its_card_the_recovery_page_and_the_cli(operator):
+    store(INFERRED, session_id="otel")  # January: stalled with turn 1 open, c1 owed under rule 1
+    card = card_html(page_of(operator, "otel"), "c1")
+    assert "Inferred from the model's request (a tool_call with <code>metadata.inferred</code>) at" in card
+    assert "no span of the tool was seen, so whether it ran is unknown" in card
+    assert "Why (rule 1): " + escape(recovery.INFERRED_REASON) in card
+    assert "Dispatched (tool_call)" not in card and "handed to the executor" not in card
+    # The reason says why it is still owed as an unknown outcome.
+    assert "it may have run" in recovery.INFERRED_REASON and "no evidence that the tool did not run" in recovery.INFERRED_REASON
+
+    preview = operator.get("/sessions/otel/recovery").content.decode()
+    assert "Why (rule 1): " + escape(recovery.INFERRED_REASON) in preview
+    assert "tool_call inferred from the model&#x27;s request" in preview and "handed to the executor" not in preview
+
+    out = io.StringIO()
+    call_command("sessions", "status", "otel", stdout=out)
+    assert f"Why (rule 1): {recovery.INFERRED_REASON}" in out.getvalue() and "handed to the executor" not in out.getvalue()
+
+
+def test_a_call_the_agent_dispatched_itself_still_reads_handed_to_the_executor(operator):
+    store([*INFERRED[:-1], dispatch("c1")], session_id="sdk")
+    card = card_html(page_of(operator, "sdk"), "c1")
+    assert "Dispatched (tool_call) at" in card and "Why (rule 1): " + escape(recovery.RULE_REASONS[1]) in card
+    assert "Inferred" not in card
+
+
+def test_a_pending_inferred_call_reads_dispatch_inferred(operator):
+    services.create_session(session_id="live")
+    events = validate_batch([{"type": t, "data": d} for t, d in INFERRED])  # timed now: the session is running
+    services.append_events(session_id="live", events=events)
+    card = card_html(page_of(operator, "live"), "c1")
+    assert 'data-state="pending"' in page_of(operator, "live")
+    assert '<span class="muted pending-detail">dispatch inferred</span>' in card
+
+
+# A recovered turn's header: when the agent was last heard from, not how long "it ran" ---------------------------------
+
+
+def test_a_recovered_turns_header_says_when_it_was_last_heard_from_not_that_it_was_interrupted_after(operator):
+    """The tool ran for seconds, but the log last heard from the turn 18 ms in: the header says only what it knows."""
+    at = datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
+    timed = [(INFERRED[0], at), (INFERRED[1], at), (INFERRED[2], at + timedelta(milliseconds=5)),
+             (INFERRED[3], at + timedelta(milliseconds=12)), (dispatch("c1"), at + timedelta(milliseconds=18))]  # fmt: skip
+    services.create_session(session_id="crashed")
+    wire = [{"type": t, "data": d, "time": when.isoformat().replace("+00:00", "Z")} for (t, d), when in timed]
+    services.append_events(session_id="crashed", events=validate_batch(wire), received_at=at + timedelta(milliseconds=18))
+    services.recover(session_id="crashed", user=get_user_model().objects.get(username="ops"))
+
+    page = page_of(operator, "crashed")
+    head = page[page.index('<header class="turn-head"') :].split("</header>")[0]
+    assert re.search(r"last heard from 18 ms into the turn; what ran after that is unknown · recovered \d+ d \d+ h later", head)
+    assert "nterrupted after" not in head

@@ -90,3 +90,23 @@ def test_another_projects_webhook_is_not_found(admin, receiver):
     other = Project.objects.create(slug="other")
     hook = notify.create_endpoint(project=other, actor=None, url=receiver.url)
     assert admin.get(f"/projects/default/webhooks/{hook.pk}").status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://[::127.0.0.1]/", "::127.0.0.1 embeds 127.0.0.1 (IPv4-compatible), a loopback address"),
+        ("http://[::7f00:1]/", "::7f00:1 embeds 127.0.0.1 (IPv4-compatible), a loopback address"),
+        ("http://[64:ff9b::127.0.0.1]/", "64:ff9b::127.0.0.1 embeds 127.0.0.1 (NAT64), a loopback address"),
+        ("http://[64:ff9b::169.254.169.254]/", "64:ff9b::169.254.169.254 embeds 169.254.169.254 (NAT64), a link-local address"),
+        ("http://[2002:7f00:1::1]/", "2002:7f00:1::1 embeds 127.0.0.1 (6to4), a loopback address"),
+        ("http://[2002:a9fe:a9fe::1]/", "2002:a9fe:a9fe::1 embeds 169.254.169.254 (6to4), a link-local address"),
+        ("http://224.0.0.1/", "224.0.0.1 is a multicast address"),
+    ],
+)
+def test_an_address_embedding_a_private_one_is_a_form_error_saying_which_and_why(admin, settings, url, why):
+    settings.TURNLOG_WEBHOOK_ALLOW_PRIVATE = False
+    answer = admin.post("/projects/default/webhooks", {"url": url, "agent_patterns": "*", "kinds": ["stalled"]})
+    assert answer.status_code == 422
+    assert f"{why} (allowed only with TURNLOG_WEBHOOK_ALLOW_PRIVATE)" in answer.content.decode()
+    assert not WebhookEndpoint.objects.exists()

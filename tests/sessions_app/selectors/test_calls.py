@@ -34,8 +34,8 @@ def test_the_log_is_read_once_whatever_the_number_of_calls(api):
     with CaptureQueriesContext(connection) as queries:
         rows = selectors.session_calls(session, all_classes=True)
     assert len(rows) == 20
-    # The log, the patch records, the policies, the notes: one query each.
-    assert len(queries) == 4, [q["sql"] for q in queries]
+    # The log, the patch records, the policies, the notes, the current verdicts: one query each.
+    assert len(queries) == 5, [q["sql"] for q in queries]
 
 
 def test_a_calls_notes_are_those_on_its_sighting_dispatches_and_results(api, agent_user):

@@ -193,8 +193,10 @@ def test_the_dangling_patch_waits_for_recovery_then_applies_once(operator):
 
 
 @pytest.mark.django_db
-def test_the_worker_leaves_a_crash_only_a_verdict_made_safe_unless_the_project_chose_so(tools):
+def test_the_auto_recovery_policy_leaves_a_crash_only_a_verdict_made_safe(tools):
+    """Such a crash is a person's, or the settled-crash path's where the project chose so (with the context message)."""
     from sessions_app.models import AutoRecoveryPolicy, Project
+    from sessions_app.services import settled_recovery
     from sessions_app.services import verdicts as verdict_services
     from tests.sessions_app.test_worker import QUIET, crash
 
@@ -206,6 +208,8 @@ def test_the_worker_leaves_a_crash_only_a_verdict_made_safe_unless_the_project_c
     assert [t.strategy for t in turns] == ["restart_turn"]
     assert services.recover_automatically(session_id="s", policy=policy) is None
     Project.objects.filter(pk=session.project_id).update(auto_recover_settled=True)
-    result = services.recover_automatically(session_id="s", policy=policy)
+    assert services.recover_automatically(session_id="s", policy=policy) is None
+    result = settled_recovery.recover_settled(session_id="s", policy=policy)
     assert result is not None and result.record.automatic
     assert result.appended[0].data["metadata"]["verdict"]["outcome"] == "not_happened"
+    assert "verified not happened by reconciler:send_*" in result.appended[-1].data["content"]

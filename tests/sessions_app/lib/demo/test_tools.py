@@ -7,12 +7,15 @@ from sessions_app.lib import demo
 from sessions_app.models import Event, ToolPolicy
 
 
-def test_every_demo_tool_has_a_side_effect_class_of_each_kind():
+def test_every_demo_tool_has_a_side_effect_class_and_everything_that_changes_the_world_is_an_external_effect():
     classes = {name: demo.side_effect_class(name) for name in demo.TOOLS}
     assert "unknown" not in classes.values(), classes
     assert set(classes.values()) == {"read_only", "idempotent", "external_effect"}
-    assert classes["create_refund"] == classes["send_email"] == "external_effect"
-    assert classes["lookup_customer"] == "read_only"
+    # What a real team would say: deploys, payments, messages and ticket updates reach the outside world.
+    for name in ("deploy_service", "charge_card", "create_refund", "book_flight", "send_email", "update_ticket"):
+        assert classes[name] == "external_effect", name
+    assert classes["lookup_customer"] == classes["get_metrics"] == classes["search_flights"] == "read_only"
+    assert classes["run_tests"] == "idempotent"
 
 
 def test_seed_demo_stores_the_demo_tool_policies_once(db):
