@@ -188,9 +188,8 @@ def build_world() -> World:
     member_note = services.add_note(actor=access.Actor(user=users["member"]), session_id="alpha-closed", text="member's", seq=0)
     admin_note = services.add_note(actor=access.Actor(user=users["admin"]), session_id="alpha-closed", text="admin's")
 
-    # A verdict to withdraw on the closed session's answered call, and a check endpoint for its other call's tool.
+    # A verdict to withdraw on the closed session's answered call.
     Verdict.objects.create(session=closed, call_id="c1", outcome="happened", evidence="matrix", source="person", by="matrix")
-    ToolPolicy.objects.create(pattern="tool_c*", project=alpha, side_effect="external_effect", check_url="https://93.184.215.14/check")
 
     open_session = Session.objects.get(pk="alpha-open")
     dangling = selectors.dangling_patch(closed)

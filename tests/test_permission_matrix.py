@@ -299,7 +299,8 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     ],
     "api-v1:withdraw_verdict": [Probe("DELETE", API + "/{closed}/calls/c1/verdict", by_role("401", "404", "403", "403", "200 stored"), api=True)],
     "api-v1:list_verdicts": [api_read(API + "/{closed}/calls/c1/verdicts")],
-    "api-v1:queue_check": [Probe("POST", API + "/{closed}/calls/c9/check", by_role("401", "404", "403", "403", "202 stored"), api=True)],
+    # (c9's tool has no reconciler in this world: past the permission, 409 no_reconciler, as the card's Check now.)
+    "api-v1:queue_check": [Probe("POST", API + "/{closed}/calls/c9/check", by_role("401", "404", "403", "403", "409"), api=True)],
     # Search: over the projects the caller reads (viewers and `read` tokens); another project's hits never show.
     "api-v1:search_log": [Probe("GET", "/api/v1/search?q=tool_c1", by_role("401", "200 -P", "200 +P"), api=True)],
     "api-v1:delete_note": [
