@@ -30,6 +30,7 @@ from sessions_app.models import (
     ApiToken,
     AuditEntry,
     AutoRecoveryPolicy,
+    CallCheck,
     Event,
     Membership,
     Note,
@@ -78,6 +79,9 @@ def stored_state() -> tuple:
         sorted(Project.objects.values_list("pk", "retention_days", "auto_recover_settled")),
         sorted(ToolPolicy.objects.values_list("pk", "side_effect", "note", "receipt_pointer", "check_url", "check_secret")),
         sorted(map(str, WebhookEndpoint.objects.values_list("pk", "url", "agent_patterns", "kinds", "enabled", "slack", "secret"))),
+        # Verdicts (a withdrawal adds no row) and reconciler checks queued.
+        sorted(map(str, Verdict.objects.values_list("pk", "withdrawn_at"))),
+        sorted(map(str, CallCheck.objects.values_list("pk", "state", "next_at"))),
     )
 
 
@@ -183,6 +187,9 @@ def build_world() -> World:
     # A note by the member (its author may change it) and one by the admin (the member may not) on alpha's closed session.
     member_note = services.add_note(actor=access.Actor(user=users["member"]), session_id="alpha-closed", text="member's", seq=0)
     admin_note = services.add_note(actor=access.Actor(user=users["admin"]), session_id="alpha-closed", text="admin's")
+
+    # A verdict to withdraw on the closed session's answered call.
+    Verdict.objects.create(session=closed, call_id="c1", outcome="happened", evidence="matrix", source="person", by="matrix")
 
     open_session = Session.objects.get(pk="alpha-open")
     dangling = selectors.dangling_patch(closed)

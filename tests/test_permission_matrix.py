@@ -293,6 +293,14 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         Probe("PATCH", "/api/v1/notes/{member_note}", note_change("200 stored"), data={"text": "edited"}, api=True),
         Probe("PATCH", "/api/v1/notes/{admin_note}", {**note_change("200 stored"), "member": "403"}, data={"tags": ["x"]}, api=True),
     ],
+    # Verdicts: read as the session is; recorded, withdrawn and re-checked by those who may recover (the `recover` scope).
+    "api-v1:record_verdict": [
+        Probe("PUT", API + "/{open}/calls/c3/verdict", by_role("401", "404", "403", "403", "200 stored"), data={"outcome": "happened", "evidence": "matrix"}, api=True)
+    ],
+    "api-v1:withdraw_verdict": [Probe("DELETE", API + "/{closed}/calls/c1/verdict", by_role("401", "404", "403", "403", "200 stored"), api=True)],
+    "api-v1:list_verdicts": [api_read(API + "/{closed}/calls/c1/verdicts")],
+    # (c9's tool has no reconciler in this world: past the permission, 409 no_reconciler, as the card's Check now.)
+    "api-v1:queue_check": [Probe("POST", API + "/{closed}/calls/c9/check", by_role("401", "404", "403", "403", "409"), api=True)],
     # Search: over the projects the caller reads (viewers and `read` tokens); another project's hits never show.
     "api-v1:search_log": [Probe("GET", "/api/v1/search?q=tool_c1", by_role("401", "200 -P", "200 +P"), api=True)],
     "api-v1:delete_note": [

@@ -31,6 +31,8 @@ class PlanChange:
     first_seq: int | None  # the events appended since: None when the page's next_seq is unknown
     last_seq: int | None
     recovered_by: list[str] = field(default_factory=list)  # who recovered or patched the session since
+    # No event arrived, yet the digest differs: only a call's verdict (in the repairs' data) does that.
+    verdict_changed: bool = False
 
     @property
     def count(self) -> int | None:
@@ -63,6 +65,7 @@ def plan_change(
         first_seq=appended.start if appended else None,
         last_seq=appended[-1] if appended else None,
         recovered_by=sorted({r.username for r in records}),
+        verdict_changed=not appended,
     )
 
 

@@ -16,7 +16,7 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer, SessionAuth
 
 import sessions_app.api.converters  # noqa: F401  (registers the session_id path converter the routes use)
-from sessions_app.api import calls, errors, events, forks, notes, recovery, search, sessions, tools, transfer
+from sessions_app.api import calls, errors, events, forks, notes, recovery, search, sessions, tools, transfer, verdicts
 from sessions_app.api.checks import ApiError, json_object_body
 from sessions_app.lib import db_threads
 from sessions_app.lib.bearer import bearer_secret
@@ -70,6 +70,8 @@ class StrictJSONParser(Parser):
         # validation, so that a batch is refused at its first invalid event
         # whatever the reason.
         checked_later = request.resolver_match.url_name == events.APPEND_URL_NAME
+        if request.method == "DELETE" and not request.body:
+            return {}  # a DELETE's body is optional (withdrawing a verdict: its reason)
         return json_object_body(request, check=not checked_later)
 
     def parse_querydict(self, data, list_fields, request: HttpRequest) -> dict:
@@ -138,6 +140,7 @@ api.add_router("/", notes.router)
 api.add_router("/", calls.router)
 api.add_router("/", search.router)
 api.add_router("/", tools.router)
+api.add_router("/", verdicts.router)
 
 
 def _json_method_not_allowed(view):

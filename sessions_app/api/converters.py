@@ -29,5 +29,20 @@ class SeqConverter:
         return str(value)
 
 
+class CallIdConverter:
+    """A call id: any text, sent percent-encoded as one segment (`a%2Fverdict`). Django matches the
+    decoded path, so an id may hold "/": the action after it is always the path's last segment,
+    and the id is everything between "calls/" and that segment. NUL matches no route."""
+
+    regex = "[^\x00]+"
+
+    def to_python(self, value: str) -> str:
+        return value
+
+    def to_url(self, value: str) -> str:
+        return value
+
+
 register_converter(SessionIdConverter, "session_id")
+register_converter(CallIdConverter, "call_id")
 register_converter(SeqConverter, "seq")

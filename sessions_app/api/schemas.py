@@ -148,6 +148,9 @@ class StrategyCallOut(Schema):
     seq: int = Field(..., description="where the call was first sighted")
     class_: Literal["external_effect", "unknown"] = Field(..., alias="class")
     state: Literal["completed", "tool_not_started", "tool_outcome_unknown"]
+    verdict: Literal["happened", "not_happened"] | None = Field(
+        None, description="the outcome of the call's current verdict (session-log.md 8.2), or null; `state` stays the log's"
+    )
 
 
 class StrategyOut(Schema):

@@ -13,6 +13,8 @@ from sessions_app.api.schemas import BODY_ERRORS, ErrorOut, ImportOut
 from sessions_app.api.sessions import session_to_wire
 from sessions_app.log import blob as log_blob
 from sessions_app.selectors import access
+from sessions_app.selectors.verdicts import session_verdicts
+from sessions_app.services.verdict_transfer import verdict_to_blob
 
 router = Router(tags=["sessions"])
 # The blob is read as sent (json_object_body), not through a Schema: the document says what it is.
@@ -42,11 +44,12 @@ def import_session(request, id: str | None = None, project: str | None = None):
 
 @router.get("/sessions/{session_id:session_id}/export", response={200: dict[str, Any], 403: ErrorOut, 404: ErrorOut})
 def export_session(request, session_id: str):
-    """A version 2 blob (session-log.md section 6) plus the session, its parent, its notes and its patch results' seqs."""
+    """A version 2 blob (session-log.md section 6) plus the session, its parent, its notes, its patch results' seqs and its verdicts."""
     session = readable(request, session_id)
     extra = {
         "session": {"id": session.id, "agent_name": session.agent_name or None, "parent": session.parent_ref},
         "notes": [note_to_wire(note) for note in selectors.session_notes(session)],
         log_blob.PATCH_SEQS_KEY: sorted(selectors.patch_seqs(session)),
+        "verdicts": [verdict_to_blob(v) for v in session_verdicts(session)],
     }
     return log_blob.write_blob(selectors.session_log(session), agent_name=session.agent_name or None, extra=extra)

@@ -38,7 +38,7 @@ class StalePlan(Exception):
     """The previewed digest no longer matches: nothing was appended; here is the fresh plan."""
 
     def __init__(self, plan: log_recovery.Plan, session):
-        super().__init__("the log changed since this plan was previewed; review the fresh plan")
+        super().__init__("the log, or a verdict on one of its calls, changed since this plan was previewed; review the fresh plan")
         self.plan, self.session, self.next_seq = plan, session, session.event_count
 
 

@@ -30,7 +30,8 @@ EMPTY_USAGE = {
 }
 # Ignored by the reference reader, used by this project. dangling_patch_seqs: the seqs of the
 # tool_results dangling-call patches wrote, which their data (metadata {}) cannot tell.
-EXTRA_KEYS = ("session", "parent", "notes", "dangling_patch_seqs")
+# verdicts: what was found about the calls (session-log.md 8.2), beside the log as notes are.
+EXTRA_KEYS = ("session", "parent", "notes", "dangling_patch_seqs", "verdicts")
 PATCH_SEQS_KEY = "dangling_patch_seqs"
 SHIFT_NOTE = "every later event's seq shifts down"
 

@@ -25,6 +25,7 @@ OUTCOME_UNKNOWN_TEXT = (
     "It MAY have run and MAY have had side effects. Verify state before retrying."
 )
 DANGLING_TEXT = "Tool call was interrupted and not executed. Please retry if needed."
+HAPPENED, NOT_HAPPENED = "happened", "not_happened"  # a verdict's outcome (section 8.2)
 
 # How every view (transcript card, recovery page, CLI) words a risk and the
 # rule that decided it. Explanations only: the appended TEXTs above are the
@@ -90,6 +91,37 @@ class OwedCall:
 
 
 @dataclass(frozen=True)
+class Verdict:
+    """What a person or a reconciler found out about one call (section 8.2), as the plan reads it."""
+
+    outcome: str  # HAPPENED or NOT_HAPPENED
+    evidence: str
+    external_ref: str | None
+    by: str  # the user name, or "reconciler:<policy pattern>"
+    at: str  # ISO 8601
+
+    def as_data(self) -> dict:
+        """The synthetic result's `metadata.verdict`."""
+        return {"outcome": self.outcome, "evidence": self.evidence, "external_ref": self.external_ref or None, "by": self.by, "at": self.at}
+
+
+def verdict_text(verdict: Verdict) -> str:
+    """The synthetic result's content for a call with a verdict: the outcome and the evidence, not "unknown"."""
+    found = f"by {verdict.by}: {verdict.evidence.strip().rstrip('.')}"
+    if verdict.external_ref:
+        found += f" (ref {verdict.external_ref})"
+    if verdict.outcome == HAPPENED:
+        return (
+            "Tool call was dispatched and the session was interrupted before its result was recorded. "
+            f"It was verified as having happened {found}. Do not repeat it."
+        )
+    return (
+        "Tool call was interrupted before its result was recorded. "
+        f"It was verified as not having happened {found}: it may be retried."
+    )
+
+
+@dataclass(frozen=True)
 class Repair:
     """One event to append; `call` is None for a turn_end and for the turn-blind patch."""
 
@@ -116,6 +148,7 @@ class TurnCall:
     state: str
     result_seq: int | None = None  # COMPLETED: the first real result
     result: object = None  # COMPLETED: that result's content
+    verdict: Verdict | None = None  # its current verdict (section 8.2); never changes `state`
 
 
 @dataclass(frozen=True)
@@ -214,15 +247,16 @@ def is_synthetic(data: dict) -> bool:
     return isinstance(metadata, dict) and metadata.get("synthetic") is True
 
 
-def _turn_calls(scan: _Scan, turn_seq: int) -> tuple[TurnCall, ...]:
+def _turn_calls(scan: _Scan, turn_seq: int, verdicts: Mapping[str, Verdict]) -> tuple[TurnCall, ...]:
     calls = []
     for call in scan.sightings.values():
         if call.sighted_seq <= turn_seq:  # everything after an open turn_start is inside it
             continue
+        verdict = verdicts.get(call.id)
         if (result := scan.real_results.get(call.id)) is not None:
-            calls.append(TurnCall(call.id, call.name, call.sighted_seq, COMPLETED, result.seq, result.data.get("content")))
+            calls.append(TurnCall(call.id, call.name, call.sighted_seq, COMPLETED, result.seq, result.data.get("content"), verdict))
         elif call.id not in scan.resulted:
-            calls.append(TurnCall(call.id, call.name, call.sighted_seq, _classify(scan, call)[1]))
+            calls.append(TurnCall(call.id, call.name, call.sighted_seq, _classify(scan, call)[1], verdict=verdict))
     return tuple(calls)
 
 
@@ -244,7 +278,7 @@ def _classify(scan: _Scan, call: Sighting) -> tuple[int, str, tuple[int, ...]]:
     return 4, TOOL_OUTCOME_UNKNOWN, ()
 
 
-def _owed_result(scan: _Scan, call: Sighting) -> Repair:
+def _owed_result(scan: _Scan, call: Sighting, verdict: Verdict | None) -> Repair:
     rule, risk, evidence = _classify(scan, call)
     owed = OwedCall(
         call.id, call.name, call_arguments(call.call), call.turn_seq, call.step_seq, call.sighted_seq,
@@ -257,6 +291,9 @@ def _owed_result(scan: _Scan, call: Sighting) -> Repair:
         "content": text,
         "metadata": {"synthetic": True, "risk": risk},
     }
+    if verdict is not None:  # the risk stays the log's (section 4); the verdict says what was found
+        data["content"] = verdict_text(verdict)
+        data["metadata"]["verdict"] = verdict.as_data()
     return Repair("tool_result", data, owed)
 
 
@@ -277,7 +314,7 @@ def interrupted(events: Sequence[Event]) -> bool:
     return bool(open_turns(events))
 
 
-def plan(events: Sequence[Event], *, step_stack: Sequence[int] = ()) -> Plan:
+def plan(events: Sequence[Event], *, step_stack: Sequence[int] = (), verdicts: Mapping[str, Verdict] | None = None) -> Plan:
     """What recovery would append: per open turn, innermost first, its owed results then a turn_end.
 
     A clean log gets an empty plan even when it holds dangling calls: a closed turn owing a
@@ -286,8 +323,11 @@ def plan(events: Sequence[Event], *, step_stack: Sequence[int] = ()) -> Plan:
     Storage may pass only the events that matter (everything from the outermost open turn on,
     plus earlier non-structural events naming the same call ids and stray turn_ends) together
     with the steps still open where that tail starts (`step_stack`); the plan is the same.
+
+    `verdicts` (call id -> its current verdict, section 8.2) add what was found to the owed
+    calls' synthetic results and to the strategies' calls; they never change a risk.
     """
-    return _plan_of(_scan(events, step_stack))
+    return _plan_of(_scan(events, step_stack), verdicts or {})
 
 
 @dataclass(frozen=True)
@@ -302,22 +342,22 @@ class CallsSeen:
 def calls_seen(events: Sequence[Event]) -> CallsSeen:
     """The calls of a whole log (every event from seq 0: a tail would miss earlier sightings)."""
     scan = _scan(events)
-    return CallsSeen(tuple(scan.sightings.values()), scan.results, _plan_of(scan))
+    return CallsSeen(tuple(scan.sightings.values()), scan.results, _plan_of(scan, {}))
 
 
-def _plan_of(scan: _Scan) -> Plan:
+def _plan_of(scan: _Scan, verdicts: Mapping[str, Verdict]) -> Plan:
     turns = scan.turn_stack[::-1]
     repairs = []
     for turn_seq in turns:
         for call in scan.sightings.values():
             if call.turn_seq == turn_seq and call.id not in scan.resulted:
-                repairs.append(_owed_result(scan, call))
+                repairs.append(_owed_result(scan, call, verdicts.get(call.id)))
         repairs.append(_turn_end(scan, turn_seq))
     return Plan(
         turns,
         repairs,
         scan.warnings,
-        turn_calls={turn_seq: _turn_calls(scan, turn_seq) for turn_seq in turns},
+        turn_calls={turn_seq: _turn_calls(scan, turn_seq, verdicts) for turn_seq in turns},
         turn_numbers={turn_seq: scan.turn_numbers[turn_seq] for turn_seq in turns},
     )
 

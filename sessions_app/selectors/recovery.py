@@ -5,9 +5,10 @@ from __future__ import annotations
 from sessions_app.log import events as log_events
 from sessions_app.log import policies as log_policies
 from sessions_app.log import recovery, strategy
-from sessions_app.models import Event, RecoveryRecord, Session
+from sessions_app.models import Event, LedgerCall, RecoveryRecord, Session
 from sessions_app.selectors.policies import project_policies
 from sessions_app.selectors.events import CallLookups, call_lookups, session_log, steps_open_at, to_log_events
+from sessions_app.selectors.verdicts import current_verdicts
 
 
 def recovery_plan(
@@ -31,6 +32,9 @@ def recovery_plan(
     their `placement` (seq -> (turn_seq, step_seq), as placed_log_events
     reads it) and the `calls` it looked up (covering the tail's call ids),
     and saves the lookups they answer.
+
+    The owed calls' current verdicts (session-log.md 8.2) go into the plan: its synthetic
+    results say what was found (so the digest changes with them) and its strategies count them.
     """
     events = Event.objects.filter(session=session)
     if not session.turn_stack:
@@ -53,7 +57,30 @@ def recovery_plan(
     sighted = {seq for cid in call_ids for seq in calls.sightings.get(cid, ()) if seq < outermost}
     unread = ({seq for seq in session.stray_turn_ends if seq < outermost} | sighted) - known.keys()
     earlier = to_log_events(events.filter(seq__in=unread)) if unread else []
-    return recovery.plan(sorted([*known.values(), *earlier], key=lambda e: e.seq) + tail, step_stack=step_stack)
+    scanned = sorted([*known.values(), *earlier], key=lambda e: e.seq) + tail
+    return recovery.plan(scanned, step_stack=step_stack, verdicts=plan_verdicts(session, call_ids))
+
+
+def plan_verdicts(session: Session, call_ids: set[str]) -> dict[str, recovery.Verdict]:
+    """The current verdicts of the calls among `call_ids` (as the log names them), as the plan reads them.
+
+    Every call an open turn holds is sighted in the tail, so the tail's ids are all the plan can need.
+    """
+    stored = current_verdicts(session)
+    if not stored:
+        return {}
+    prep = LedgerCall._meta.get_field("call_id").get_prep_value  # a long id is stored as its digest
+    return {cid: as_plan_verdict(v) for cid in call_ids if (v := stored.get(prep(cid))) is not None}
+
+
+def as_plan_verdict(verdict) -> recovery.Verdict:
+    return recovery.Verdict(
+        outcome=verdict.outcome,
+        evidence=verdict.evidence,
+        external_ref=verdict.external_ref or None,
+        by=verdict.by,
+        at=log_events.format_time(verdict.at),
+    )
 
 
 def complete_tail(session: Session, events: list[log_events.Event]) -> list[log_events.Event] | None:

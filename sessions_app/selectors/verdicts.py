@@ -33,6 +33,12 @@ def check_attempts(session: Session | str, call_id: str) -> list[CheckAttempt]:
     return list(CheckAttempt.objects.filter(session_id=session_id, call_id=call_id).order_by("at", "id"))
 
 
+def session_verdicts(session: Session | str) -> list[Verdict]:
+    """Every verdict of the session, withdrawn ones included, oldest first (what an export carries)."""
+    session_id = session.pk if isinstance(session, Session) else session
+    return list(Verdict.objects.filter(session_id=session_id).order_by("at", "id"))
+
+
 def verdicts_of_calls(session: Session | str, keys) -> dict[str, list[Verdict]]:
     """Stored call id -> every verdict of that call, oldest first (the current one last, if any): one query for a page's calls."""
     session_id = session.pk if isinstance(session, Session) else session

@@ -74,7 +74,10 @@ def recover_automatically(*, session_id: str, policy: AutoRecoveryPolicy, now: d
             return None
         plan = recovery_plan(session)
         turns = recovery_strategies(plan, session=session)
-        if any(t.strategy != log_strategy.RESTART_TURN for t in turns):
+        # A verdict may turn an unknown call into a safe one (section 8.2): that crash is not this path's, but a
+        # person's, or services.settled_recovery's where the project chose so (with the context message).
+        settled = any(c.settled and c.call.state == log_recovery.TOOL_OUTCOME_UNKNOWN and c.risky for t in turns for c in t.calls)
+        if any(t.strategy != log_strategy.RESTART_TURN for t in turns) or settled:
             session.auto_checked_count = session.event_count
             session.save(update_fields=["auto_checked_count"])
             return None

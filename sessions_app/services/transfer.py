@@ -13,6 +13,7 @@ from sessions_app.services import ledger
 from .appends import create_session
 from .event_rows import AGENT_NAME_MAX, store_events
 from .notes import import_notes
+from .verdict_transfer import import_verdicts
 
 
 def import_blob(*, blob: object, session_id: str | None = None, project: Project | None = None) -> tuple[Session, list[str]]:
@@ -22,7 +23,8 @@ def import_blob(*, blob: object, session_id: str | None = None, project: Project
     projects would show one team's session to another). The blob's notes
     (an additive "notes" list) are kept, each pinned note following its
     event's new seq, their authors as text (services.notes.import_notes), and so
-    are which results dangling-call patches wrote ("dangling_patch_seqs")."""
+    are which results dangling-call patches wrote ("dangling_patch_seqs") and the
+    calls' verdicts ("verdicts", withdrawn ones included: services.verdict_transfer)."""
     now = timezone.now()
     loaded = log_blob.read_blob(blob, now=now)
     warnings = list(loaded.warnings)
@@ -43,6 +45,7 @@ def import_blob(*, blob: object, session_id: str | None = None, project: Project
             session.save(update_fields=["carried_patch_seqs"])
             ledger.track_patch(session, seqs=carried)  # store_events read those results as real
         import_notes(session, loaded.extra.get("notes"), loaded.follow_seq, warnings, now=now)
+        import_verdicts(session, loaded.extra.get("verdicts"), warnings, now=now)
     return session, warnings
 
 

@@ -181,4 +181,6 @@ def withdraw_verdict(*, actor: access.Actor, session_id: str, call_id: object, r
         return row
 
 
-__all__ = ["NOT_HAPPENED", "record_verdict", "record_reconciler_verdict", "withdraw_verdict"]
+ledger_row = _ledger_row  # for the other writes about one call (services.checks)
+
+__all__ = ["NOT_HAPPENED", "ledger_row", "record_verdict", "record_reconciler_verdict", "withdraw_verdict"]

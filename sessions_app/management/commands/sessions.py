@@ -22,7 +22,7 @@ from sessions_app.models import SESSION_ID_PATTERN, Project, Role, session_id_va
 
 # The Agents page's own wording of its figures, so the table reads the same here.
 from sessions_app.selectors import access
-from sessions_app.services import retention
+from sessions_app.services import retention, verdicts
 
 
 def printable(text: str) -> str:
@@ -68,14 +68,25 @@ class Command(BaseCommand):
         kept = sub.add_parser("retention", help="sessions past their project's retention that are kept, and why")
         kept.add_argument("--project", metavar="SLUG", help="only this project")
         kept.add_argument("--sweep", action="store_true", help="first delete those that may go, as the worker does")
-        for command in (status, calls, recover, fork, delete):
+        verdict = sub.add_parser("verdict", help="record (or --withdraw) what you found out about one call of a session")
+        verdict.add_argument("session_id")
+        verdict.add_argument("call_id")
+        verdict.add_argument("--outcome", choices=["happened", "not_happened"], help="what the outside system shows")
+        verdict.add_argument("--evidence", default=None, help="what you found and where (1 to 4000 characters)")
+        verdict.add_argument("--ref", default=None, help="the outside system's reference (a charge id, a message id)")
+        verdict.add_argument("--withdraw", action="store_true", help="withdraw the call's current verdict instead")
+        verdict.add_argument("--reason", default=None, help="why it is withdrawn")
+        verdict.add_argument("--user", default="", help="who records it: an operator of the session's project or a superuser (default: the first superuser)")
+        for command in (status, calls, recover, fork, delete, verdict):
             command.add_argument("--project", metavar="SLUG", help="refuse the session unless it is in this project")
 
     def handle(self, *args, action: str, project: str | None, **options):
         try:
             getattr(self, action)(project=self.project(project), **options)
-        except (errors.SessionNotFound, errors.SessionExists, errors.SessionHasForks) as exc:
+        except (errors.SessionNotFound, errors.SessionExists, errors.SessionHasForks, errors.CallNotFound, errors.VerdictNotFound) as exc:
             raise CommandError(str(exc)) from None
+        except errors.InvalidVerdict as exc:
+            raise CommandError(f"{exc.field}: {exc.detail}. Nothing was recorded.") from None
 
     def project(self, slug: str | None) -> Project | None:
         if slug is None:
@@ -178,11 +189,14 @@ class Command(BaseCommand):
         self.stdout.write(self.style.WARNING(f"Open: {'; '.join(session.open_turn_labels)}"))
         if not owed:
             self.stdout.write("No tool call is owed a result.")
+        found = {r.call.id: r.data["metadata"].get("verdict") for r in plan.repairs if r.call is not None}
         for call in owed:
-            # Worded as on the recovery page and the transcript (sessions_app.log.recovery).
+            # Worded as on the recovery page and the transcript (sessions_app.log.recovery); a verdict beside the risk.
+            verdict = found.get(call.id)
+            risk = call.risk + (f", {log_strategy.verdict_label(verdict['outcome'], verdict['by'], verdict['evidence'])}" if verdict else "")
             self.stdout.write(
                 f"  {call.id}  {call.name or '?'}({json.dumps(call.arguments)[:60]})  "
-                f"{log_recovery.RISK_HEADLINES[call.risk]}  rule {call.rule}  evidence seqs {list(call.evidence) or '-'}  "
+                f"{log_recovery.RISK_HEADLINES[call.risk]} ({risk})  rule {call.rule}  evidence seqs {list(call.evidence) or '-'}  "
                 f"side effect: {side_effects[tool_name(call.name)]}\n"
                 f"    Why (rule {call.rule}): {log_recovery.rule_reason(call.rule, inferred=call.inferred)}"
             )
@@ -196,7 +210,10 @@ class Command(BaseCommand):
             for c in turn.unverified:
                 self.stdout.write(f"  verify in the outside system: {c.call.name or '?'} (call {c.call.id}, seq {c.call.sighted_seq}, {c.side_effect})")
             for c in turn.effects:
-                self.stdout.write(f"  done, never repeat: {c.call.name or '?'} (call {c.call.id}, seq {c.call.sighted_seq}, result at seq {c.call.result_seq})")
+                if c.call.state == log_recovery.COMPLETED:
+                    self.stdout.write(f"  done, never repeat: {c.call.name or '?'} (call {c.call.id}, seq {c.call.sighted_seq}, result at seq {c.call.result_seq})")
+            for c in turn.settled:
+                self.stdout.write(f"  {log_strategy.settled_words(c)}")
 
     def recover(
         self, *, project: Project | None, session_id: str, yes: bool, note: str, user: str, context: bool, abandon: bool, **_
@@ -217,6 +234,11 @@ class Command(BaseCommand):
         except errors.StalePlan as stale:
             # As the recovery page says it: which events made the plan stale.
             first, last = session.event_count, stale.next_seq - 1
+            if last < first:  # no event came: a verdict was recorded or withdrawn meanwhile
+                raise CommandError(
+                    "A call's verdict changed while you were reading the plan: nothing was appended."
+                    " Run again with the same options to review the fresh plan."
+                ) from None
             arrived = f"seq {first}" if first == last else f"seqs {first}-{last}"
             raise CommandError(
                 f"{last - first + 1} event{'s' if last != first else ''} arrived while you were reading the plan ({arrived}):"
@@ -280,6 +302,21 @@ class Command(BaseCommand):
             raise CommandError(f"Not confirmed: no answer on stdin (no terminal?); pass --yes to apply without asking. Nothing was {done}.") from None
         return answer.strip().lower() in {"y", "yes"}
 
+    def verdict(
+        self, *, project: Project | None, session_id: str, call_id: str, outcome: str | None, evidence: str | None,
+        ref: str | None, withdraw: bool, reason: str | None, user: str, **_,
+    ):  # fmt: skip
+        session = self.session(session_id, project)
+        actor = access.Actor(user=self.operator(user, session))
+        if withdraw:
+            verdicts.withdraw_verdict(actor=actor, session_id=session.id, call_id=call_id, reason=reason)
+            self.stdout.write(self.style.SUCCESS(f"Withdrew the verdict on call {call_id}; it stays in the call's history."))
+            return
+        if outcome is None or evidence is None:
+            raise CommandError("Pass --outcome and --evidence (or --withdraw). Nothing was recorded.")
+        found = verdicts.record_verdict(actor=actor, session_id=session.id, call_id=call_id, outcome=outcome, evidence=evidence, external_ref=ref)
+        self.stdout.write(self.style.SUCCESS(f"Call {call_id}: {log_strategy.verdict_label(found.outcome, found.by, found.evidence)}."))
+
     def operator(self, username: str, session):
         """Who confirms: an operator (or admin) of the session's project, or a superuser."""
         users = get_user_model().objects
@@ -292,6 +329,6 @@ class Command(BaseCommand):
             raise CommandError(
                 f"{person.get_username()} may not recover sessions of project {session.project.slug!r}: that needs the"
                 f" {Role.OPERATOR} role (or {Role.ADMIN}); they are {'a ' + held if held else 'not a member'} there."
-                " Nothing was appended."
+                " Nothing was changed."
             )
         return person

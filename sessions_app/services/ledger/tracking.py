@@ -17,7 +17,7 @@ from django.db.models import F, Q
 
 from sessions_app.lib import statements
 from sessions_app.log import events as log_events
-from sessions_app.models import CallSighting, Event, LedgerCall, Session
+from sessions_app.models import CallSighting, Event, LedgerCall, Session, Verdict
 from sessions_app.selectors.calls import patch_seqs as _patch_seqs
 from sessions_app.selectors.ledger import inherited_rows
 
@@ -218,7 +218,16 @@ def rebuild(session: Session) -> int:
     LedgerCall.objects.bulk_create([row for row in kept if row.pk is None])
     if existing := [row for row in kept if row.pk is not None]:
         LedgerCall.objects.bulk_update(existing, ["tool", "arguments_preview", "seq", "time", "sighted_at", "turn_seq", "step_seq", *FACT_FIELDS])
+    _copy_verdicts(session)
     return len(kept)
+
+
+def _copy_verdicts(session: Session) -> None:
+    """The rows' copy of the current verdicts (which live beside the log, in their own table)."""
+    current = {v.call_id: v for v in Verdict.objects.filter(session=session, withdrawn_at__isnull=True)}
+    LedgerCall.objects.filter(session=session).exclude(call_id__in=current).exclude(verdict=None).update(verdict=None, verdict_ref=None)
+    for call_id, verdict in current.items():
+        LedgerCall.objects.filter(session=session, call_id=call_id).update(verdict=verdict.outcome, verdict_ref=verdict.external_ref or None)
 
 
 

@@ -31,6 +31,7 @@ def build(
     plan = recovery_plan(session) if plan is None else plan
     turns = recovery_strategies(plan, session=session) if turns is None else turns
     owed = [r.call for r in plan.repairs if r.call is not None]
+    found = {r.call.id: r.data["metadata"].get("verdict") for r in plan.repairs if r.call is not None}
     classes = side_effect_classes((call.name for call in owed), project_id=session.project_id)
     strategies = [t.as_wire() for t in turns]
     recommended = min((t.strategy for t in turns), key=log_strategy.STRATEGIES.index, default=None)
@@ -59,6 +60,7 @@ def build(
                 "risk": call.risk,
                 "rule": call.rule,
                 "side_effect": classes[log_events.tool_name(call.name)],
+                "verdict": found.get(call.id),  # what a person or a reconciler found out (session-log.md 8.2), or None
             }
             for call in owed
         ],
@@ -78,7 +80,9 @@ def slack_text(payload: dict) -> dict:
     if payload["open_turns"]:
         lines.append("Open turns: " + ", ".join(t["label"] for t in payload["open_turns"]))
     for call in payload["owed_calls"]:
-        lines.append(f"Owed call {call['name']} ({call['id']}): {call['risk']}, {call['side_effect']}")
+        verdict = call.get("verdict")
+        found = f", {log_strategy.verdict_label(verdict['outcome'], verdict['by'], verdict['evidence'])}" if verdict else ""
+        lines.append(f"Owed call {call['name']} ({call['id']}): {call['risk']}{found}, {call['side_effect']}")
     if payload["recommended_strategy"]:
         lines.append(f"Recommended: {payload['recommended_strategy']}")
     lines.append(f"Recovery preview: {payload['recovery_preview_url']}")

@@ -322,7 +322,10 @@ def test_a_site_token_gets_no_session(django_user_model, beta_session):
 def test_the_openapi_document_lists_403_for_every_session_endpoint(client):
     paths = client.get("/api/v1/openapi.json").json()["paths"]
     session_paths = {path: ops for path, ops in paths.items() if path.startswith("/api/v1/sessions/{session_id}")}
-    assert len(session_paths) == len(READS) + len(WRITES) - 2  # /events and /notes serve a read and a write
+    # /events and /notes serve a read and a write; a call's verdicts have three paths of their own (test_verdicts.py).
+    call_paths = {f"/api/v1/sessions/{{session_id}}/calls/{{call_id}}/{action}" for action in ("verdict", "verdicts", "check")}
+    assert call_paths <= session_paths.keys()
+    assert len(session_paths) == len(READS) + len(WRITES) - 2 + len(call_paths)
     for path, operations in session_paths.items():
         for method, operation in operations.items():
             assert "403" in operation["responses"], f"{method.upper()} {path}"

@@ -566,6 +566,7 @@ def test_openapi_lists_400_invalid_json_for_every_body_and_links_the_projects_do
             if "requestBody" in operation or path.endswith("/import"):
                 assert "400" in operation["responses"], (method, path)
         assert "{session_id}" in path or "session_id" not in path  # converters do not leak into the document
+        assert "{call_id}" in path or "call_id" not in path
 
 
 def test_openapi_describes_every_endpoint(api):
@@ -603,6 +604,8 @@ def test_the_openapi_document_keeps_its_path_order_and_operation_ids_across_the_
         "/api/v1/sessions/{session_id}/patch-dangling-calls", "/api/v1/sessions/{session_id}/fork",
         "/api/v1/sessions/{session_id}/notes", "/api/v1/notes/{note_id}", "/api/v1/sessions/{session_id}/calls",
         "/api/v1/projects/{slug}/tools", "/api/v1/projects/{slug}/tools/policies/{pattern}",
+        "/api/v1/sessions/{session_id}/calls/{call_id}/verdict", "/api/v1/sessions/{session_id}/calls/{call_id}/verdicts",
+        "/api/v1/sessions/{session_id}/calls/{call_id}/check",
     ]  # fmt: skip
     assert [operation["operationId"] for path in paths.values() for operation in path.values()] == [
         f"sessions_app_api_{name}"
@@ -611,6 +614,7 @@ def test_the_openapi_document_keeps_its_path_order_and_operation_ids_across_the_
             "list_messages", "export_session", "get_recovery_plan", "get_dangling_calls", "recover_session",
             "patch_dangling_calls", "fork_session", "add_note", "list_notes", "edit_note", "delete_note",
             "list_calls", "project_tools", "save_policy", "delete_policy",
+            "record_verdict", "withdraw_verdict", "list_verdicts", "queue_check",
         ]
     ]  # fmt: skip
     imported = api.post("/api/v1/sessions/import", {"version": 2, "events": []})

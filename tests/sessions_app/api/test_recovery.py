@@ -180,8 +180,8 @@ def test_the_plan_carries_a_strategy_per_open_turn(api, effect_policies):
             "turn_seq": 1,
             "strategy": "manual_check",
             "calls": [
-                {"id": "e1", "name": "send_email", "seq": 3, "class": "external_effect", "state": "completed"},
-                {"id": "p1", "name": "charge_card", "seq": 3, "class": "external_effect", "state": "tool_outcome_unknown"},
+                {"id": "e1", "name": "send_email", "seq": 3, "class": "external_effect", "state": "completed", "verdict": None},
+                {"id": "p1", "name": "charge_card", "seq": 3, "class": "external_effect", "state": "tool_outcome_unknown", "verdict": None},
             ],
         }
     ]

@@ -7,6 +7,7 @@ visible to it), authenticated as an operator who may recover. Most path
 session ids (70%) name a session that exists: one crashed mid-turn (the
 worked example of session-log.md), one closed with a call never answered
 (the dangling-call patch applies); the rest are generated (404 for them).
+Path call ids likewise name the calls of those sessions most of the time.
 
 Budget: EXAMPLES_PER_OPERATION examples for each of the API's operations,
 about a minute per backend on a 2-core machine; a failing check fails pytest.
@@ -41,8 +42,11 @@ SESSIONS = {
 }
 CONFIG = SchemathesisConfig.from_dict(
     {
-        "dictionaries": {"sessions": {"values": list(SESSIONS)}},
-        "parameters": {"path.session_id": {"dictionary": "sessions", "probability": 0.7}},
+        "dictionaries": {"sessions": {"values": list(SESSIONS)}, "calls": {"values": ["c1", "c2", "c3", "c9"]}},
+        "parameters": {
+            "path.session_id": {"dictionary": "sessions", "probability": 0.7},
+            "path.call_id": {"dictionary": "calls", "probability": 0.7},
+        },
     }
 )
 schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", get_wsgi_application(), config=CONFIG)

@@ -135,8 +135,8 @@ def test_the_wire_form_lists_only_external_and_unknown_calls():
         "turn_seq": 0,
         "strategy": MANUAL_CHECK,
         "calls": [
-            {"id": "a", "name": "send_email", "seq": 1, "class": "external_effect", "state": "completed"},
-            {"id": "c", "name": "charge_card", "seq": 1, "class": "external_effect", "state": "tool_outcome_unknown"},
+            {"id": "a", "name": "send_email", "seq": 1, "class": "external_effect", "state": "completed", "verdict": None},
+            {"id": "c", "name": "charge_card", "seq": 1, "class": "external_effect", "state": "tool_outcome_unknown", "verdict": None},
         ],
     }
 

@@ -2,10 +2,12 @@
 
 import pytest
 from django.core.management import call_command
+from django.utils import timezone
 
 from sessions_app import selectors, services
 from sessions_app.log import events as log_events
-from sessions_app.models import LedgerCall, Session
+from sessions_app.models import LedgerCall, Session, Verdict
+from sessions_app.services import verdicts as verdict_services
 
 pytestmark = pytest.mark.django_db
 
@@ -39,3 +41,17 @@ def test_a_rebuild_gives_the_rows_the_appends_kept_and_resumes_after_an_id(capsy
     assert states() == kept
     assert LedgerCall.objects.count() == 4
     assert "done: 2 sessions, 4 calls" in capsys.readouterr().out
+
+
+def test_a_rebuild_keeps_the_rows_copy_of_the_current_verdicts():
+    crashed("a")
+    verdict_services.record_reconciler_verdict(session_id="a", call_id="c1", pattern="charge", outcome="happened", evidence="found", external_ref="ch_1")
+    verdict_services.record_reconciler_verdict(session_id="a", call_id="c2", pattern="refund", outcome="not_happened", evidence="none")
+    Verdict.objects.filter(call_id="c2").update(withdrawn_at=timezone.now(), withdrawn_by="ada")
+    LedgerCall.objects.all().delete()
+    call_command("ledger_rebuild")
+    assert dict(LedgerCall.objects.values_list("call_id", "verdict")) == {"c1": "happened", "c2": None}
+    assert LedgerCall.objects.get(call_id="c1").verdict_ref == "ch_1"
+    LedgerCall.objects.filter(call_id="c2").update(verdict="happened")  # a stale copy is put right
+    call_command("ledger_rebuild")
+    assert LedgerCall.objects.get(call_id="c2").verdict is None

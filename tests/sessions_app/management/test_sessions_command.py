@@ -333,3 +333,55 @@ def test_delete_refuses_a_parent_with_forks_and_an_unknown_session():
     with pytest.raises(CommandError, match="does not exist"):
         run("delete", "nope", "--yes")
     assert Session.objects.count() == 2 and not AuditEntry.objects.filter(action=AuditEntry.SESSION_DELETED).exists()
+
+
+def test_status_shows_a_verdict_beside_the_owed_calls_risk_and_the_strategy_it_settles(admin_user):
+    from sessions_app.services import verdicts as verdict_services
+    from sessions_app.selectors import access
+
+    ToolPolicy.objects.create(pattern="echo", side_effect="external_effect")
+    store(WORKED_EXAMPLE, session_id="crashed")
+    verdict_services.record_verdict(
+        actor=access.Actor(user=admin_user), session_id="crashed", call_id="c3", outcome="not_happened", evidence="bank portal, no wire"
+    )
+    status = run("status", "crashed")
+    (c3,) = [line for line in status.splitlines() if line.strip().startswith("c3")]
+    assert "tool_outcome_unknown, verified not happened (root: bank portal, no wire)" in c3
+    assert "echo (call c3, seq 8): verified not happened by root: it may be retried" in status
+
+
+def test_recover_refused_as_stale_by_a_verdict_says_so(admin_user, monkeypatch):
+    from sessions_app.services import verdicts as verdict_services
+
+    store(WORKED_EXAMPLE, session_id="crashed")
+
+    def verdict_then_yes(prompt):
+        verdict_services.record_reconciler_verdict(session_id="crashed", call_id="c3", pattern="echo", outcome="happened", evidence="found")
+        return "y"
+
+    monkeypatch.setattr("builtins.input", verdict_then_yes)
+    with pytest.raises(CommandError) as refused:
+        run("recover", "crashed")
+    assert "verdict changed while you were reading the plan: nothing was appended" in str(refused.value)
+    assert Event.objects.count() == 10 and not RecoveryRecord.objects.exists()
+
+
+def test_verdict_records_and_withdraws_as_the_person_named(admin_user):
+    from sessions_app.models import Verdict
+
+    store(WORKED_EXAMPLE, session_id="crashed")
+    out = run("verdict", "crashed", "c3", "--outcome", "happened", "--evidence", "portal shows it", "--ref", "W-1")
+    assert "Call c3: verified happened (root: portal shows it)." in out
+    verdict = Verdict.objects.get()
+    assert (verdict.by, verdict.user, verdict.external_ref) == ("root", admin_user, "W-1")
+    assert "withdrew" in run("verdict", "crashed", "c3", "--withdraw", "--reason", "wrong account").lower()
+    assert Verdict.objects.get().withdraw_reason == "wrong account"
+    with pytest.raises(CommandError, match="has no current verdict"):
+        run("verdict", "crashed", "c3", "--withdraw")
+    with pytest.raises(CommandError, match="no tool call with id 'c9'"):
+        run("verdict", "crashed", "c9", "--outcome", "happened", "--evidence", "x")
+    with pytest.raises(CommandError, match="evidence: evidence is empty"):
+        run("verdict", "crashed", "c3", "--outcome", "happened", "--evidence", "  ")
+    with pytest.raises(CommandError, match="Pass --outcome and --evidence"):
+        run("verdict", "crashed", "c3")
+    assert Event.objects.count() == 10

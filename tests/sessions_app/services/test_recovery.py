@@ -16,6 +16,7 @@ from sessions_app.models import Event, RecoveryRecord, Session
 from tests.concurrency import run_at_once
 from tests.sessions_app.log.strategies import events_of, logs
 from tests.sessions_app.log.test_recovery import WORKED_EXAMPLE, assistant, dispatch, result
+from tests.sessions_app.test_worker import tools  # noqa: F401  (a fixture)
 
 
 def store(items_or_events, session_id=None, chunk=None) -> Session:
@@ -189,3 +190,26 @@ def test_the_dangling_patch_waits_for_recovery_then_applies_once(operator):
     assert [e.data["tool_call_id"] for e in patched.appended] == ["early"]
     assert patched.record.kind == RecoveryRecord.DANGLING_PATCH
     assert services.patch_dangling_calls(session_id="s", user=operator).appended == []
+
+
+@pytest.mark.django_db
+def test_the_auto_recovery_policy_leaves_a_crash_only_a_verdict_made_safe(tools):
+    """Such a crash is a person's, or the settled-crash path's where the project chose so (with the context message)."""
+    from sessions_app.models import AutoRecoveryPolicy, Project
+    from sessions_app.services import settled_recovery
+    from sessions_app.services import verdicts as verdict_services
+    from tests.sessions_app.test_worker import QUIET, crash
+
+    policy = AutoRecoveryPolicy.objects.create(agent_pattern="*", min_quiet_seconds=300)
+    session = crash("s", "bot", "send_email", quiet=QUIET)
+    verdict_services.record_reconciler_verdict(session_id="s", call_id="c1", pattern="send_*", outcome="not_happened", evidence="no mail")
+    Session.objects.filter(pk="s").update(last_activity_at=session.last_activity_at)  # the verdict counts for retention, not quiet
+    turns = selectors.recovery_strategies(selectors.recovery_plan(Session.objects.get(pk="s")), session=session)
+    assert [t.strategy for t in turns] == ["restart_turn"]
+    assert services.recover_automatically(session_id="s", policy=policy) is None
+    Project.objects.filter(pk=session.project_id).update(auto_recover_settled=True)
+    assert services.recover_automatically(session_id="s", policy=policy) is None
+    result = settled_recovery.recover_settled(session_id="s", policy=policy)
+    assert result is not None and result.record.automatic
+    assert result.appended[0].data["metadata"]["verdict"]["outcome"] == "not_happened"
+    assert "verified not happened by reconciler:send_*" in result.appended[-1].data["content"]

@@ -12,7 +12,9 @@ from sessions_app.lib.errors import SessionHasForks, SessionNotFound
 from sessions_app.log.events import validate_batch
 from sessions_app.models import (
     AuditEntry,
+    CallCheck,
     CallSighting,
+    CheckAttempt,
     Event,
     IdempotentRequest,
     LedgerCall,
@@ -24,9 +26,11 @@ from sessions_app.models import (
     RecoveryRecord,
     Role,
     Session,
+    Verdict,
 )
 from sessions_app.selectors import access, search
 from sessions_app.services import retention
+from sessions_app.services import verdicts as services_verdicts
 from sessions_app.services import search as search_index
 from sessions_app.services.retention import deletion
 from tests.access import member
@@ -34,7 +38,10 @@ from tests.sessions_app import factories as f
 
 pytestmark = pytest.mark.django_db
 
-DEPENDENTS = [Event, CallSighting, LedgerCall, RecoveryRecord, IdempotentRequest, Note, OtlpTrace, OtlpSpan, Notification]
+DEPENDENTS = [
+    Event, CallSighting, LedgerCall, RecoveryRecord, IdempotentRequest, Note, OtlpTrace, OtlpSpan, Notification,
+    Verdict, CallCheck, CheckAttempt,
+]  # fmt: skip
 
 
 def rows_of(session_id: str) -> dict[str, int]:
@@ -71,7 +78,8 @@ def admin_actor():
 
 
 def rich_session(session_id: str, word: str, user, actor) -> None:
-    """A session with every kind of dependent row: a crash recovered, an idempotent append, a note, OTLP memory."""
+    """A session with every kind of dependent row: a crash recovered, an idempotent append, a note, OTLP memory,
+    a verdict, a reconciler's check and one of its attempts."""
     services.create_session(session_id=session_id, agent_name="bot")
     services.append_events(session_id=session_id, events=validate_batch([f.user(f"shared {word}")] + f.worked_example()[1:]))
     services.recover(session_id=session_id, user=user)
@@ -79,6 +87,9 @@ def rich_session(session_id: str, word: str, user, actor) -> None:
     services.add_note(actor=actor, session_id=session_id, text=f"shared note {word}", seq=1)
     trace = OtlpTrace.objects.create(session_id=session_id, trace_id="t" * 32, last_span_at=timezone.now())
     OtlpSpan.objects.create(session_id=session_id, trace_id=trace.trace_id, span_id="s" * 16)
+    services_verdicts.record_verdict(actor=actor, session_id=session_id, call_id="c3", outcome="happened", evidence="seen")
+    CallCheck.objects.create(session_id=session_id, project=Project.default(), call_id="c3")
+    CheckAttempt.objects.create(session_id=session_id, call_id="c3", pattern="tool_*", status=500, error="boom")
 
 
 def test_a_session_goes_with_every_row_that_names_it_and_the_others_stay_whole_and_searchable():
