@@ -68,7 +68,7 @@ def main() -> None:
         if not results:
             return ModelResponse(parts=[ToolCallPart("charge_card", {"order": ORDER, "amount": AMOUNT, "idempotency_key": KEY}, tool_call_id=f"charge_{uuid.uuid4().hex[:8]}")])
         last = results[-1]
-        if "verified as not having happened" in last or "not happened" in last and "charged" not in last:
+        if "verified as not having happened" in last:  # Turnlog's recovery says what the reconciler found
             return ModelResponse(parts=[ToolCallPart("charge_card", {"order": ORDER, "amount": AMOUNT, "idempotency_key": KEY}, tool_call_id=f"charge_{uuid.uuid4().hex[:8]}")])
         return ModelResponse(parts=[TextPart(f"Order {ORDER} is charged.")])
 

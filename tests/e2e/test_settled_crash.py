@@ -29,7 +29,7 @@ import standardwebhooks
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from sessions_app.models import Project, ToolPolicy
+from sessions_app.models import AuditEntry, Project, RecoveryRecord, ToolPolicy
 from sessions_app.models.notify import new_secret
 from tests.access import token_for
 from tests.servers import PROJECT_DIR, DaphneServer, database_url
@@ -189,6 +189,11 @@ def test_a_crashed_charge_is_settled_by_the_reconciler_recovered_and_never_repea
     assert synthetic["data"]["metadata"]["verdict"]["outcome"] == verdict["outcome"]
     [context] = [e for e in events if e["type"] == "system_message" and e["data"]["metadata"].get("recovery_context")]
     assert "reconciler:charge_card" in context["data"]["content"]
+    # What was decided and why, for the person reading afterwards: the recovery's record and the audit log.
+    [record] = RecoveryRecord.objects.filter(session_id=conversation)
+    assert record.automatic and record.context_seq == context["seq"] and "reconciler:charge_card" in record.note
+    assert AuditEntry.objects.filter(action=AuditEntry.VERDICT_RECORDED, target=conversation, actor_name="worker").exists()
+    assert AuditEntry.objects.filter(action=AuditEntry.RECOVERY, target=conversation).exists()
 
     # The agent resumes from Turnlog's history: one charge in the payments table, whichever way it went.
     output = resume(daphne, token, conversation, payments)
