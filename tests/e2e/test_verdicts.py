@@ -1,5 +1,6 @@
 """Verdicts in a real browser: a person records one on a call's card; the call leaves /calls/ (live) and is listed under
-the Settled filter; another open tab of the session shows it on the card and in the ledger at once.
+the Settled filter; another open tab of the session shows it on the card and in the ledger at once. A verdict recorded
+while a recovery preview is open makes that preview's confirm stale; the fresh preview states it and its strategy follows it.
 """
 
 from __future__ import annotations
@@ -106,3 +107,42 @@ def test_a_settled_card_its_history_and_the_open_form_have_no_axe_violations(bro
     report = axe_report(Axe(), page, f"settled card and verdict forms ({scheme})")
     context.close()
     assert not report, report
+
+
+def test_a_verdict_changes_the_recovery_preview_and_makes_an_earlier_preview_stale(browser, server, staff_user):
+    from sessions_app.log import strategy
+    from sessions_app.models import Event, RecoveryRecord, ToolPolicy
+    from tests.e2e.test_recovery_strategies import CRASH as PREVIEWED, crashed_hours_ago
+    from tests.sessions_app.services.test_recovery import store
+
+    ToolPolicy.objects.create(pattern="send_email", side_effect="external_effect")
+    ToolPolicy.objects.create(pattern="charge_card", side_effect="external_effect")
+    store(crashed_hours_ago(PREVIEWED), session_id="charges")
+    count = Event.objects.filter(session_id="charges").count()
+    preview = open_page(browser, server, staff_user, "/sessions/charges/recovery")
+    expect(preview.locator(".strategy .strategy-name")).to_have_text(strategy.MANUAL_CHECK)
+
+    # Someone else finds the charge in the processor's dashboard and says so on the call's card.
+    card_page = open_page(browser, server, staff_user, "/sessions/charges/")
+    card = card_page.locator("div.card[data-call-id='call_charge_02']")
+    card.locator("details.verdict-record > summary").click()
+    card.locator("input[name=outcome][value=happened]").check()
+    card.locator("textarea[name=evidence]").fill("processor dashboard shows the charge")
+    card.locator("input[name=external_ref]").fill("ch_3Px")
+    card.locator("details.verdict-record form button[type=submit]").click()
+    expect(card_page.locator("div.card[data-call-id='call_charge_02'] .card-head")).to_contain_text("verified happened", timeout=LIVE)
+
+    # The preview opened before the verdict: its confirm is refused as stale, nothing appended.
+    preview.get_by_role("button", name="Confirm recovery").click()
+    expect(preview.locator("#plan-change")).to_contain_text("a call's verdict was recorded or withdrawn since you opened the preview", timeout=LIVE)
+    assert Event.objects.filter(session_id="charges").count() == count and not RecoveryRecord.objects.exists()
+
+    # The fresh preview: the synthetic result states the verdict and the strategy follows it (a completed effect).
+    preview.goto(f"{server.url}/sessions/charges/recovery")
+    expect(preview.locator(".strategy .strategy-name")).to_have_text(strategy.RESUME_AFTER_EFFECTS)
+    expect(preview.locator("body")).to_contain_text("It was verified as having happened by ops")
+    preview.get_by_role("button", name="Confirm recovery").click()
+    expect(preview.locator(".messages")).to_contain_text(f"Appended seqs {count}–{count + 1}", timeout=LIVE)
+    result = Event.objects.get(session_id="charges", seq=count)
+    assert result.data["metadata"]["risk"] == "tool_outcome_unknown"
+    assert result.data["metadata"]["verdict"]["outcome"] == "happened" and result.data["metadata"]["verdict"]["external_ref"] == "ch_3Px"

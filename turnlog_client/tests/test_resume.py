@@ -10,7 +10,7 @@ import pytest
 
 from turnlog_client import AsyncClient, Client, NotFound, RecoveryNeeded
 from turnlog_client.resume import chat_message, chat_messages
-from turnlog_client.tests.histories import ASK, OPEN_TURN, SUMMARY, SYSTEM, record_charge_verdict, write_crashed_session
+from turnlog_client.tests.histories import ASK, EVIDENCE, OPEN_TURN, SUMMARY, SYSTEM, record_charge_verdict, write_crashed_session
 
 live = pytest.mark.django_db(transaction=True)  # the server reads what the test commits
 
@@ -30,6 +30,9 @@ def test_resume_after_recovery_with_context_gives_the_fold_with_the_synthetic_re
     synthetic, turn_end, context = appended
     assert (synthetic["type"], turn_end["type"], context["type"]) == ("tool_result", "turn_end", "system_message")
     assert synthetic["data"]["tool_call_id"] == "c1" and synthetic["data"]["metadata"]["risk"] == "tool_outcome_unknown"
+    # The verdict reaches the agent: in the synthetic result (stated and in its metadata) and in the context.
+    assert synthetic["data"]["metadata"]["verdict"]["outcome"] == "happened" and EVIDENCE in synthetic["data"]["content"]
+    assert "verified happened by operator" in context["data"]["content"] and "ch_demo_1" in context["data"]["content"]
     assert context["data"]["metadata"] == {"synthetic": True, "recovery_context": True} and "charge_card" in context["data"]["content"]
 
     assert client.resume(session_id) == [
