@@ -17,14 +17,14 @@ from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods
 
-from dashboard.pages.blocks import SIDE_EFFECT_LABELS
+from dashboard.pages.blocks import SIDE_EFFECT_LABELS, card_anchor
 from dashboard.pages.projects import admins_only
 from sessions_app.lib.errors import InvalidPolicy, PolicyNotFound
 from sessions_app.log import policies as log_policies
 from sessions_app.log.ledger import STATES
 from sessions_app.log.recovery import TOOL_OUTCOME_UNKNOWN
 from sessions_app.models import ToolPolicy
-from sessions_app.selectors import access
+from sessions_app.selectors import access, project_attempts
 from sessions_app.selectors import tools as tool_selectors
 from sessions_app.services import tool_policies
 
@@ -115,9 +115,10 @@ def tools_page(request, project, is_admin: bool, form, *, status: int = 200, sav
 
     lines = [ToolLine(t, url(t.name, STATES), url(t.name, [TOOL_OUTCOME_UNKNOWN])) for t in found.tools]
     policies = [(p, tool_selectors.reconciler_host(p.check_url)) for p in found.policies]
+    attempts = [(a, reverse("session_detail", args=[a.session_id]) + "#" + card_anchor(a.call_id)) for a in project_attempts(project.pk)]
     context = {
         "project": project, "tab": "tools", "is_admin": is_admin, "lines": lines, "policies": policies, "form": form,
         "saved": saved, "secret": secret, "no_policy": NO_POLICY, "project_scope": log_policies.PROJECT,
-        "unflagged": sum(1 for t in found.tools if t.no_policy),
+        "unflagged": sum(1 for t in found.tools if t.no_policy), "attempts": attempts,
     }  # fmt: skip
     return render(request, "projects/tools.html", context, status=status)

@@ -48,7 +48,7 @@ from sessions_app.selectors.projects import (
     user_token,
     user_tokens,
 )
-from sessions_app.selectors.reconcilers import CallChecks, SessionChecks, call_checks, policy_attempts, session_checks
+from sessions_app.selectors.reconcilers import CallChecks, SessionChecks, call_checks, policy_attempts, project_attempts, session_checks
 from sessions_app.selectors.recovery import (
     complete_tail,
     dangling_patch,

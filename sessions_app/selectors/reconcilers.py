@@ -75,3 +75,9 @@ def policy_attempts(policy: ToolPolicy, *, limit: int = POLICY_ATTEMPTS) -> list
     under = CallCheck.objects.filter(session_id=OuterRef("session_id"), call_id=OuterRef("call_id"), policy=policy)
     rows = CheckAttempt.objects.filter(pattern=policy.pattern).filter(Exists(under)).select_related("session")
     return list(rows.order_by("-at", "-id")[:limit])
+
+
+def project_attempts(project_id: int, *, limit: int = POLICY_ATTEMPTS) -> list[CheckAttempt]:
+    """The newest reconciler attempts for the calls of one project's sessions, newest first (the Tools page)."""
+    rows = CheckAttempt.objects.filter(session__project_id=project_id).select_related("session")
+    return list(rows.order_by("-at", "-id")[:limit])

@@ -160,3 +160,19 @@ def test_api_and_page_agree(admin, api, crashed):
     for tool in body["tools"]:
         assert f">{tool['calls']}</a>" in tool_row(page, tool["name"])
 
+
+
+def test_the_reconcilers_attempts_of_the_projects_calls_are_listed_newest_first_with_a_link_to_the_card(viewer, crashed):
+    from sessions_app.models import CheckAttempt, Project, Session
+
+    other = Project.objects.create(slug="other", name="Other")
+    Session.objects.create(id="elsewhere", project=other)
+    CheckAttempt.objects.create(session_id="crash", call_id="p1", pattern="charge_*", status=503, error="HTTP 503 <b>busy</b>")
+    CheckAttempt.objects.create(session_id="crash", call_id="p1", pattern="charge_*", status=200, outcome="happened")
+    CheckAttempt.objects.create(session_id="elsewhere", call_id="x1", pattern="charge_*", status=None, error="another project's")
+    page = viewer.get(PAGE).content.decode()
+    rows = re.findall(r'<tr class="attempt-row[^"]*">(.*?)</tr>', page, re.S)
+    assert len(rows) == 2 and "another project" not in page
+    assert "happened" in rows[0] and "503" in rows[1]
+    assert "HTTP 503 &lt;b&gt;busy&lt;/b&gt;" in rows[1]  # an endpoint's words are escaped
+    assert 'href="/sessions/crash/#' in rows[0]
