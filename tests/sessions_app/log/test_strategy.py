@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sessions_app.log.events import Event, call_id, tool_calls_of
-from sessions_app.log.recovery import plan
+from sessions_app.log.recovery import HAPPENED, NOT_HAPPENED, plan
 from sessions_app.log.strategy import (
     MANUAL_CHECK,
     RESTART_TURN,
@@ -190,22 +190,38 @@ def classified_logs(draw):
     return renamed(events, names), policy
 
 
-def expected_strategy(events, turn_seq, side_effect_of, risks) -> str:
-    """Section 8.1's table read straight off the log (an oracle, independent of the scan)."""
-    first = {}  # call id -> (seq, name) of its first sighting anywhere in the log
+def expected_strategy(events, turn_seq, side_effect_of, risks, verdicts=None) -> str:
+    """Section 8.1's table as 8.2 amends it (`verdicts`: call id -> a log.recovery.Verdict), read straight off
+    the log (an oracle, independent of the scan)."""
+    verdicts = verdicts or {}
+    first = {}
     for e in events:
-        found = tool_calls_of(e.data) if e.type == "assistant_message" else [e.data] if e.type == "tool_call" else []
-        for c in found:
+        found_calls = tool_calls_of(e.data) if e.type == "assistant_message" else [e.data] if e.type == "tool_call" else []
+        for c in found_calls:
             if call_id(c) is not None:
                 first.setdefault(call_id(c), (e.seq, c.get("name")))
-    first = {cid: name for cid, (seq, name) in first.items() if seq > turn_seq}
+    inside = {cid: name for cid, (seq, name) in first.items() if seq > turn_seq}
     results = {}
     for e in events:
         if e.type == "tool_result":
             results.setdefault(call_id(e.data), []).append((e.data.get("metadata") or {}).get("synthetic") is True)
-    unknown = any(cid not in results and risks[cid] == "tool_outcome_unknown" and side_effect_of(n) in RISKY_CLASSES for cid, n in first.items())
-    effects = any(cid in results and not all(results[cid]) and side_effect_of(n) in RISKY_CLASSES for cid, n in first.items())
-    return MANUAL_CHECK if unknown else RESUME_AFTER_EFFECTS if effects else RESTART_TURN
+    states = {}
+    for cid in inside:
+        if cid in results:
+            states[cid] = "completed" if not all(results[cid]) else None  # answered only synthetically: skipped
+        else:
+            states[cid] = risks[cid]
+            outcome = verdicts[cid].outcome if cid in verdicts else None
+            if states[cid] == "tool_outcome_unknown" and outcome == HAPPENED:
+                states[cid] = "completed"
+            elif states[cid] == "tool_outcome_unknown" and outcome == NOT_HAPPENED:
+                states[cid] = "tool_not_started"
+    risky = {cid for cid, name in inside.items() if side_effect_of(name) in RISKY_CLASSES}
+    if any(states[cid] == "tool_outcome_unknown" for cid in risky):
+        return MANUAL_CHECK
+    if any(states[cid] == "completed" for cid in risky):
+        return RESUME_AFTER_EFFECTS
+    return RESTART_TURN
 
 
 @given(classified_logs())

@@ -19,14 +19,13 @@ from sessions_app.log.strategy import (
     MANUAL_CHECK,
     RESTART_TURN,
     RESUME_AFTER_EFFECTS,
-    RISKY_CLASSES,
     context_message,
     deciding_in_wire,
     strategies,
 )
 
 from .strategies import events_of
-from .test_strategy import ask, call, classes, classified_logs, dispatch, ran
+from .test_strategy import ask, call, classes, classified_logs, dispatch, expected_strategy, ran
 
 AT = "2026-03-01T10:00:00Z"
 
@@ -158,38 +157,6 @@ def judged_logs(draw):
     return events, policy, verdicts
 
 
-def oracle(events, turn_seq, side_effect_of, risks, verdicts) -> str:
-    """Section 8.1's table as 8.2 amends it, read straight off the log (independent of the scan)."""
-    first = {}
-    for e in events:
-        found_calls = tool_calls_of(e.data) if e.type == "assistant_message" else [e.data] if e.type == "tool_call" else []
-        for c in found_calls:
-            if call_id(c) is not None:
-                first.setdefault(call_id(c), (e.seq, c.get("name")))
-    inside = {cid: name for cid, (seq, name) in first.items() if seq > turn_seq}
-    results = {}
-    for e in events:
-        if e.type == "tool_result":
-            results.setdefault(call_id(e.data), []).append((e.data.get("metadata") or {}).get("synthetic") is True)
-    states = {}
-    for cid in inside:
-        if cid in results:
-            states[cid] = "completed" if not all(results[cid]) else None  # answered only synthetically: skipped
-        else:
-            states[cid] = risks[cid]
-            outcome = verdicts[cid].outcome if cid in verdicts else None
-            if states[cid] == "tool_outcome_unknown" and outcome == HAPPENED:
-                states[cid] = "completed"
-            elif states[cid] == "tool_outcome_unknown" and outcome == NOT_HAPPENED:
-                states[cid] = "tool_not_started"
-    risky = {cid for cid, name in inside.items() if side_effect_of(name) in RISKY_CLASSES}
-    if any(states[cid] == "tool_outcome_unknown" for cid in risky):
-        return MANUAL_CHECK
-    if any(states[cid] == "completed" for cid in risky):
-        return RESUME_AFTER_EFFECTS
-    return RESTART_TURN
-
-
 def without_verdict(data: dict) -> dict:
     metadata = {k: v for k, v in data["metadata"].items() if k != "verdict"}
     return {k: v for k, v in data.items() if k != "content"} | {"metadata": metadata}
@@ -225,5 +192,5 @@ def test_verdicts_change_only_what_section_8_2_says(case):
     risks = {r.data["tool_call_id"]: r.data["metadata"]["risk"] for r in bare.repairs if r.type == "tool_result"}
     for turn in strategies(judged, side_effect_of):
         nested = {c.call.id: c.call.state for c in turn.calls if c.call.state != "completed" and c.call.id not in risks}
-        assert turn.strategy == oracle(events, turn.turn_seq, side_effect_of, risks | nested, verdicts)
+        assert turn.strategy == expected_strategy(events, turn.turn_seq, side_effect_of, risks | nested, verdicts)
         assert all((c.verdict is None) == (c.call.id not in verdicts) for c in turn.calls)
