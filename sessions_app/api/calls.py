@@ -12,6 +12,7 @@ from sessions_app.api.notes import note_to_wire
 from sessions_app.api.schemas import CALL_STATES, CallPageOut, CallsOut, ErrorOut
 from sessions_app.log import events as log_events
 from sessions_app.selectors import access
+from sessions_app.services.verdict_transfer import verdict_to_wire
 
 router = Router(tags=["calls"])
 
@@ -35,17 +36,6 @@ def call_to_wire(row: selectors.CallRow) -> dict:
         "idempotency_key": row.idempotency_key,
         "receipt": row.receipt,
         "verdict": verdict_to_wire(row.verdict) if row.verdict is not None else None,
-    }
-
-
-def verdict_to_wire(verdict) -> dict:
-    return {
-        "outcome": verdict.outcome,
-        "evidence": verdict.evidence,
-        "external_ref": verdict.external_ref or None,
-        "by": verdict.by,
-        "source": verdict.source,
-        "at": log_events.format_time(verdict.at),
     }
 
 

@@ -13,7 +13,7 @@ from typing import Literal
 from ninja import Field, Router, Schema, Status
 from pydantic import StrictStr
 
-from sessions_app.api.calls import call_to_wire, verdict_to_wire
+from sessions_app.api.calls import call_to_wire
 from sessions_app.api.checks import readable
 from sessions_app.api.schemas import BODY_ERRORS, CallOut, ErrorOut, VerdictOut
 from sessions_app.log import events as log_events
@@ -22,6 +22,7 @@ from sessions_app.selectors import verdicts as verdict_reads
 from sessions_app.selectors.call_detail import call_row, prep_call_id
 from sessions_app.services import reconcilers
 from sessions_app.services import verdicts as verdict_writes
+from sessions_app.services.verdict_transfer import verdict_to_wire
 
 router = Router(tags=["verdicts"])
 CALL_PATH = "/sessions/{session_id:session_id}/calls/{call_id:call_id}"

@@ -14,16 +14,23 @@ from .verdicts import checked_evidence, checked_external_ref, checked_outcome, p
 BY_MAX = Verdict._meta.get_field("by").max_length
 
 
-def verdict_to_blob(verdict: Verdict) -> dict:
-    """One verdict as an export carries it (withdrawn ones too)."""
+def verdict_to_wire(verdict: Verdict) -> dict:
+    """A verdict as the API's Call carries it (api.md, "Verdicts, receipts and reconcilers")."""
     return {
-        "call_id": verdict.call_id,
         "outcome": verdict.outcome,
         "evidence": verdict.evidence,
         "external_ref": verdict.external_ref or None,
         "by": verdict.by,
         "source": verdict.source,
         "at": log_events.format_time(verdict.at),
+    }
+
+
+def verdict_to_blob(verdict: Verdict) -> dict:
+    """One verdict as an export carries it (withdrawn ones too)."""
+    return {
+        "call_id": verdict.call_id,
+        **verdict_to_wire(verdict),
         "withdrawn_at": log_events.format_time(verdict.withdrawn_at) if verdict.withdrawn_at is not None else None,
         "withdrawn_by": verdict.withdrawn_by or None if verdict.withdrawn_at is not None else None,
         "withdraw_reason": verdict.withdraw_reason or None if verdict.withdrawn_at is not None else None,
