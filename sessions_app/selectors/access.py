@@ -265,7 +265,8 @@ def project_for(actor: Actor, slug: str | None, capability: str) -> Project:
             )
         return allowed[0]
     else:
-        project = Project.objects.filter(slug=slug).first()
+        # A slug holding NUL names no project (and PostgreSQL cannot be asked about it).
+        project = Project.objects.filter(slug=slug).first() if "\x00" not in slug else None
         if project is None or not actor.capabilities(project.pk):
             if project is not None:
                 audit_denied(actor, project_id=project.pk, target=f"project {slug}", capability=capability)

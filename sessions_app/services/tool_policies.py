@@ -10,6 +10,7 @@ address is set or changed, and never shown again.
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -72,9 +73,20 @@ def checked_pointer(pointer: object) -> str:
 
 def checked_check_url(url: object) -> str:
     url = _text("check_url", url, most=CHECK_URL_MAX).strip()
+    if url and _has_userinfo(url):
+        # Every member reads a policy's check_url: a password in it would be theirs. The request is signed instead.
+        why = "it holds a user name or password (user@host); the check is signed with the policy's secret instead"
+        raise InvalidPolicy("check_url", "address_refused", f"check_url is refused: {why}")
     if url and (why := refusal_for_url(url)):
         raise InvalidPolicy("check_url", "address_refused", f"check_url is refused: {why}")
     return url
+
+
+def _has_userinfo(url: str) -> bool:
+    try:
+        return "@" in urlsplit(url).netloc
+    except ValueError:  # refusal_for_url says what is wrong with it
+        return False
 
 
 def _project(actor: access.Actor, project_slug: str | None) -> Project | None:
@@ -145,7 +157,7 @@ def _save(actor: access.Actor, project: Project | None, pattern: str, values: di
 def delete_policy(*, actor: access.Actor, project_slug: str | None, pattern: object) -> None:
     """Delete the project's policy with this pattern (SITE: the site-wide one); PolicyNotFound when there is none."""
     project = _project(actor, project_slug)
-    if not isinstance(pattern, str):
+    if not isinstance(pattern, str) or "\x00" in pattern:  # no policy holds NUL (and PostgreSQL cannot be asked)
         raise PolicyNotFound(project_slug, str(pattern))
     with transaction.atomic():
         policy = ToolPolicy.objects.select_for_update().filter(project=project, pattern=pattern).first()

@@ -127,14 +127,23 @@ def _refusal_of(host: str, addresses: list[str]) -> str | None:
 def refusal_for_url(url: str) -> str | None:
     """Why a webhook's or a reconciler's URL is refused now (scheme, no host, a bad port, a name that does not resolve, an
     address refused), or None. Call it when the URL is saved; client() checks again at each connection."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError:  # an unclosed or malformed [IPv6] host
+        return "the host is not a name or an address (an IPv6 address is written in brackets, as http://[2001:db8::1]/)"
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return "use an http:// or https:// URL with a host"
     try:
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        addresses = resolve(parts.hostname, port)
+        port = parts.port
     except ValueError:
-        return "the port is not a number from 0 to 65535"
+        port = 0
+    if port == 0:  # port 0 cannot be connected to ("or 443" would have checked another port than the one saved)
+        return "the port is not a number from 1 to 65535"
+    port = port or (443 if parts.scheme == "https" else 80)
+    try:
+        addresses = resolve(parts.hostname, port)
+    except UnicodeError:  # IDNA refuses the name: an empty label (a..b) or one over 63 characters
+        return f"{parts.hostname} is not a host name"
     except OSError as error:
         return f"{parts.hostname} does not resolve ({error.strerror or error})"
     return _refusal_of(parts.hostname, addresses)
