@@ -30,16 +30,17 @@ CALL_PATH = "/sessions/{session_id:session_id}/calls/{call_id:call_id}"
 
 class VerdictIn(Schema):
     outcome: Literal["happened", "not_happened"] = Field(..., description="what was found in the outside system")
-    evidence: StrictStr = Field(
-        ..., min_length=1, max_length=verdict_writes.EVIDENCE_MAX, description="what was found and where (not blank)"
-    )
+    # The lengths are the service's to check, so that a limit broken is `invalid_verdict` naming the field and the reason.
+    evidence: StrictStr = Field(..., description=f"what was found and where: 1 to {verdict_writes.EVIDENCE_MAX} characters, not blank")
     external_ref: StrictStr | None = Field(
-        None, max_length=verdict_writes.EXTERNAL_REF_MAX, description="the outside system's reference (a charge id, a message id)"
+        None, description=f"the outside system's reference (a charge id, a message id), at most {verdict_writes.EXTERNAL_REF_MAX} characters"
     )
 
 
 class WithdrawIn(Schema):
-    reason: StrictStr | None = Field(None, max_length=verdict_writes.REASON_MAX, description="why it is withdrawn (kept in the history)")
+    reason: StrictStr | None = Field(
+        None, description=f"why it is withdrawn (kept in the history), at most {verdict_writes.REASON_MAX} characters"
+    )
 
 
 class VerdictHistoryOut(VerdictOut):

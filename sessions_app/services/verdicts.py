@@ -65,6 +65,17 @@ def checked_external_ref(ref: object) -> str:
     return ref.strip()
 
 
+def checked_reason(reason: object) -> None:
+    if reason is None:
+        return
+    if not isinstance(reason, str):
+        raise InvalidVerdict("reason", "not_text", f"reason must be a string, not {log_events.show_json(reason)}")
+    if len(reason) > REASON_MAX:
+        raise InvalidVerdict("reason", "too_long", f"reason has {len(reason)} characters; at most {REASON_MAX}")
+    if "\x00" in reason:
+        raise InvalidVerdict("reason", "invalid_text", "reason holds NUL, which is not allowed")
+
+
 def _ledger_row(session: Session, call_id: str) -> LedgerCall:
     """The session's own ledger row of the call (a fork's inherited call copied in), or CallNotFound."""
     key = prep_call_id(call_id)
@@ -130,7 +141,7 @@ def record_verdict(
 ) -> Verdict:
     """A person's finding for one call of the session (they need RECOVER there); it replaces the current one."""
     session = access.session_for(actor, session_id, access.RECOVER, related=False)
-    if not isinstance(call_id, str) or not call_id:
+    if not isinstance(call_id, str) or not call_id or "\x00" in call_id:  # no call id holds NUL
         raise CallNotFound(session_id, str(call_id))
     outcome, evidence, external_ref = checked_outcome(outcome), checked_evidence(evidence), checked_external_ref(external_ref)
     now = timezone.now()
@@ -159,9 +170,8 @@ def record_reconciler_verdict(
 def withdraw_verdict(*, actor: access.Actor, session_id: str, call_id: object, reason: object = None) -> LedgerCall:
     """Withdraw the call's current verdict (kept in its history); VerdictNotFound when there is none."""
     session = access.session_for(actor, session_id, access.RECOVER, related=False)
-    if reason is not None and (not isinstance(reason, str) or len(reason) > REASON_MAX or "\x00" in reason):
-        raise InvalidVerdict("reason", "invalid_reason", f"reason must be text of at most {REASON_MAX} characters")
-    if not isinstance(call_id, str) or not call_id:
+    checked_reason(reason)
+    if not isinstance(call_id, str) or not call_id or "\x00" in call_id:  # no call id holds NUL
         raise CallNotFound(session_id, str(call_id))
     now = timezone.now()
     with transaction.atomic():

@@ -98,12 +98,12 @@ def queue_check(*, actor: access.Actor, session_id: str, call_id: object) -> Cal
     gave up or settled is made pending again (its attempts are kept, and it gets a full set more); NoReconciler
     when the call's tool has no policy with a check_url, CallNotFound for no such call."""
     session = access.session_for(actor, session_id, access.RECOVER, related=False)
-    if not isinstance(call_id, str) or not call_id:
+    if not isinstance(call_id, str) or not call_id or "\x00" in call_id:  # no call id holds NUL
         raise CallNotFound(session_id, str(call_id))
     key = prep_call_id(call_id)
     tools = list(LedgerCall.objects.filter(session=session, call_id=key).values_list("tool", flat=True)[:1])
+    inherited = None
     if not tools and session.seed_length and (inherited := inherited_rows(session, {key}).get(key)) is not None:
-        inherited.save()  # a fork's call from before the fork gets its own row, as a verdict on it does
         tools = [inherited.tool]
     if not tools:
         raise CallNotFound(session_id, call_id)
@@ -112,6 +112,10 @@ def queue_check(*, actor: access.Actor, session_id: str, call_id: object) -> Cal
         raise NoReconciler(session_id, call_id, tools[0])
     now = timezone.now()
     with transaction.atomic():
+        if inherited is not None and not LedgerCall.objects.filter(session=session, call_id=key).exists():
+            # A fork's call from before the fork gets its own row, as a verdict on it does: only once the check is
+            # queued (a refused one stores nothing, and a row of its own would list the call under the fork too).
+            inherited.save()
         check, created = CallCheck.objects.select_for_update().get_or_create(
             session=session, call_id=key, defaults={"project_id": session.project_id, "policy_id": policy.id, "next_at": now, "created_at": now}
         )
