@@ -9,7 +9,7 @@ from sessions_app.log import events as log_events
 from sessions_app.models import LedgerCall, Session, Verdict
 from sessions_app.models.verdicts import PERSON, RECONCILER
 
-from .verdicts import checked_evidence, checked_external_ref, checked_outcome, prep_call_id
+from .verdicts import checked_evidence, checked_external_ref, checked_outcome, checked_reason, prep_call_id
 
 BY_MAX = Verdict._meta.get_field("by").max_length
 
@@ -55,7 +55,9 @@ def import_verdicts(session: Session, verdicts: object, warnings: list[str], *, 
     kept = []
     for verdict in sorted(found, key=lambda v: v.at):
         if verdict.call_id not in known:
-            warnings.append(f"the verdict on call {verdict.call_id!r} names no call of this session; dropped")
+            # Named as it was sent (a long id is stored as its digest) and by its place in the list.
+            shown = repr(verdict.sent_id) if len(verdict.sent_id) <= 100 else f"{verdict.sent_id[:100]!r}..."
+            warnings.append(f"verdicts[{verdict.index}] dropped: call {shown} is not a call of this session")
             continue
         verdict.session = session
         kept.append(verdict)
@@ -88,16 +90,37 @@ def _imported(index: int, item: object, warnings: list[str], now: datetime) -> V
         warnings.append(f"{name} dropped: {exc.detail}")
         return None
     by = _author(item.get("by"), f"{name}: by", warnings)
-    source = item.get("source") if item.get("source") in (PERSON, RECONCILER) else PERSON
+    source = item.get("source", PERSON)
+    if source not in (PERSON, RECONCILER):
+        warnings.append(f"{name}: source {log_events.show_json(source)} is not person or reconciler; kept as person")
+        source = PERSON
     at = _time_or(now, item.get("at"))
+    if at is None:
+        warnings.append(f"{name}: at {log_events.show_json(item.get('at'))} is not a time with a UTC offset; kept at the import's time")
+        at = now
     withdrawn_at = _time_or(None, item.get("withdrawn_at"))
+    if withdrawn_at is None and item.get("withdrawn_at") is not None:
+        # Unreadable, but withdrawn: it must not become the call's current verdict.
+        shown = log_events.show_json(item.get("withdrawn_at"))
+        warnings.append(f"{name}: withdrawn_at {shown} is not a time with a UTC offset; kept as withdrawn at its at")
+        withdrawn_at = at
+    elif withdrawn_at is not None and withdrawn_at < at:
+        warnings.append(f"{name}: withdrawn_at is before its at; kept as withdrawn at its at")
+        withdrawn_at = at
     withdrawn_by = _author(item.get("withdrawn_by"), f"{name}: withdrawn_by", warnings) if withdrawn_at is not None else ""
-    reason = item.get("withdraw_reason")
-    reason = reason if withdrawn_at is not None and isinstance(reason, str) and "\x00" not in reason else ""
-    return Verdict(
+    reason = item.get("withdraw_reason") if withdrawn_at is not None else None
+    try:
+        checked_reason(reason)
+    except InvalidVerdict as exc:
+        warnings.append(f"{name}: {exc.detail}; kept without its withdraw_reason")
+        reason = None
+    reason = reason or ""
+    verdict = Verdict(
         call_id=prep_call_id(call_id), outcome=outcome, evidence=evidence, external_ref=external_ref, source=source, by=by,
         user=None, at=at, withdrawn_at=withdrawn_at, withdrawn_by=withdrawn_by, withdraw_reason=reason,
     )  # fmt: skip
+    verdict.index, verdict.sent_id = index, call_id  # for the warning if it names no call
+    return verdict
 
 
 def _author(value: object, name: str, warnings: list[str]) -> str:
@@ -108,9 +131,10 @@ def _author(value: object, name: str, warnings: list[str]) -> str:
 
 
 def _time_or(default, value: object):
+    """The time `value` gives; `default` when it is absent (null); None when it is there but no time."""
     if value is None:
         return default
     try:
         return log_events.coerce_time(value)
-    except ValueError:
-        return default
+    except (ValueError, TypeError):
+        return None
