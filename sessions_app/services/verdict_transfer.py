@@ -98,6 +98,10 @@ def _imported(index: int, item: object, warnings: list[str], now: datetime) -> V
     if at is None:
         warnings.append(f"{name}: at {log_events.show_json(item.get('at'))} is not a time with a UTC offset; kept at the import's time")
         at = now
+    elif at > now:
+        # A verdict from the future would stay current over one recorded here later, and sort after it.
+        warnings.append(f"{name}: at {log_events.format_time(at)} is after the import's time; kept at the import's time")
+        at = now
     withdrawn_at = _time_or(None, item.get("withdrawn_at"))
     if withdrawn_at is None and item.get("withdrawn_at") is not None:
         # Unreadable, but withdrawn: it must not become the call's current verdict.
@@ -107,6 +111,9 @@ def _imported(index: int, item: object, warnings: list[str], now: datetime) -> V
     elif withdrawn_at is not None and withdrawn_at < at:
         warnings.append(f"{name}: withdrawn_at is before its at; kept as withdrawn at its at")
         withdrawn_at = at
+    elif withdrawn_at is not None and withdrawn_at > now:
+        warnings.append(f"{name}: withdrawn_at is after the import's time; kept as withdrawn at the import's time")
+        withdrawn_at = now
     withdrawn_by = _author(item.get("withdrawn_by"), f"{name}: withdrawn_by", warnings) if withdrawn_at is not None else ""
     reason = item.get("withdraw_reason") if withdrawn_at is not None else None
     try:

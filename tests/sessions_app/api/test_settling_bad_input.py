@@ -374,6 +374,19 @@ def test_an_imported_withdrawal_before_its_verdict_is_withdrawn_when_made(ops, b
     assert stored.withdrawn_at == stored.at
 
 
+def test_an_imported_verdict_from_the_future_is_kept_at_the_imports_time(ops, blob):
+    future = {**blob["verdicts"][0], "at": "9999-12-31T23:59:59Z"}
+    withdrawn = {**future, "outcome": "not_happened", "withdrawn_at": "9999-12-31T23:59:59Z", "withdrawn_by": "vera"}
+    warnings, stored = imported(ops, blob, [future, withdrawn])
+    assert "verdicts[0]: at 9999-12-31T23:59:59Z is after the import's time; kept at the import's time" in warnings
+    assert "verdicts[1]: withdrawn_at is after the import's time; kept as withdrawn at the import's time" in warnings
+    assert all(v.at.year < 9999 and (v.withdrawn_at is None or v.withdrawn_at.year < 9999) for v in stored)
+    # Recorded here later, a verdict replaces the imported one, withdrawn no earlier than it was made.
+    assert ops.put(path("c1", session_id="imp"), {**GOOD, "outcome": "not_happened"}).status_code == 200
+    replaced = Verdict.objects.get(session_id="imp", outcome="happened")
+    assert replaced.withdrawn_at >= replaced.at
+
+
 @pytest.mark.parametrize("at", ["garbage", 5, "2026-03-01T12:00:00", []], ids=repr)
 def test_an_imported_verdict_whose_time_is_unreadable_is_kept_at_the_imports_time_with_a_warning(ops, blob, at):
     warnings, (stored,) = imported(ops, blob, [{**blob["verdicts"][0], "at": at}])
