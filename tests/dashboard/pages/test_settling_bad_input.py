@@ -148,3 +148,12 @@ def test_deleting_a_policy_the_project_has_not_says_so(admin, pattern):
 def test_the_settings_checkbox_is_on_only_when_it_says_on(admin, value):
     assert admin.post("/projects/default/settings", {"auto_recover_settled": value}).status_code == 302
     assert Project.objects.get(slug="default").auto_recover_settled is False
+
+
+@pytest.mark.parametrize("check_url", ["http://[::1", "https://u:pw@93.184.216.34/"])
+def test_the_admins_site_wide_policy_form_refuses_a_check_url_that_cannot_be_asked(client, django_user_model, check_url):
+    client.force_login(django_user_model.objects.create_superuser("root", password="x"))
+    form = {"project": "", "pattern": "charge_*", "side_effect": "external_effect", "note": "", "receipt_pointer": "", "check_url": check_url}
+    answer = client.post("/admin/sessions_app/toolpolicy/add/", form)
+    assert answer.status_code == 200 and "check_url is refused" in answer.content.decode()
+    assert not ToolPolicy.objects.exists()
