@@ -23,8 +23,9 @@ SLOW_SUITE_BUDGETS = {
 def load_factor(config=None) -> float:
     """How many times slower a test may run here than alone: pytest-xdist's workers (`make test`) share the
     cores, so a busy test takes longer with more workers than cores. Never below 1. Test modules use it too,
-    for their bounds on wall time (without pytest's config: the workers' count is in their environment)."""
-    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    for their bounds on wall time (without pytest's config: the workers' count is in their environment).
+    TEST_SUITES_AT_ONCE counts the suites sharing the machine (CI runs both backends' side by side)."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) * int(os.environ.get("TEST_SUITES_AT_ONCE", "1"))
     return max(1.0, workers / (len(os.sched_getaffinity(0)) or 1))
 
 

@@ -37,11 +37,13 @@ from django.urls import URLPattern, URLResolver
 
 from dashboard import urls as dashboard_urls
 from dashboard.asgi import application
+from dashboard.live import calls as live_calls
 from dashboard.routing import websocket_urlpatterns
 from sessions_app import services
 from sessions_app.log.events import validate_batch
 from sessions_app.log.ledger import STATES
 from tests.dashboard.conftest import QUIET, WAIT, fresh_layer, opened, slow_poll  # noqa: F401  (fixtures of the socket tests)
+from tests.conftest import load_factor
 from tests.permission_world import ACTORS, OUTSIDER_SESSION, STAFF, build_world
 from tests.sessions_app import factories as f
 
@@ -532,6 +534,9 @@ class SocketProbe:
     path: str
     login: dict[str, str]
     token: dict[str, str] | None = None
+    # How long "nothing more arrives" is watched for after the live append: a socket that lists again
+    # at most once per settle time may hold a frame that long.
+    quiet: float = QUIET
 
 
 SOCKET_MATRIX: dict[str, SocketProbe] = {
@@ -551,7 +556,10 @@ SOCKET_MATRIX: dict[str, SocketProbe] = {
     ),
     "ws/sessions/live": SocketProbe("/ws/sessions/live", login=by_role("4401", "open -P", "open +P"), token=everyone("4401")),
     # The fleet's calls: the live append sights a call outside every turn, pending while its session is active.
-    "ws/calls/live": SocketProbe("/ws/calls/live?state=pending", login=by_role("4401", "open -P", "open +P"), token=everyone("4401")),
+    "ws/calls/live": SocketProbe(
+        "/ws/calls/live?state=pending", login=by_role("4401", "open -P", "open +P"), token=everyone("4401"),
+        quiet=live_calls.CHANGE_SETTLE_SECONDS + 1.0,
+    ),
     # Any other path under /ws/: an unknown session, whoever asks.
     "^ws/": SocketProbe("/ws/nothing", login=everyone("4404"), token=everyone("4404")),
 }
@@ -563,10 +571,10 @@ def socket_world():
     return build_world()
 
 
-async def read_until_quiet(communicator: WebsocketCommunicator, received: list[str]) -> str | None:
+async def read_until_quiet(communicator: WebsocketCommunicator, received: list[str], quiet: float = QUIET) -> str | None:
     """Collect the socket's frames until it goes quiet; its close code if it closed (then it is disconnected, as a client would)."""
     # receive_nothing, not a receive_output timeout: that would cancel the application.
-    while not await communicator.receive_nothing(QUIET):
+    while not await communicator.receive_nothing(quiet):
         message = await communicator.receive_output(timeout=WAIT)
         if message["type"] == "websocket.close":
             await communicator.disconnect(code=message.get("code"), timeout=WAIT)
@@ -606,7 +614,11 @@ async def test_socket(route, socket_world):
     closes = await asyncio.gather(*(read_until_quiet(communicator, received) for *_, communicator, received in sockets))
     await append_live_events()  # open sockets must pass it on (or not: the outsider's list)
     later = await asyncio.gather(
-        *(read_until_quiet(communicator, received) for (*_, communicator, received), code in zip(sockets, closes) if code is None)
+        *(
+            read_until_quiet(communicator, received, probe.quiet * load_factor())
+            for (*_, communicator, received), code in zip(sockets, closes)
+            if code is None
+        )
     )
     outcomes = iter(later)
     mismatches = []

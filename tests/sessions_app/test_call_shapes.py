@@ -80,8 +80,8 @@ def test_the_plan_names_chat_shaped_calls_and_their_policy_applies(api, policies
     assert owed == [("c2", "charge_card", {"amount": 500}, 2, "external_effect"), ("c3", "charge_card", {"amount": 700}, 1, "external_effect")]
     assert plan["strategies"] == [{
         "turn_seq": 1, "strategy": "manual_check", "calls": [
-            {"id": "c2", "name": "charge_card", "seq": 3, "class": "external_effect", "state": "tool_not_started"},
-            {"id": "c3", "name": "charge_card", "seq": 8, "class": "external_effect", "state": "tool_outcome_unknown"},
+            {"id": "c2", "name": "charge_card", "seq": 3, "class": "external_effect", "state": "tool_not_started", "verdict": None},
+            {"id": "c3", "name": "charge_card", "seq": 8, "class": "external_effect", "state": "tool_outcome_unknown", "verdict": None},
         ],
     }]  # fmt: skip
 

@@ -324,6 +324,7 @@ CRASH_AND_DANGLING = [
 ]
 
 
+@pytest.mark.timeout(600)  # about 30 s alone; four workers per core and a loaded machine took over 240 s
 @PROPERTY
 @given(batch=random_logs, later=later_batches, boundary=boundaries)
 @example(batch=AGENT_SYNTHETIC_FIRST, later=[], boundary=3)

@@ -100,7 +100,15 @@ def test_the_default_listing_reads_an_index_not_the_table(two_crashes, vera):
     query = rows.filter(project_id=project, settled_state="tool_outcome_unknown", verdict__isnull=True).order_by("-sighted_at", "-id")
     sql, params = query.values_list("sighted_at", "id")[:51].query.sql_with_params()
     with connection.cursor() as cursor:
-        cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
-        plan = " ".join(str(row) for row in cursor.fetchall())
-    assert "ledger_project_verdict_idx" in plan and "TEMP B-TREE" not in plan, plan
+        if connection.vendor == "postgresql":
+            # A table of a few rows reads faster scanned, and without statistics the planner may take the state
+            # index and filter the verdict: ask only that an index serves the page in its order.
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("EXPLAIN " + sql, params)
+            plan = " ".join(str(row) for row in cursor.fetchall())
+            assert "Index Scan using ledger_project_" in plan and "Sort" not in plan and "Seq Scan" not in plan, plan
+        else:
+            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
+            plan = " ".join(str(row) for row in cursor.fetchall())
+            assert "ledger_project_verdict_idx" in plan and "TEMP B-TREE" not in plan, plan
     assert _newest_keys(rows, [project], None, now, 51) is not None  # the same filters the listing builds
