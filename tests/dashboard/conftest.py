@@ -20,10 +20,12 @@ from dashboard import outage
 from dashboard.live import stream
 from sessions_app.models import Project, Role
 from tests.access import member, token_for
+from tests.conftest import load_factor
 from tests.servers import DaphneServer, RedisServer
 
 QUIET = 0.3  # how long "nothing more arrives" is watched for
-WAIT = 3  # the longest a frame that must come may take
+# The longest a frame (or a socket's accept) that must come may take: a busy worker waits for a core.
+WAIT = 3 * load_factor()
 # Sockets a test opened, closed after it even when it failed.
 opened: list[WebsocketCommunicator] = []
 
