@@ -320,6 +320,9 @@ class Planner:
         return calls
 
     def _tool(self, trace: TraceState, reading: Reading) -> None:
+        # The span's start named no call (Google ADK sets a tool span's attributes when it ends): the call
+        # written for it then stands in for the one its end names, and is answered with it.
+        stand_in = trace.tool_spans.get(reading.span_id) if reading.tool_call_id else None
         call_id = self._pair(trace, reading)
         known = trace.calls.setdefault(call_id, call_state(reading.tool_name, reading.tool_arguments))
         parent_step = trace.steps.get(reading.parent_span_id) if reading.parent_span_id else None
@@ -332,8 +335,13 @@ class Planner:
             self._sight(trace, call_id)
             self._tool_call(call_id, known["name"] or reading.tool_name, reading.tool_arguments, reading.start_ns, inferred=False, span_id=reading.span_id)
             known["dispatched"] = True
-        if reading.pending or not reading.has_result or known["resulted"]:
+        if reading.pending or not reading.has_result:
             return  # started, or ended without a result (a deferred call): still owed
+        if stand_in is not None and stand_in != call_id and not (stood := trace.calls[stand_in])["resulted"]:
+            self._tool_result(stand_in, stood["name"] or reading.tool_name, reading, late=False, same_as=call_id)
+            stood["resulted"] = True
+        if known["resulted"]:
+            return
         self._tool_result(call_id, known["name"] or reading.tool_name, reading, late=False)
         known["resulted"] = True
         step = trace.steps.get(known["step"]) if known["step"] else None
@@ -367,8 +375,8 @@ class Planner:
             data["arguments"] = arguments
         self._emit("tool_call", data, time_ns)
 
-    def _tool_result(self, call_id, name, reading: Reading, *, late: bool) -> None:
-        otel = {"span_id": reading.span_id, **({"late": True} if late else {})}
+    def _tool_result(self, call_id, name, reading: Reading, *, late: bool, same_as: str | None = None) -> None:
+        otel = {"span_id": reading.span_id, **({"late": True} if late else {}), **({"same_call_as": same_as} if same_as else {})}
         metadata: dict = {"otel": otel}
         content = reading.tool_result
         if reading.error is not None:

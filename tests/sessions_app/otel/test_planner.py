@@ -3,6 +3,7 @@ any arrival order, several runs in one conversation, late spans. Pure: no databa
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from datetime import UTC, datetime
@@ -268,6 +269,20 @@ def test_a_step_whose_model_span_ends_after_its_tools_closes_only_when_it_ends()
     assert "step_end" not in log.types()
     log.send(run[1], run[2])
     assert log.types().count("step_end") == 1 and log.summary()["results"] == {"c1": 1, "c2": 1}
+
+
+def test_a_tool_span_that_names_its_call_only_when_it_ends_answers_the_call_its_start_stood_for():
+    # Google ADK starts `execute_tool refund` with no attributes and sets the call id when it ends.
+    log = Log()
+    run = model_around_tools_run()
+    bare = [dataclasses.replace(started(r), tool_call_id=None, tool_arguments=None) for r in run[:2]]
+    log.send(started(run[4]), started(run[2]), bare[0])
+    assert log.plan_risks() == {"otel-e0000000000000b1": UNKNOWN}  # a crash now owes the call that started
+    log.send(run[0], bare[1], run[1], run[2], run[3], run[4])
+    log.settle()
+    assert log.plan_risks() == {} and log.summary()["ends"] == ["complete"]
+    stand_in = next(e for e in log.events if e.type == "tool_result" and e.data["tool_call_id"] == "otel-e0000000000000b1")
+    assert stand_in.data["metadata"]["otel"]["same_call_as"] == "c1" and stand_in.data["content"] == "done"
 
 
 @settings(max_examples=80, deadline=None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import hypothesis
 import pytest
 from django.contrib.auth import get_user_model
 from django.utils import timezone
@@ -13,6 +14,11 @@ from sessions_app import selectors, services, worker
 from sessions_app.log import recovery
 from sessions_app.models import AgentHour, Event, OtlpHeldSpan, OtlpTrace, Project, Session
 from sessions_app.selectors import access
+from hypothesis import strategies as st
+
+from sessions_app.otel.readings import AGENT as AGENT_ROLE
+from sessions_app.otel.readings import MODEL as MODEL_ROLE
+from sessions_app.otel.readings import TOOL as TOOL_ROLE
 from tests.access import member
 from tests.sessions_app.otel.test_planner import ROOT, UNKNOWN, T, _crashed_run, chat, finished_run, tool
 
@@ -279,3 +285,58 @@ def test_concurrent_batches_over_the_same_new_sessions_all_go_in(actor, project)
         assert [e.data["turn"] for e in turns] == [1, 2, 3, 4]
     counts = AgentHour.objects.filter(agent_name="support")
     assert sum(c.sessions for c in counts) == len(sessions) and sum(c.turns for c in counts) == 4 * len(sessions)
+
+
+# -- one run, one session, whatever order its spans arrive in and whichever name the conversation -------------
+
+_examples = iter(range(10**6))
+
+
+def _summary(session_id: str) -> dict:
+    log = selectors.session_log(Session.objects.get(pk=session_id))
+    calls = sorted(e.data["id"] for e in log if e.type == "tool_call")
+    results = sorted(e.data["tool_call_id"] for e in log if e.type == "tool_result")
+    ends = sorted(e.data["reason"] for e in log if e.type == "turn_end")
+    risks = {r.call.id: r.call.risk for r in recovery.plan(log).repairs if r.call is not None}
+    return {"calls": calls, "results": results, "turns": [e.type for e in log].count("turn_start"), "ends": ends, "risks": risks}
+
+
+@hypothesis.settings(max_examples=25, deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.given(rnd=st.randoms(use_true_random=False), batches=st.integers(1, 7), pending=st.booleans(),
+                  named=st.sets(st.sampled_from(["root", "model", "tool"]), min_size=1), crash=st.booleans())
+def test_a_run_lands_in_its_conversation_in_any_order_whichever_spans_name_it(actor, project, settings, rnd, batches, pending, named, crash):
+    """Spans of one run (a model span around its tools, as ADK and legacy Vercel send them), shuffled and
+    re-batched, with the conversation on some kinds of span only and pending spans or not: every call and
+    result lands in the conversation's session, no other session is made, and the calls, results, turns and
+    risks are those of the run sent whole."""
+    from tests.sessions_app.otel.test_planner import model_around_tools_run, started
+
+    n = next(_examples)
+    trace, conversation = f"{n:032x}", f"conv-{n}"
+    kinds = {AGENT_ROLE: "root", MODEL_ROLE: "model", TOOL_ROLE: "tool"}
+    run = [dataclasses_replace(r, trace_id=trace, conversation_id=conversation if kinds[r.role] in named else None)
+           for r in model_around_tools_run()]
+    if crash:  # the process died in c2's tool: neither it, its model span nor the root ever ended
+        run = [r for r in run if r.span_id not in ("e0000000000000b2", "e0000000000000a1", ROOT, "e0000000000000a2")]
+        run += [started(r) for r in model_around_tools_run(trace=trace) if r.span_id in ("e0000000000000b2", "e0000000000000a1", ROOT)]
+        run = [dataclasses_replace(r, conversation_id=conversation) if r.pending and kinds[r.role] in named else r for r in run]
+    spans = [*run, *(started(r) for r in run if not r.pending)] if pending else run
+    rnd.shuffle(spans)
+    cuts = sorted(rnd.sample(range(1, len(spans)), min(batches, len(spans)) - 1)) if len(spans) > 1 else []
+    at = timezone.now()
+    for i, j in zip([0, *cuts], [*cuts, len(spans)], strict=True):
+        at += timedelta(seconds=0.1)
+        result = services.otlp.ingest_readings(actor=actor, project=project, readings=spans[i:j], received_at=at)
+        assert result.refused == []
+    later = at + timedelta(seconds=settings.TURNLOG_OTLP_SETTLE_SECONDS + 1)
+    services.release_held_spans(now=later)
+    services.close_settled_turns(session_ids=[conversation], now=later + timedelta(seconds=settings.TURNLOG_OTLP_SETTLE_SECONDS + 1))
+    assert not OtlpHeldSpan.objects.filter(trace_id=trace).exists()
+    assert list(OtlpTrace.objects.filter(trace_id=trace).values_list("session_id", flat=True)) == [conversation]
+    assert not Session.objects.filter(pk=trace).exists()
+    summary = _summary(conversation)
+    if crash:
+        assert summary["calls"] == ["c1", "c2"] and summary["results"] == ["c1"] and summary["ends"] == []
+        assert summary["risks"] == {"c2": UNKNOWN}
+    else:
+        assert summary == {"calls": ["c1", "c2"], "results": ["c1", "c2"], "turns": 1, "ends": ["complete"], "risks": {}}
