@@ -28,6 +28,9 @@ PROMPT = "Refund orders A1 and A2"
 ANSWER = "Both orders are refunded."
 # Token counts the scripted model reports, per step.
 USAGE = ({"prompt_token_count": 30, "candidates_token_count": 12}, {"prompt_token_count": 60, "candidates_token_count": 9})
+# Each call takes longer than the batch processor's delay (50 ms), as real tools do: A1's tool span goes out
+# alone, before any span that names the conversation has ended.
+TOOL_SECONDS = 0.2
 
 
 def capture_content(on: bool) -> None:
@@ -67,6 +70,7 @@ def build_runner(*, call_prefix: str = "call", crash: Path | None = None):
     def refund(order: str) -> str:
         """Refund an order."""
         calls.append(order)
+        time.sleep(TOOL_SECONDS)
         if crash is not None and len(calls) == 2:
             crash.write_text(order)
             while True:  # the process is killed here, inside the tool
