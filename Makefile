@@ -15,7 +15,7 @@ PORT ?= 8000
 PHOENIX_VENV ?= ../phoenix-venv
 PHOENIX_VERSION := 20.26.1
 
-.PHONY: run run-scaleout test migrate simulate bench phoenix-venv clean
+.PHONY: run run-scaleout test js-deps migrate simulate bench phoenix-venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -56,8 +56,17 @@ simulate: migrate
 # files at a time (--dist loadfile: a module's servers and browser start once), each worker on databases of its
 # own (conftest.py). More workers than cores pays: most of the suite waits on sockets, servers and timeouts.
 TEST_WORKERS ?= 4
-test: $(VENV)/.installed-test
+test: $(VENV)/.installed-test js-deps
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The JavaScript agents of the OTLP tests (tests/js: the Vercel AI SDK 7 and the OpenTelemetry JS SDK;
+# tests/js/ai6: the SDK's version 6), installed from their lock files when those are newer. Needs node and npm.
+JS_DIRS := tests/js tests/js/ai6
+js-deps: $(addsuffix /node_modules/.installed,$(JS_DIRS))
+
+%/node_modules/.installed: %/package-lock.json %/package.json
+	cd $* && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
 
 $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION):
 	$(PYTHON) -m venv $(PHOENIX_VENV)

@@ -159,7 +159,8 @@ if (options.sdk === 'v6') {
     ? new otel.LegacyOpenTelemetry({ tracer })
     : new otel.OpenTelemetry({
       tracer,
-      enrichSpan: () => (session.sessionId ? { 'gen_ai.conversation.id': session.sessionId } : undefined),
+      enrichSpan: ({ runtimeContext }) => (runtimeContext?.sessionId
+        ? { 'gen_ai.conversation.id': runtimeContext.sessionId } : undefined),
     });
   telemetry = {
     telemetry: {

@@ -8,6 +8,8 @@ Node and tests/js's node_modules (`make test` runs npm ci) are needed: without t
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
 import subprocess
 import time
@@ -136,3 +138,41 @@ def test_with_the_guides_pending_span_processor_a_killed_run_owes_its_call_as_ou
     assert owed == {"call_a2": "tool_outcome_unknown"}
     assert [r["data"]["reason"] for r in plan["repairs"] if r["type"] == "turn_end"] == ["interrupted"]
     assert sessions(server, token) == ["v-crash"]
+
+
+# ---- the guide's code (docs/guide/otlp.md, "The Vercel AI SDK") --------------------------------------
+
+GUIDE = JS.parents[1] / "docs" / "guide" / "otlp.md"
+
+
+def guide_section() -> str:
+    guide = GUIDE.read_text()
+    return guide[guide.index("## The Vercel AI SDK (JavaScript)"):]
+
+
+def test_the_guides_pending_span_processor_is_the_file_the_tests_run():
+    block = re.search(r"```js pending-span-processor\.mjs\n(.*?)```", guide_section(), re.S).group(1)
+    assert block == (JS / "pending-span-processor.mjs").read_text()
+
+
+def test_the_guides_pending_span_processor_with_the_batch_and_the_simple_span_processor():
+    done = subprocess.run([node(), "--test", str(JS / "pending-span-processor.test.mjs")], capture_output=True,
+                          text=True, timeout=120, cwd=JS)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "# pass 3" in done.stdout and "# fail 0" in done.stdout
+
+
+def test_the_guides_vercel_ai_example_runs_and_its_session_reads_back(server, token, tmp_path):
+    script = tmp_path / "agent.mjs"
+    script.write_text(re.search(r"```js\n(.*?)```", guide_section(), re.S).group(1))
+    (tmp_path / "node_modules").symlink_to(JS / "node_modules")  # the packages the example's npm i names
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": f"{server.url}/otlp",
+           "OTEL_EXPORTER_OTLP_HEADERS": f"Authorization=Bearer%20{token}"}
+    done = subprocess.run([node(), str(script)], env=env, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    log = wait_for(lambda: closed(server, token, "order-a1"), what="the run's turn closed")
+    # The default integration writes gen_ai.tool.call.result as JSON text ('"refunded A1"'), read as given.
+    assert [e["data"]["tool_call_id"] for e in log if e["type"] == "tool_result"] == ["call_a1"]
+    assert any(e["type"] == "tool_result" and "refunded A1" in e["data"]["content"] for e in log)
+    assert log[-1]["data"]["reason"] == "complete"
+    assert sessions(server, token) == ["order-a1"]
