@@ -171,6 +171,9 @@ def close_finished_runs(*, now: datetime) -> list[Action]:
     """The turn_end of each OTLP run whose root arrived and whose trace is quiet for the settle time,
     where no server process closed it (one restarted before its settle time was up). Before recovery,
     so that a finished run is never taken for a crash."""
+    # The spans a restart left held for their conversation: written once quiet (a round of traces at a time).
+    while services.release_held_spans(now=now, next_due=False).traces:
+        pass
     session_ids = services.sessions_to_settle(now=now)
     for start in range(0, len(session_ids), 200):  # a transaction per 200 (SQLite's write lock is held meanwhile)
         services.close_settled_turns(session_ids=session_ids[start : start + 200], now=now)

@@ -66,6 +66,8 @@ async def traces(request: HttpRequest) -> HttpResponse:
         refused += ingested.refused
         for session_id, after_seconds in ingested.settle.items():
             otlp_closer.schedule(session_id, after_seconds)
+        if ingested.held_due is not None:
+            otlp_closer.schedule(otlp_closer.HELD_SPANS, ingested.held_due)
     total = len(decoded.spans) + len(decoded.refused)
     # Counted here, not in the service: the decoder's refusals never reach it.
     instruments.count_spans(accepted=total - len(refused), rejected=len(refused))

@@ -1,4 +1,5 @@
-"""The server process's clock for finished runs: it writes their turn_end when the settle time is up.
+"""The server process's clock for finished runs and held spans: it writes a run's turn_end, and the spans
+held for a conversation no span named, when the settle time is up.
 
 The endpoint schedules a session when a run's root span arrived; one daemon
 thread per process waits for the earliest due session and has
@@ -37,6 +38,9 @@ ROUND_SESSIONS = 200
 # How long a round may wait for the server's database threads before it counts as failed.
 ROUND_TIMEOUT_SECONDS = 60.0
 
+# What the schedule holds in place of a session id for "spans held for their conversation" (no session id is empty).
+HELD_SPANS = ""
+
 _condition = threading.Condition()
 _due: list[tuple[float, str]] = []  # (monotonic time, session id), earliest first
 _thread: threading.Thread | None = None
@@ -44,7 +48,8 @@ _loop: asyncio.AbstractEventLoop | None = None  # the server's event loop, seen 
 
 
 def schedule(session_id: str, after_seconds: float) -> None:
-    """Close the session's finished runs after `after_seconds` (no-op when the closer is off)."""
+    """Close the session's finished runs after `after_seconds` (no-op when the closer is off); HELD_SPANS:
+    write the held spans then due."""
     global _thread, _loop
     if not settings.TURNLOG_OTLP_CLOSER:
         return
@@ -87,12 +92,24 @@ def _run() -> None:
 
 
 def _close(session_ids: list[str]) -> dict[str, float]:
+    again: dict[str, float] = {}
+    if HELD_SPANS in session_ids:
+        released = _on_database_thread(services.release_held_spans)
+        again |= released.settle
+        if released.held_due is not None:
+            again[HELD_SPANS] = released.held_due
+    if sessions := [s for s in session_ids if s != HELD_SPANS]:
+        again |= _on_database_thread(services.close_settled_turns, session_ids=sessions)
+    return again
+
+
+def _on_database_thread(write, **kwargs):
     loop = _loop
     if loop is not None and loop.is_running():
-        call = db_threads.run_append(services.close_settled_turns, session_ids=session_ids)
+        call = db_threads.run_append(write, **kwargs)
         return asyncio.run_coroutine_threadsafe(call, loop).result(timeout=ROUND_TIMEOUT_SECONDS)
     close_old_connections()  # no server loop (a management command's process): this thread's own connection
     try:
-        return services.close_settled_turns(session_ids=session_ids)
+        return write(**kwargs)
     finally:
         close_old_connections()

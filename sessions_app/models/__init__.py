@@ -22,7 +22,7 @@ from sessions_app.models.sessions import (
 )
 from sessions_app.models.recovery import AgentHour, AutoRecoveryPolicy, RecoveryRecord, ToolPolicy
 from sessions_app.models.audit import AuditEntry
-from sessions_app.models.otel import OtlpSpan, OtlpTrace
+from sessions_app.models.otel import OtlpHeldSpan, OtlpSpan, OtlpTrace
 from sessions_app.models.notes import Note
 from sessions_app.models.ledger import LedgerCall
 from sessions_app.models.notify import HELD, KINDS, RECOVERED, STALLED, Delivery, DeliveryAttempt, Notification, WebhookEndpoint, all_kinds, new_secret

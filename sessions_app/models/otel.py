@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.db import models
 from django.db.models import Q
 
+from sessions_app.models.projects import Project
 from sessions_app.models.sessions import Session
 
 
@@ -42,8 +43,32 @@ class OtlpSpan(models.Model):
     trace_id = models.CharField(max_length=32)
     span_id = models.CharField(max_length=16)
     pending = models.BooleanField(default=False)
+    # What the span said (otel.spans.digest): the same ids with other content is refused, never taken
+    # for a retry. Empty for spans taken before digests were kept (any content is then a repeat).
+    digest = models.CharField(max_length=32, blank=True, default="")
 
     class Meta:
         constraints = [
             models.UniqueConstraint(fields=["session", "trace_id", "span_id", "pending"], name="otlp_span_unique")
         ]
+
+
+class OtlpHeldSpan(models.Model):
+    """A span of a trace no span has yet tied to a conversation, held until one does (then written to
+    the conversation's session) or until the trace is quiet for the settle time (then to the session
+    named after the trace). Not an event: nothing of it is in a log until it is released."""
+
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="otlp_held_spans")
+    trace_id = models.CharField(max_length=32)
+    span_id = models.CharField(max_length=16)
+    pending = models.BooleanField(default=False)
+    digest = models.CharField(max_length=32, blank=True, default="")
+    received_at = models.DateTimeField()
+    # The reading (otel.readings.as_json), checked storable when it arrived.
+    reading = models.BinaryField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["project", "trace_id", "span_id", "pending"], name="otlp_held_span_unique")
+        ]
+        indexes = [models.Index(fields=["received_at"], name="otlp_held_received_idx")]

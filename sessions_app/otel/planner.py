@@ -64,6 +64,9 @@ class TraceState:
     calls: dict = field(default_factory=dict)
     tool_spans: dict = field(default_factory=dict)  # tool span id -> call id (spans without a call id)
     hosted: list = field(default_factory=list)  # [trace id, call id]: other runs' calls sighted inside this turn
+    # span id -> parent span id, kept until the root arrives: a parent chain that loops has no root, so the
+    # span that closes the loop is read as the root (a run left open forever otherwise).
+    links: dict = field(default_factory=dict)
     user_digests: list = field(default_factory=list)
     system_digest: str | None = None
 
@@ -90,7 +93,7 @@ class Planner:
         step_stack: list[int],
         turn_count: int,
         traces: dict[str, TraceState],
-        seen: set[tuple[str, str, bool]],
+        seen: dict[tuple[str, str, bool], str] | set[tuple[str, str, bool]],
         system_digest: str | None = None,
         received: float = 0.0,
     ):
@@ -99,32 +102,37 @@ class Planner:
         self.step_stack = list(step_stack)
         self.turn_count = turn_count
         self.traces = traces
-        self.seen = seen
+        # Each span taken, with its digest ("" when not known: any content is then a repeat).
+        self.seen: dict[tuple[str, str, bool], str] = dict.fromkeys(seen, "") if isinstance(seen, set) else dict(seen)
         self.system_digest = system_digest
         self.received = received
         self.events: list[NewEvent] = []
         self.touched: set[str] = set()  # trace ids whose state changed
-        self.taken: list[tuple[str, str, bool]] = []  # (trace id, span id, pending) newly taken
+        self.taken: list[tuple[str, str, bool, str]] = []  # (trace id, span id, pending, digest) newly taken
 
     # -- readings ------------------------------------------------------------
 
     def take(self, reading: Reading) -> str | None:
         """Write what `reading` adds; a reason when it is refused (nothing of it is written)."""
         key = (reading.trace_id, reading.span_id, reading.pending)
-        if key in self.seen or (reading.pending and (reading.trace_id, reading.span_id, False) in self.seen):
-            return None  # a repeat (an exporter's retry), or the start of a span already ended
+        if key in self.seen:
+            if not reading.pending and reading.digest and self.seen[key] and self.seen[key] != reading.digest:
+                return other_content(reading)
+            return None  # a repeat (an exporter's retry)
+        if reading.pending and (reading.trace_id, reading.span_id, False) in self.seen:
+            return None  # the start of a span already ended
         trace = self.traces.get(reading.trace_id)
         if reading.role == OTHER and trace is None:
             return None  # no run of this trace is known: nothing to show (and nothing remembered)
         reading = without_bytes(reading)
         if (problem := content_problem(reading)) is not None:
             return problem
-        self.seen.add(key)
-        self.taken.append(key)
-        is_root = reading.parent_span_id is None and not reading.pending
+        self.seen[key] = reading.digest
+        self.taken.append((*key, reading.digest))
         if trace is None:
             trace = self._open_trace(reading)
         self.touched.add(trace.trace_id)
+        is_root = not reading.pending and self._is_root(trace, reading)
         trace.last_seen = max(trace.last_seen, self.received)
         if self._is_closed(trace):
             self._late(trace, reading)
@@ -138,6 +146,7 @@ class Planner:
             trace.root_span_id = reading.span_id
             trace.root_end_ns = reading.end_ns
             trace.root_error = reading.error
+            trace.links = {}
         self._close_done_steps()
         return None
 
@@ -149,6 +158,22 @@ class Planner:
         """Seconds until a turn here may be closed by `close_settled`, if one is waiting for its quiet time."""
         waiting = [t.last_seen + settle - now for t in self.traces.values() if t.root_arrived and not self._is_closed(t)]
         return max(0.0, min(waiting)) if waiting else None
+
+    def _is_root(self, trace: TraceState, reading: Reading) -> bool:
+        """Whether the span is its run's root: no parent, or a parent chain that comes back to it (its own
+        parent, or a cycle of parent ids: nothing above it will ever arrive)."""
+        parent = reading.parent_span_id
+        if parent is None or parent == reading.span_id:
+            return True
+        if trace.root_arrived:
+            return False
+        trace.links[reading.span_id] = parent
+        for _ in range(len(trace.links)):
+            if parent == reading.span_id:
+                return True
+            if (parent := trace.links.get(parent)) is None:
+                return False
+        return parent == reading.span_id
 
     # -- turns ---------------------------------------------------------------
 
@@ -239,7 +264,8 @@ class Planner:
         for call in calls:
             known = trace.calls.setdefault(call["id"], call_state(call["name"], call["arguments"]))
             known["step"] = reading.span_id
-            step["calls"].append(call["id"])
+            if call["id"] not in step["calls"]:
+                step["calls"].append(call["id"])
             self._sight(trace, call["id"])
             if not known["dispatched"]:
                 # No start of the tool was seen: it may have run all the same (see the module's docstring).
@@ -294,14 +320,28 @@ class Planner:
         return calls
 
     def _tool(self, trace: TraceState, reading: Reading) -> None:
+        # The span's start named no call (Google ADK sets a tool span's attributes when it ends): the call
+        # written for it then stands in for the one its end names, and is answered with it.
+        stand_in = trace.tool_spans.get(reading.span_id) if reading.tool_call_id else None
         call_id = self._pair(trace, reading)
         known = trace.calls.setdefault(call_id, call_state(reading.tool_name, reading.tool_arguments))
+        parent_step = trace.steps.get(reading.parent_span_id) if reading.parent_span_id else None
+        if known["step"] is None and parent_step is not None and not parent_step["ended"]:
+            # A model span that ends only after its tools (Google ADK, the Vercel AI SDK's ai.* spans), seen
+            # started: the tool runs inside its step, which stays open while the call is owed.
+            known["step"] = reading.parent_span_id
+            parent_step["calls"].append(call_id)
         if not known["dispatched"]:
             self._sight(trace, call_id)
             self._tool_call(call_id, known["name"] or reading.tool_name, reading.tool_arguments, reading.start_ns, inferred=False, span_id=reading.span_id)
             known["dispatched"] = True
-        if reading.pending or not reading.has_result or known["resulted"]:
+        if reading.pending or not reading.has_result:
             return  # started, or ended without a result (a deferred call): still owed
+        if stand_in is not None and stand_in != call_id and not (stood := trace.calls[stand_in])["resulted"]:
+            self._tool_result(stand_in, stood["name"] or reading.tool_name, reading, late=False, same_as=call_id)
+            stood["resulted"] = True
+        if known["resulted"]:
+            return
         self._tool_result(call_id, known["name"] or reading.tool_name, reading, late=False)
         known["resulted"] = True
         step = trace.steps.get(known["step"]) if known["step"] else None
@@ -335,8 +375,8 @@ class Planner:
             data["arguments"] = arguments
         self._emit("tool_call", data, time_ns)
 
-    def _tool_result(self, call_id, name, reading: Reading, *, late: bool) -> None:
-        otel = {"span_id": reading.span_id, **({"late": True} if late else {})}
+    def _tool_result(self, call_id, name, reading: Reading, *, late: bool, same_as: str | None = None) -> None:
+        otel = {"span_id": reading.span_id, **({"late": True} if late else {}), **({"same_call_as": same_as} if same_as else {})}
         metadata: dict = {"otel": otel}
         content = reading.tool_result
         if reading.error is not None:
@@ -393,6 +433,11 @@ class Planner:
         self.events.append(NewEvent(type, data, event_time(time_ns)))
         self.next_seq += 1
         return seq
+
+
+def other_content(reading: Reading) -> str:
+    return (f"span {reading.span_id} of trace {reading.trace_id} was received before with other content: a span is "
+            "sent once, and an exporter's retry repeats it exactly")
 
 
 def ordered(readings: Sequence[Reading]) -> list[Reading]:

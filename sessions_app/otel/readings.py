@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 AGENT, MODEL, TOOL, OTHER = "agent", "model", "tool", "other"
 
@@ -70,8 +73,28 @@ class Reading:
     has_result: bool = False
     # Agent spans: run totals, stored on the turn and never added to the steps' sums.
     aggregated_usage: dict[str, Any] = field(default_factory=dict)
+    digest: str = ""  # spans.digest of the span read ("" for a reading made otherwise: any content repeats it)
 
     @property
     def requested_calls(self) -> tuple[dict, ...]:
         """The tool calls the model asked for, in order."""
         return tuple(call for message in self.output_messages for call in message.tool_calls)
+
+
+MESSAGE_FIELDS = ("input_messages", "output_messages")
+
+
+def as_json(reading: Reading) -> bytes:
+    """The reading as JSON, for a reading whose values are plain (content.without_bytes, then checked
+    storable by content.content_problem): what a held span keeps until it is written."""
+    values = {name: getattr(reading, name) for name in reading.__dataclass_fields__}
+    for name in MESSAGE_FIELDS:
+        values[name] = [dataclasses.asdict(message) for message in values[name]]
+    return orjson.dumps(values, option=orjson.OPT_NON_STR_KEYS)
+
+
+def from_json(data: bytes) -> Reading:
+    values = orjson.loads(data)
+    for name in MESSAGE_FIELDS:
+        values[name] = tuple(Message(**{**m, "tool_calls": tuple(m["tool_calls"])}) for m in values[name])
+    return Reading(**{k: v for k, v in values.items() if k in Reading.__dataclass_fields__})

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 # SpanKind values of the OTLP protocol (opentelemetry.proto.trace.v1.Span.SpanKind).
 KIND_UNSPECIFIED, KIND_INTERNAL, KIND_SERVER, KIND_CLIENT, KIND_PRODUCER, KIND_CONSUMER = range(6)
@@ -41,3 +44,22 @@ class Span:
     events: tuple[SpanEvent, ...] = ()
     resource: dict[str, Any] = field(default_factory=dict)
     scope: str = ""
+
+
+def digest(span: Span) -> str:
+    """What the span says, as a short digest: an exporter's retry repeats it exactly, so the same ids with
+    another digest are another span claiming them. The resource and scope are the process's, not the span's."""
+    events = [[e.name, e.time_ns, e.attributes] for e in span.events]
+    content = [span.parent_span_id, span.name, span.kind, span.start_ns, span.end_ns, span.status_code,
+               span.status_message, span.attributes, events]
+    try:
+        encoded = orjson.dumps(content, default=_plain, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS)
+    except TypeError:  # an integer past 64 bits (orjson refuses it before asking `default`): Python's own form
+        encoded = repr(content).encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(encoded, digest_size=16).hexdigest()
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return value.hex()
+    return repr(value)

@@ -13,7 +13,7 @@ from .audit_log import audit
 from .event_rows import AGENT_NAME_MAX
 from .forks import fork
 from .notes import UNCHANGED, add_note, delete_note, edit_note
-from .otlp import IngestResult, SpanRefusal, close_settled_turns, ingest_spans, sessions_to_settle
+from .otlp import IngestResult, SpanRefusal, close_settled_turns, ingest_spans, release_held_spans, sessions_to_settle
 from .publishing import CREDENTIALS_GROUP, SESSIONS_GROUP, session_group
 from .recovery import RepairResult, patch_dangling_calls, recover, recover_automatically
 from .transfer import import_blob
@@ -46,6 +46,7 @@ __all__ = [
     "recover_automatically",
     "revoke_token",
     "session_group",
+    "release_held_spans",
     "sessions_to_settle",
     "set_membership",
 ]

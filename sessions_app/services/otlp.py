@@ -10,21 +10,24 @@ rows of `OtlpTrace` and `OtlpSpan` remember what it needs for the next batch.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Max, Q
 from django.utils import timezone
 
 from sessions_app.lib import statements
-from sessions_app.models import Event, OtlpSpan, OtlpTrace, Project, Session
+from sessions_app.models import Event, OtlpHeldSpan, OtlpSpan, OtlpTrace, Project, Session
 from sessions_app.otel import conventions
 from sessions_app.otel.identity import session_id_for
-from sessions_app.otel.planner import Planner, TraceState, ordered
+from sessions_app.otel.content import content_problem, without_bytes
+from sessions_app.otel.planner import Planner, TraceState, ordered, other_content
 from sessions_app.otel.readings import OTHER, Reading
+from sessions_app.otel.readings import as_json as reading_json
+from sessions_app.otel.readings import from_json as reading_from_json
 from sessions_app.otel.spans import Span
 
 from .event_rows import AGENT_NAME_MAX, count_for_agents, insert_new_session, locked_session, new_session, store_events
@@ -39,9 +42,10 @@ class SpanRefusal:
 
 @dataclass(frozen=True)
 class IngestResult:
-    accepted: int  # spans taken: stored, or already stored (a repeat)
+    accepted: int  # spans taken: stored, held, or already taken (a repeat)
     refused: list[SpanRefusal] = field(default_factory=list)
     settle: dict[str, float] = field(default_factory=dict)  # session id -> seconds until a turn there may close
+    held_due: float | None = None  # seconds until spans held for their conversation may be written (release_held_spans)
 
 
 def ingest_spans(*, actor, project: Project, spans: Sequence[Span], received_at: datetime | None = None) -> IngestResult:
@@ -49,40 +53,80 @@ def ingest_spans(*, actor, project: Project, spans: Sequence[Span], received_at:
 
     `actor` is the bearer's (the door checked it may append in `project`). A
     conversation naming a session of another project refuses its spans;
-    so does content no database here could store. Nothing of a refused span
-    is written.
+    so does content no database here could store, and a span whose ids were
+    taken before with other content. Nothing of a refused span is written.
+    Spans of a trace no span has tied to a conversation yet are held
+    (`release_held_spans` writes them when none does).
     """
     return ingest_readings(actor=actor, project=project, readings=[conventions.read(span) for span in spans], received_at=received_at)
 
 
-def ingest_readings(*, actor, project: Project, readings: Sequence[Reading], received_at: datetime | None = None) -> IngestResult:
+def ingest_readings(
+    *, actor, project: Project, readings: Sequence[Reading], received_at: datetime | None = None, release: Collection[str] = ()
+) -> IngestResult:
+    """`ingest_spans` for spans already read; `release`: traces whose held spans are written now, to the
+    session named after the trace when no span named another (release_held_spans)."""
     now = received_at or timezone.now()
-    by_session, originals = _sessions_of(project, readings)
-    refused: list[SpanRefusal] = []
     settle: dict[str, float] = {}
-    if not by_session:
-        return IngestResult(accepted=len(readings))
+    if not readings and not release:
+        return IngestResult(accepted=0)
     # One transaction for the whole request: a transaction per session was a fifth of the ingest
     # (its BEGIN, COMMIT and savepoints; docs/performance.md, OTLP ingest).
     with transaction.atomic():
-        sessions = _taken_sessions(project, by_session, originals, now)
-        prior = _prior_rows([s for s in sessions.values() if s is not None and s.event_count], by_session)
-        plans: list[tuple[Session, Planner, dict[str, OtlpTrace]]] = []
-        for session_id, session in sessions.items():
-            session_readings = by_session[session_id]
-            if session is None:
-                refused += [_refusal(r, f"its conversation names session {session_id}, which belongs to another project") for r in session_readings]
-                continue
-            rows, seen = prior.get(session_id, ({}, set()))
-            new_traces = {r.trace_id for r in session_readings} - set(rows)
-            turn_count = _turn_count(session) if session.event_count and new_traces else 0
-            planner = _planner(session, rows, seen=seen, turn_count=turn_count, now=now)
-            refused += [_refusal(r, reason) for r in ordered(session_readings) if (reason := planner.take(r)) is not None]
-            plans.append((session, planner, rows))
-            if (due := planner.settle_due(now=now.timestamp(), settle=settings.TURNLOG_OTLP_SETTLE_SECONDS)) is not None:
-                settle[session_id] = due
-        _write(plans, now)
-    return IngestResult(accepted=len(readings) - len(refused), refused=refused, settle=settle)
+        route = _route(project, readings, now=now, release=release)
+        refused = route.refused
+        if route.by_session:
+            sessions = _taken_sessions(project, route.by_session, route.originals, now)
+            prior = _prior_rows([s for s in sessions.values() if s is not None and s.event_count], route.by_session)
+            plans: list[tuple[Session, Planner, dict[str, OtlpTrace]]] = []
+            for session_id, session in sessions.items():
+                session_readings = route.by_session[session_id]
+                if session is None:
+                    reason = f"its conversation names session {session_id}, which belongs to another project"
+                    refused += [_refusal(r, reason) for r in session_readings if id(r) not in route.released]
+                    continue
+                rows, seen = prior.get(session_id, ({}, {}))
+                new_traces = {r.trace_id for r in session_readings} - set(rows)
+                turn_count = _turn_count(session) if session.event_count and new_traces else 0
+                planner = _planner(session, rows, seen=seen, turn_count=turn_count, now=now)
+                # A held span was checked when it arrived and counted then: what the planner says of it now is told to nobody.
+                refused += [_refusal(r, reason) for r in ordered(session_readings) if (reason := planner.take(r)) is not None and id(r) not in route.released]
+                plans.append((session, planner, rows))
+                if (due := planner.settle_due(now=now.timestamp(), settle=settings.TURNLOG_OTLP_SETTLE_SECONDS)) is not None:
+                    settle[session_id] = due
+            _write(plans, now)
+        _hold(project, route.hold, now)
+        if route.released_rows:
+            OtlpHeldSpan.objects.filter(pk__in=route.released_rows).delete()
+    return IngestResult(accepted=len(readings) - len(refused), refused=refused, settle=settle, held_due=route.held_due)
+
+
+@dataclass(frozen=True)
+class Released:
+    traces: int  # traces whose held spans were written (or left out: nothing of them was a run)
+    settle: dict[str, float] = field(default_factory=dict)  # as IngestResult's
+    held_due: float | None = None  # seconds until the next hold is up; None: nothing is held
+
+
+def release_held_spans(*, now: datetime | None = None, limit: int = 200, next_due: bool = True) -> Released:
+    """Write the held spans of every trace quiet for the settle time (up to `limit` traces, oldest first) to the
+    session named after the trace, or to the session a span of it named meanwhile, in one transaction.
+
+    What the closer calls when a hold is up, and the worker for the holds a restart left behind. The
+    answer's `held_due` says when the next hold is up (None: nothing held, or `next_due` is False)."""
+    now = now or timezone.now()
+    quiet_since = now - timedelta(seconds=settings.TURNLOG_OTLP_SETTLE_SECONDS)
+    traces = OtlpHeldSpan.objects.values("project_id", "trace_id").annotate(last=Max("received_at"))
+    due = list(traces.filter(last__lte=quiet_since).order_by("last", "trace_id")[:limit])
+    settle: dict[str, float] = {}
+    by_project: dict[int, list[str]] = defaultdict(list)
+    for row in due:
+        by_project[row["project_id"]].append(row["trace_id"])
+    for project in Project.objects.filter(pk__in=by_project).order_by("pk"):
+        settle |= ingest_readings(actor=None, project=project, readings=(), received_at=now, release=by_project[project.pk]).settle
+    following = traces.order_by("last").values_list("last", flat=True).first() if next_due else None
+    held_due = None if following is None else max(0.0, (following - quiet_since).total_seconds())
+    return Released(traces=len(due), settle=settle, held_due=held_due)
 
 
 def close_settled_turns(*, session_ids: Sequence[str], now: datetime | None = None) -> dict[str, float]:
@@ -124,35 +168,123 @@ def _refusal(reading: Reading, reason: str) -> SpanRefusal:
     return SpanRefusal(reading.trace_id, reading.span_id, reason)
 
 
-def _sessions_of(project: Project, readings: Sequence[Reading]) -> tuple[dict[str, list[Reading]], dict[str, str]]:
-    """Each session's readings, and the original conversation ids that had to be mapped.
+@dataclass
+class _Route:
+    """Where a request's readings go: each session's readings, those held for their conversation, those released."""
 
-    A trace goes to its conversation (the first conversation id among its
-    spans), else to the session it was bound to before, else to a session
-    named after the trace. A trace with nothing but spans of other kinds and
-    no session yet is not a run anyone can see: it is skipped.
+    by_session: dict[str, list[Reading]] = field(default_factory=lambda: defaultdict(list))
+    originals: dict[str, str] = field(default_factory=dict)  # session id -> the conversation id it was made from
+    refused: list[SpanRefusal] = field(default_factory=list)
+    hold: list[Reading] = field(default_factory=list)
+    released_rows: list[int] = field(default_factory=list)  # held rows written (or left out) now
+    released: set[int] = field(default_factory=set)  # id() of the held readings written now: told to nobody again
+    held_due: float | None = None
+
+    def due(self, seconds: float) -> None:
+        self.held_due = max(0.0, seconds if self.held_due is None else min(self.held_due, seconds))
+
+
+def _route(project: Project, readings: Sequence[Reading], *, now: datetime, release: Collection[str]) -> _Route:
+    """Each trace's session: the one its spans were written to before (a span is one span site-wide,
+    whatever conversation it names the second time); else its conversation (the first conversation
+    id among its spans, held ones included); else, when the trace is being released, its root has
+    arrived or there is no settle time, the session named after the trace. Otherwise its spans are
+    held: a later span may still name the conversation (Google ADK names it on its model and agent
+    spans, which end after its tool spans). A trace with nothing but spans of other kinds and nothing
+    held is not a run anyone can see: it is skipped.
+
+    The held rows are locked before the traces' sessions are read: a release and a batch naming the
+    conversation then never both write them.
     """
+    route = _Route()
     by_trace: dict[str, list[Reading]] = defaultdict(list)
     for reading in readings:
         by_trace[reading.trace_id].append(reading)
-    unbound = [t for t, rs in by_trace.items() if not any(r.conversation_id for r in rs)]
-    bound = dict(
-        OtlpTrace.objects.filter(trace_id__in=unbound, session__project=project).values_list("trace_id", "session_id")
-    ) if unbound else {}
-    by_session: dict[str, list[Reading]] = defaultdict(list)
-    originals: dict[str, str] = {}
-    for trace_id, trace_readings in by_trace.items():
-        conversation = next((r.conversation_id for r in trace_readings if r.conversation_id), None)
-        if conversation is None and trace_id in bound:
-            by_session[bound[trace_id]] += trace_readings
+    trace_ids = [*by_trace, *(t for t in release if t not in by_trace)]
+    held: dict[str, list[tuple[int, datetime, Reading]]] = defaultdict(list)
+    for pk, trace_id, received_at, data in (
+        OtlpHeldSpan.objects.select_for_update().filter(project=project, trace_id__in=trace_ids).order_by("pk")
+        .values_list("pk", "trace_id", "received_at", "reading")
+    ):
+        held[trace_id].append((pk, received_at, reading_from_json(bytes(data))))
+    bound: dict[str, tuple[str, int]] = {}
+    for trace_id, session_id, project_id in (
+        OtlpTrace.objects.filter(trace_id__in=trace_ids).order_by("pk").values_list("trace_id", "session_id", "session__project_id")
+    ):
+        bound.setdefault(trace_id, (session_id, project_id))
+    settle_seconds = settings.TURNLOG_OTLP_SETTLE_SECONDS
+    quiet_since = now - timedelta(seconds=settle_seconds)
+    for trace_id in trace_ids:
+        arrived = by_trace.get(trace_id, [])
+        kept = held.get(trace_id, [])
+        kept_readings = [r for _, _, r in kept]
+        conversation = next((r.conversation_id for r in (*kept_readings, *arrived) if r.conversation_id), None)
+        if trace_id in bound:
+            session_id, owner = bound[trace_id]
+            if owner != project.pk:
+                reason = f"its trace is a run of session {session_id}, which belongs to another project"
+                route.refused += [_refusal(r, reason) for r in arrived]
+                route.released_rows += [pk for pk, _, _ in kept]
+                continue
+        elif conversation is None and not _may_write_unnamed(arrived, kept, release=trace_id in release, quiet_since=quiet_since):
+            if arrived and (kept or any(r.role != OTHER for r in arrived)):
+                _hold_arrived(route, arrived, kept_readings)
+                route.due(settle_seconds)
+            elif kept:
+                route.due((max(at for _, at, _ in kept) - quiet_since).total_seconds())
             continue
-        if conversation is None and all(r.role == OTHER for r in trace_readings):
+        route.released_rows += [pk for pk, _, _ in kept]
+        route.released.update(id(r) for r in kept_readings)
+        if trace_id in bound:
+            session_id = bound[trace_id][0]
+        elif all(r.role == OTHER for r in (*kept_readings, *arrived)):
             continue
-        session_id, original = session_id_for(conversation or trace_id)
-        if original is not None:
-            originals[session_id] = original
-        by_session[session_id] += trace_readings
-    return by_session, originals
+        else:
+            session_id, original = session_id_for(conversation or trace_id)
+            if original is not None:
+                route.originals[session_id] = original
+        route.by_session[session_id] += [*kept_readings, *arrived]
+    return route
+
+
+def _may_write_unnamed(arrived: Sequence[Reading], kept, *, release: bool, quiet_since: datetime) -> bool:
+    """Whether a trace no span has tied to a conversation is written now (to the session named after it):
+    there is no settle time, or its root has arrived (the run is over: no span of it is left to name
+    one), or it is being released and has been quiet for the settle time."""
+    if settings.TURNLOG_OTLP_SETTLE_SECONDS <= 0:
+        return True
+    if any(not r.pending and r.parent_span_id in (None, r.span_id) for r in (*arrived, *(r for _, _, r in kept))):
+        return True
+    return release and not arrived and all(at <= quiet_since for _, at, _ in kept)
+
+
+def _hold_arrived(route: _Route, arrived: Sequence[Reading], kept: Sequence[Reading]) -> None:
+    """Hold a trace's new spans: refused now, if ever, as they would be when written (content no database
+    stores, the same ids with other content); a repeat of a held span is taken and nothing more."""
+    digests = {(r.span_id, r.pending): r.digest for r in kept}
+    for reading in arrived:
+        key = (reading.span_id, reading.pending)
+        if key in digests:
+            if not reading.pending and reading.digest and digests[key] and digests[key] != reading.digest:
+                route.refused.append(_refusal(reading, other_content(reading)))
+            continue
+        plain = without_bytes(reading)
+        if (problem := content_problem(plain)) is not None:
+            route.refused.append(_refusal(reading, problem))
+            continue
+        digests[key] = reading.digest
+        route.hold.append(plain)
+
+
+def _hold(project: Project, readings: Sequence[Reading], now: datetime) -> None:
+    if readings:
+        rows = [
+            OtlpHeldSpan(project=project, trace_id=r.trace_id, span_id=r.span_id, pending=r.pending, digest=r.digest,
+                         received_at=now, reading=reading_json(r))
+            for r in readings
+        ]
+        # A concurrent batch holding the same span: one row is kept, as a repeat is.
+        OtlpHeldSpan.objects.bulk_create(rows, ignore_conflicts=True)
 
 
 def _taken_sessions(
@@ -185,7 +317,7 @@ def _taken_sessions(
     return sessions
 
 
-def _prior_rows(sessions: Sequence[Session], by_session: dict[str, list[Reading]]) -> dict[str, tuple[dict[str, OtlpTrace], set]]:
+def _prior_rows(sessions: Sequence[Session], by_session: dict[str, list[Reading]]) -> dict[str, tuple[dict[str, OtlpTrace], dict]]:
     """What the sessions that already hold events remember of their traces: the rows of the batch's
     traces and of every unclosed one, and which of the batch's spans they already took; one query each."""
     if not sessions:
@@ -193,15 +325,15 @@ def _prior_rows(sessions: Sequence[Session], by_session: dict[str, list[Reading]
     ids = [s.id for s in sessions]
     trace_ids = {r.trace_id for s in sessions for r in by_session[s.id]}
     span_ids = {r.span_id for s in sessions for r in by_session[s.id]}
-    prior: dict[str, tuple[dict[str, OtlpTrace], set]] = {session_id: ({}, set()) for session_id in ids}
+    prior: dict[str, tuple[dict[str, OtlpTrace], dict]] = {session_id: ({}, {}) for session_id in ids}
     for row in OtlpTrace.objects.filter(Q(trace_id__in=trace_ids) | Q(closed=False), session_id__in=ids):
         mine = {r.trace_id for r in by_session[row.session_id]}
         if not row.closed or row.trace_id in mine:
             prior[row.session_id][0][row.trace_id] = row
-    for session_id, trace_id, span_id, pending in OtlpSpan.objects.filter(session_id__in=ids, span_id__in=span_ids).values_list(
-        "session_id", "trace_id", "span_id", "pending"
+    for session_id, trace_id, span_id, pending, digest in OtlpSpan.objects.filter(session_id__in=ids, span_id__in=span_ids).values_list(
+        "session_id", "trace_id", "span_id", "pending", "digest"
     ):
-        prior[session_id][1].add((trace_id, span_id, pending))
+        prior[session_id][1][(trace_id, span_id, pending)] = digest
     return prior
 
 
@@ -246,7 +378,7 @@ def _planner(session: Session, rows: dict[str, OtlpTrace], *, seen, turn_count: 
 
 
 TRACE_FIELDS = ("turn_seq", "root_arrived", "closed", "last_span_at", "state")
-SPAN_COLUMNS = ("session", "trace_id", "span_id", "pending")
+SPAN_COLUMNS = ("session", "trace_id", "span_id", "pending", "digest")
 
 
 def _write(plans: Sequence[tuple[Session, Planner, dict[str, OtlpTrace]]], now: datetime) -> None:
@@ -273,7 +405,7 @@ def _write(plans: Sequence[tuple[Session, Planner, dict[str, OtlpTrace]]], now: 
                 statements.save_fields(row, TRACE_FIELDS)
             else:
                 new_traces.append([prep[name](getattr(row, name if name != "session" else "session_id"), connection) for name in ("session", "trace_id", *TRACE_FIELDS)])
-        new_spans += [(session.id, t, s, p) for t, s, p in planner.taken]
+        new_spans += [(session.id, t, s, p, d) for t, s, p, d in planner.taken]
     count_for_agents(counts)
     if new_traces:
         statements.execute_many(statements.insert_sql(OtlpTrace, ("session", "trace_id", *TRACE_FIELDS)), new_traces)

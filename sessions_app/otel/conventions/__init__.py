@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..readings import AGENT, MODEL, OTHER, TOOL, Reading
-from ..spans import STATUS_ERROR, Span
+from ..spans import STATUS_ERROR, Span, digest
 from .table import AGENT_IF_ROOT, Family, family_of, role_of
 from .values import count, first, ident, parsed, text
 
@@ -43,6 +43,7 @@ def read(span: Span) -> Reading:
         # a session created by a batch without the agent span still gets it. A family's other name
         # keys may name something else on such spans (OpenLLMetry's entity is the tool), so only this one.
         "agent_name": text(attributes.get("gen_ai.agent.name")),
+        "digest": digest(span),
     }
     if role == AGENT:
         fields |= agent_fields(family, span)

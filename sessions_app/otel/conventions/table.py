@@ -87,6 +87,16 @@ def whole_name(name: str) -> str | None:
     return name or None
 
 
+def no_span(span: Span) -> bool:
+    return False
+
+
+def adk_merged_tools(span: Span) -> bool:
+    """Google ADK closes a batch of parallel calls with `execute_tool (merged)` (tool `(merged tools)`, its call
+    id the merged response's event id), after each call's own tool span: it runs nothing of its own."""
+    return span.name == "execute_tool (merged)" or span.attributes.get("gen_ai.tool.name") == "(merged tools)"
+
+
 # ---- content readers -----------------------------------------------------------------------------
 
 
@@ -226,6 +236,8 @@ class Family:
     roles: tuple[tuple[str, Mapping[str, str]], ...]
     # (span-name word, role): read when no attribute decided.
     names: tuple[tuple[str, str], ...] = ()
+    # Spans named like a role that are bookkeeping of the framework's (OTHER whatever their attributes say).
+    bookkeeping: Callable[[Span], bool] = no_span
     agent_name: tuple[str, ...] = ("gen_ai.agent.name",)
     agent_name_from_span: Callable[[str], str | None] = after_word(("invoke_agent", "invoke_workflow"))
     model: tuple[str, ...] = ("gen_ai.response.model", "gen_ai.request.model")
@@ -248,6 +260,7 @@ GENAI = Family(
     marks=is_genai,
     roles=(("gen_ai.operation.name", GENAI_OPERATIONS),),
     names=GENAI_NAMES,
+    bookkeeping=adk_merged_tools,
 )
 
 PYDANTIC_AI_USAGE = {**GENAI_USAGE,
@@ -381,6 +394,8 @@ def family_of(span: Span) -> Family:
 
 
 def role_of(family: Family, span: Span) -> str:
+    if family.bookkeeping(span):
+        return OTHER
     for key, roles in family.roles:
         value = span.attributes.get(key)
         if isinstance(value, str) and (role := roles.get(value.lower())) is not None:

@@ -139,6 +139,75 @@ def test_a_gzip_body_the_same_batch_twice_and_a_content_type_with_parameters(sec
     assert Event.objects.count() == count  # an exporter's retry stores nothing new
 
 
+def raw_span(trace_id: str, span_id: str, parent: str | None, name: str, attributes: dict, start: int = 1, end: int = 2) -> SpanMessage:
+    span = SpanMessage(trace_id=bytes.fromhex(trace_id), span_id=bytes.fromhex(span_id), name=name,
+                       start_time_unix_nano=start, end_time_unix_nano=end)
+    if parent is not None:
+        span.parent_span_id = bytes.fromhex(parent)
+    for key, value in attributes.items():
+        span.attributes.append(KeyValue(key=key, value=AnyValue(string_value=value)))
+    return span
+
+
+def request_of(*spans: SpanMessage) -> bytes:
+    request = ExportTraceServiceRequest()
+    request.resource_spans.add().scope_spans.add().spans.extend(spans)
+    return request.SerializeToString()
+
+
+TOOL_SPAN = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "refund", "gen_ai.tool.call.id": "c1",
+             "gen_ai.tool.call.result": "done"}
+AGENT_SPAN = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "support"}
+TRACE, ROOT_ID, TOOL_ID = "ab" * 16, "00000000000000a1", "00000000000000b1"
+
+
+def test_a_span_repeating_its_ids_with_other_content_is_refused_in_the_partial_success(secret, scheduled):
+    first = raw_span(TRACE, TOOL_ID, ROOT_ID, "execute_tool refund", {**TOOL_SPAN, "gen_ai.conversation.id": "c-door"})
+    assert partial_success(post(request_of(first), PROTOBUF, secret)) == (0, "")
+    assert partial_success(post(request_of(first), PROTOBUF, secret)) == (0, "")  # an exporter's retry
+    other = raw_span(TRACE, TOOL_ID, ROOT_ID, "execute_tool refund", {**TOOL_SPAN, "gen_ai.conversation.id": "c-door", "gen_ai.tool.call.result": "not done"})
+    rejected, message = partial_success(post(request_of(other), PROTOBUF, secret))
+    assert rejected == 1 and f"span {TOOL_ID} of trace {TRACE}" in message and "other content" in message
+    assert [e.data["content"] for e in Event.objects.filter(type="tool_result")] == ["done"]
+
+
+def test_the_same_span_under_another_conversation_is_one_span_in_its_first_session(secret, scheduled):
+    root = raw_span(TRACE, ROOT_ID, None, "invoke_agent support", {**AGENT_SPAN, "gen_ai.conversation.id": "c-first"})
+    assert partial_success(post(request_of(root), PROTOBUF, secret)) == (0, "")
+    again = raw_span(TRACE, ROOT_ID, None, "invoke_agent support", {**AGENT_SPAN, "gen_ai.conversation.id": "c-second"})
+    rejected, message = partial_success(post(request_of(again), PROTOBUF, secret))
+    assert rejected == 1 and "other content" in message
+    assert list(Session.objects.values_list("pk", flat=True)) == ["c-first"]
+    assert Event.objects.filter(type="turn_start").count() == 1
+
+
+@pytest.mark.parametrize("loop", ["self", "cycle"])
+def test_a_root_whose_parent_chain_loops_closes_its_run(secret, monkeypatch, loop):
+    monkeypatch.setattr(otlp_closer, "schedule", lambda session_id, after: None)
+    ids = {"gen_ai.conversation.id": "c-loop"}
+    tool = raw_span(TRACE, TOOL_ID, ROOT_ID, "execute_tool refund", {**TOOL_SPAN, **ids}, 10, 20)
+    if loop == "self":
+        spans = [tool, raw_span(TRACE, ROOT_ID, ROOT_ID, "invoke_agent support", {**AGENT_SPAN, **ids}, 1, 30)]
+    else:
+        spans = [tool, raw_span(TRACE, ROOT_ID, "00000000000000c1", "invoke_agent support", {**AGENT_SPAN, **ids}, 1, 30),
+                 raw_span(TRACE, "00000000000000c1", ROOT_ID, "wrapper", {}, 1, 31)]
+    for span in spans:  # one request each: the loop closes across requests
+        assert partial_success(post(request_of(span), PROTOBUF, secret)) == (0, "")
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    services.close_settled_turns(session_ids=["c-loop"], now=timezone.now() + timedelta(hours=1))
+    assert stored("c-loop")[-1] == "turn_end"
+
+
+def test_spans_held_for_their_conversation_have_the_closer_write_them_when_none_comes(secret, scheduled, settings):
+    tool = raw_span(TRACE, TOOL_ID, ROOT_ID, "execute_tool refund", TOOL_SPAN)
+    assert partial_success(post(request_of(tool), PROTOBUF, secret)) == (0, "")
+    assert not Session.objects.exists()
+    assert scheduled == [(otlp_closer.HELD_SPANS, settings.TURNLOG_OTLP_SETTLE_SECONDS)]
+
+
 def test_a_body_over_djangos_own_request_limit_is_read_under_the_endpoints(secret, scheduled, settings):
     settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100  # the API's JSON limit is not this endpoint's
     assert partial_success(post(as_json(run_spans()), JSON, secret)) == (0, "")

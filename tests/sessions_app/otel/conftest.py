@@ -1,6 +1,8 @@
-"""A live Daphne for the OTLP tests that export over HTTP, and a member's token for it."""
+"""A live Daphne for the OTLP tests that export over HTTP, a member's token for it, and Google ADK's virtualenv."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -31,3 +33,17 @@ def token():
     return token_for(get_user_model().objects.create_user("support-agent"))
 
 
+
+
+# google-adk caps OpenTelemetry below the suite's: its runs use a virtualenv of their own, which
+# `make test` makes first (the Makefile's .venv-adk/.installed, tests/sessions_app/otel/adk-requirements.txt).
+ADK_VENV = Path(__file__).resolve().parents[3] / ".venv-adk"
+
+
+@pytest.fixture(scope="session")
+def adk_python() -> Path:
+    python = ADK_VENV / "bin" / "python"
+    if not (python.exists() and (ADK_VENV / ".installed").exists()):
+        pytest.fail(f"Google ADK's virtualenv {ADK_VENV} is missing or half made: "
+                    "`make .venv-adk/.installed` makes it (`make test` does first)", pytrace=False)
+    return python

@@ -145,6 +145,72 @@ def test_logfire_pending_spans_announce_the_real_span():
     assert all(r.model == "scripted" and r.usage == {} for r in of(found, MODEL, pending=True))
 
 
+# ---- Google ADK ----------------------------------------------------------------------------------
+
+REFUND_CALLS = ({"id": "call_a1", "name": "refund", "arguments": {"order": "A1"}},
+                {"id": "call_a2", "name": "refund", "arguments": {"order": "A2"}})
+
+
+def adk_spans(name: str) -> tuple[Reading, Reading, Reading, Reading, Reading, Reading, Reading]:
+    """workflow, agent, first model, tool A1, tool A2, merged tools, second model (in the order they started)."""
+    found = readings(name)
+    assert [r.name for r in found] == ["invoke_workflow support", "invoke_agent support", "generate_content scripted",
+                                       "execute_tool refund", "execute_tool refund", "execute_tool (merged)",
+                                       "generate_content scripted"]
+    return tuple(found)
+
+
+@pytest.mark.parametrize("name", ["adk", "adk_nocontent"])
+def test_adk_spans_read_as_a_workflow_with_steps_and_tool_calls_whatever_the_content(name):
+    workflow, agent, first, a1, a2, merged, second = adk_spans(name)
+    assert [r.role for r in (workflow, agent, first, a1, a2, merged, second)] == [AGENT, AGENT, MODEL, TOOL, TOOL, OTHER, MODEL]
+    assert workflow.parent_span_id is None and agent.parent_span_id == workflow.span_id
+    # The tool spans are the agent's children, beside the model span (which ends after them).
+    assert {r.parent_span_id for r in (first, a1, a2, merged, second)} == {agent.span_id}
+    assert first.end_ns > a2.end_ns
+    # The ADK session's id, on the workflow, agent and model spans, not on the tool spans.
+    assert [r.conversation_id for r in (workflow, agent, first, second)] == ["adk-conversation-1"] * 4
+    assert a1.conversation_id is a2.conversation_id is None
+    assert {r.agent_name for r in (workflow, agent, first, a1, a2, second)} == {"support"}  # the workflow by its span name
+    assert (first.model, first.provider) == ("scripted", "gcp.gemini")  # ADK names its provider whatever the model
+    assert first.usage == {"input_tokens": 30, "output_tokens": 12, "model": "scripted"}
+    assert second.usage == {"input_tokens": 60, "output_tokens": 9, "model": "scripted"}
+    assert workflow.aggregated_usage == agent.aggregated_usage == {}
+    assert [(t.tool_name, t.tool_call_id, t.has_result, t.error) for t in (a1, a2)] == [
+        ("refund", "call_a1", True, None), ("refund", "call_a2", True, None)]
+    # The merged span's call id is an event's id: no call of its own.
+    assert (merged.tool_name, merged.tool_call_id) == (None, None)
+
+
+def test_adk_with_content_gives_messages_calls_arguments_and_results():
+    _, _, first, a1, a2, _, second = adk_spans("adk")
+    assert first.system_instructions == 'You refund orders.\n\nYou are an agent. Your internal name is "support".'
+    assert first.input_messages == (Message("user", "Refund orders A1 and A2"),)
+    assert first.requested_calls == REFUND_CALLS
+    assert second.output_messages == (Message("assistant", "Both orders are refunded."),)
+    # ADK hands the model a tool's return value as {"result": value}: that is the result it records.
+    assert [(t.tool_arguments, t.tool_result) for t in (a1, a2)] == [
+        ({"order": "A1"}, '{"result": "refunded A1"}'), ({"order": "A2"}, '{"result": "refunded A2"}')]
+    assert [(m.role, m.tool_call_id) for m in whole_input("adk", second)] == [
+        ("user", None), ("assistant", None), ("tool", "call_a1"), ("tool", "call_a2")]
+
+
+def test_adk_without_content_still_gives_the_calls_ids_and_usage():
+    _, _, first, a1, a2, _, second = adk_spans("adk_nocontent")
+    assert first.system_instructions is None and first.input_messages == first.output_messages == ()
+    assert first.requested_calls == ()  # ADK drops the calls with the messages: the tool spans carry the ids
+    assert [(t.tool_arguments, t.tool_result) for t in (a1, a2)] == [(None, None), (None, None)]
+    assert second.usage["input_tokens"] == 60
+
+
+def test_adk_merged_tools_span_is_bookkeeping_even_before_its_attributes():
+    # ADK starts the span bare and names the merge at its end: a span seen as it starts (a pending span) has only its name.
+    assert read(span("execute_tool (merged)", {})).role == OTHER
+    assert read(span("execute_tool (merged)", {"gen_ai.operation.name": "execute_tool",
+                                               "gen_ai.tool.name": "(merged tools)", "gen_ai.tool.call.id": "e-1"})).role == OTHER
+    assert read(span("execute_tool refund", {})).role == TOOL
+
+
 # ---- OpenInference -------------------------------------------------------------------------------
 
 
@@ -226,14 +292,14 @@ def test_openllmetry_without_content_still_gives_the_structure():
 
 # ---- the Vercel AI SDK ---------------------------------------------------------------------------
 
-REFUND_CALLS = (
+VERCEL_CALLS = (
     {"id": "call_a1", "name": "refund", "arguments": {"order": "A1"}},
     {"id": "call_x9", "name": "refund", "arguments": {"order": "X9"}},
 )
-REFUND_USAGE_FIRST = {"input_tokens": 30, "output_tokens": 12, "cache_read_input_tokens": 8}
+VERCEL_USAGE_FIRST = {"input_tokens": 30, "output_tokens": 12, "cache_read_input_tokens": 8}
 
 
-def refund_tools(found: list[Reading]) -> tuple[Reading, Reading]:
+def vercel_tools(found: list[Reading]) -> tuple[Reading, Reading]:
     """The A1 and the X9 tool spans (the SDK runs a step's tools in parallel: either may start first)."""
     tools = sorted(of(found, TOOL), key=lambda reading: reading.tool_call_id)
     assert [t.tool_call_id for t in tools] == ["call_a1", "call_x9"]
@@ -253,8 +319,8 @@ def test_vercel_ai_spans_read_as_a_call_of_steps_and_tool_calls(name):
     assert {first.parent_span_id, second.parent_span_id} == {agent.span_id}
     assert (first.model, first.provider) == ("scripted", "mock-provider")
     assert first.input_messages == (Message("system", "You refund orders."), Message("user", "Refund orders A1 and A2"))
-    assert first.output_messages == (Message("assistant", "Let me refund them.", REFUND_CALLS),)
-    assert first.usage == {**REFUND_USAGE_FIRST, "model": "scripted"}
+    assert first.output_messages == (Message("assistant", "Let me refund them.", VERCEL_CALLS),)
+    assert first.usage == {**VERCEL_USAGE_FIRST, "model": "scripted"}
     assert second.output_messages == (Message("assistant", "Both orders are refunded."),)
     assert second.usage == {"input_tokens": 60, "output_tokens": 9, "cache_read_input_tokens": 0, "model": "scripted"}
     # The second request's input: the run so far, the tools' answers as tool messages (the log takes none of it).
@@ -262,7 +328,7 @@ def test_vercel_ai_spans_read_as_a_call_of_steps_and_tool_calls(name):
     assert [(m.role, m.tool_call_id) for m in vercel_messages(whole)] == [
         ("system", None), ("user", None), ("assistant", None), ("tool", "call_a1"), ("tool", "call_x9")]
     assert second.input_messages[:1] == (Message("system", "You refund orders."),)
-    a1, x9 = refund_tools(found)
+    a1, x9 = vercel_tools(found)
     assert (a1.tool_name, a1.tool_arguments, a1.tool_result, a1.has_result, a1.error) == (
         "refund", {"order": "A1"}, "refunded A1", True, None)
     # A tool that threw: the exception recorded on its span is an error result.
@@ -277,7 +343,7 @@ def test_vercel_ai_without_recorded_inputs_and_outputs_still_gives_the_structure
     assert [r.role for r in found if r.role != TOOL] == [AGENT, MODEL, MODEL]
     first, _ = of(found, MODEL)
     assert first.input_messages == first.output_messages == () and first.model == "scripted"
-    a1, x9 = refund_tools(found)
+    a1, x9 = vercel_tools(found)
     assert (a1.tool_name, a1.tool_arguments, a1.tool_result, a1.has_result) == ("refund", None, None, True)
     assert x9.error == {"type": "Error", "message": "no such order: X9"}
     assert {r.conversation_id for r in found} == {"vercel-session-1"}
@@ -291,11 +357,11 @@ def test_vercel_ai_7_default_integration_reads_by_the_genai_conventions():
     assert agent.aggregated_usage == {"input_tokens": 90, "output_tokens": 21, "cache_read_input_tokens": 8}
     assert {r.name for r in of(found, OTHER)} == {"step 1", "step 2"}  # gen_ai.operation.name agent_step
     first, second = of(found, MODEL)
-    assert first.requested_calls == REFUND_CALLS and first.usage == {**REFUND_USAGE_FIRST, "model": "scripted"}
+    assert first.requested_calls == VERCEL_CALLS and first.usage == {**VERCEL_USAGE_FIRST, "model": "scripted"}
     assert first.input_messages == (Message("user", "Refund orders A1 and A2"),)
     assert first.system_instructions == "You refund orders."
     assert second.output_messages == (Message("assistant", "Both orders are refunded."),)
-    a1, x9 = refund_tools(found)
+    a1, x9 = vercel_tools(found)
     assert (a1.tool_name, a1.tool_arguments, a1.has_result) == ("refund", {"order": "A1"}, True)
     assert x9.error == {"type": "Error", "message": "no such order: X9"}
 
@@ -500,6 +566,14 @@ def test_a_recorded_run_without_content_still_plans_its_structure(name):
     # Without content LangChain's tool spans carry no call id and the model spans no calls: each
     # tool span is a call of its own (docs/guide/otlp.md), still dispatched and answered.
     assert calls == results and len(calls) == 2
+    assert recovery.plan(events).repairs == []
+
+
+@pytest.mark.parametrize("name", ["adk", "adk_nocontent"])
+def test_a_recorded_adk_run_plans_to_one_closed_turn_of_its_two_calls_each_answered_once(name):
+    events, calls, results = planned_run(name)
+    assert calls == results == ["call_a1", "call_a2"]  # the merged span adds no call
+    assert [e.data["reason"] for e in events if e.type == "turn_end"] == ["complete"]
     assert recovery.plan(events).repairs == []
 
 

@@ -3,6 +3,7 @@ any arrival order, several runs in one conversation, late spans. Pure: no databa
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import Counter
 from datetime import UTC, datetime
@@ -25,7 +26,7 @@ class Log:
     def __init__(self):
         self.events: list[Event] = []
         self.traces: dict[str, TraceState] = {}
-        self.seen: set = set()
+        self.seen: dict = {}
         self.turn_count = 0
         self.clock = 1000.0
         self.refusals: list[str] = []
@@ -35,7 +36,7 @@ class Log:
         latest = max(self.traces.values(), key=lambda t: t.turn_seq or -1, default=None)
         return Planner(
             next_seq=len(self.events), turn_stack=turn_stack, step_stack=step_stack, turn_count=self.turn_count,
-            traces={k: TraceState.from_json(v.as_json()) for k, v in self.traces.items()}, seen=set(self.seen),
+            traces={k: TraceState.from_json(v.as_json()) for k, v in self.traces.items()}, seen=dict(self.seen),
             system_digest=latest.system_digest if latest else None, received=self.clock,
         )
 
@@ -209,6 +210,137 @@ def test_a_pending_root_opens_the_turn_but_never_lets_it_close():
     log.send(Reading(AGENT, T, ROOT, None, "invoke_agent", start_ns=1, pending=True))
     log.settle(60)
     assert log.types() == ["turn_start"]
+
+
+# -- a model span that ends after its tools (Google ADK, the Vercel AI SDK's ai.* spans) ----------
+
+
+M1, M2 = "e0000000000000a1", "e0000000000000a2"
+
+
+def model_around_tools_run(trace=T) -> list[Reading]:
+    """invoke_agent { chat -> [c1, c2] { tool c1; tool c2 }; chat -> text }: the first model span is the
+    tools' parent and ends after them."""
+    return [
+        tool("e0000000000000b1", "c1", trace=trace, parent=M1, start=30, end=40),
+        tool("e0000000000000b2", "c2", trace=trace, parent=M1, start=41, end=50),
+        chat(M1, ["c1", "c2"], trace=trace, start=10, end=55),
+        chat(M2, [], trace=trace, start=60, end=70, text="refunded"),
+        agent(trace=trace, start=1, end=100),
+    ]
+
+
+def started(reading: Reading) -> Reading:
+    """The pending span announcing `reading` when it started: the attributes known then, no result."""
+    return Reading(reading.role, reading.trace_id, reading.span_id, reading.parent_span_id, reading.name,
+                   start_ns=reading.start_ns, end_ns=reading.start_ns, pending=True, tool_name=reading.tool_name,
+                   tool_call_id=reading.tool_call_id, tool_arguments=reading.tool_arguments,
+                   conversation_id=reading.conversation_id, agent_name=reading.agent_name)
+
+
+def test_tools_that_end_before_their_model_span_answer_its_calls_in_one_turn():
+    log = Log()
+    for reading in model_around_tools_run():  # as the exporter sends them: each span when it ends
+        log.send(reading)
+    log.settle()
+    assert log.summary()["calls"] == {"c1": 1, "c2": 1} and log.summary()["results"] == {"c1": 1, "c2": 1}
+    assert log.summary()["ends"] == ["complete"] and log.plan_risks() == {}
+
+
+def test_a_tool_started_under_a_model_span_still_running_is_a_call_of_its_step_and_owed():
+    log = Log()
+    run = model_around_tools_run()
+    root_started, model_started, tool_started = started(run[4]), started(run[2]), started(run[0])
+    log.send(root_started)
+    log.send(model_started)
+    log.send(tool_started)  # the process dies in the tool: nothing else ever comes
+    assert log.types() == ["turn_start", "step_start", "tool_call"]
+    (call,) = [e for e in log.events if e.type == "tool_call"]
+    assert "inferred" not in call.data["metadata"]
+    log.settle(60)
+    assert log.types()[-1] == "tool_call" and log.plan_risks() == {"c1": UNKNOWN}
+
+
+def test_a_step_whose_model_span_ends_after_its_tools_closes_only_when_it_ends():
+    log = Log()
+    run = model_around_tools_run()
+    log.send(started(run[4]), started(run[2]), started(run[0]))
+    log.send(run[0])  # c1's result, while the model span is still running
+    assert "step_end" not in log.types()
+    log.send(run[1], run[2])
+    assert log.types().count("step_end") == 1 and log.summary()["results"] == {"c1": 1, "c2": 1}
+
+
+def test_a_tool_span_that_names_its_call_only_when_it_ends_answers_the_call_its_start_stood_for():
+    # Google ADK starts `execute_tool refund` with no attributes and sets the call id when it ends.
+    log = Log()
+    run = model_around_tools_run()
+    bare = [dataclasses.replace(started(r), tool_call_id=None, tool_arguments=None) for r in run[:2]]
+    log.send(started(run[4]), started(run[2]), bare[0])
+    assert log.plan_risks() == {"otel-e0000000000000b1": UNKNOWN}  # a crash now owes the call that started
+    log.send(run[0], bare[1], run[1], run[2], run[3], run[4])
+    log.settle()
+    assert log.plan_risks() == {} and log.summary()["ends"] == ["complete"]
+    stand_in = next(e for e in log.events if e.type == "tool_result" and e.data["tool_call_id"] == "otel-e0000000000000b1")
+    assert stand_in.data["metadata"]["otel"]["same_call_as"] == "c1" and stand_in.data["content"] == "done"
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.randoms(use_true_random=False), st.integers(1, 7), st.booleans())
+def test_a_model_span_around_its_tools_reads_the_same_in_any_order_with_or_without_pending_spans(rnd: random.Random, batches: int, pending: bool):
+    run = model_around_tools_run()
+    spans = [*run, *(started(r) for r in run)] if pending else run
+    forward, log = Log(), Log()
+    forward.send(*run)
+    for part in _in_batches(rnd, spans, batches):
+        log.send(*part)
+    forward.settle()
+    log.settle()
+    assert log.summary() == forward.summary()
+
+
+# -- roots that are their own ancestors ---------------------------------------------
+
+
+def test_a_root_that_is_its_own_parent_closes_its_run():
+    log = Log()
+    log.send(*finished_run()[:4], agent(parent=ROOT))
+    log.settle()
+    assert log.summary()["ends"] == ["complete"]
+
+
+def test_a_cycle_of_parent_ids_across_batches_reads_the_span_closing_it_as_the_root():
+    log = Log()
+    log.send(*finished_run()[:4], agent(parent="7777777777777777"))
+    log.settle()
+    assert "turn_end" not in log.types()  # its parent may still come
+    log.send(Reading(OTHER, T, "7777777777777777", ROOT, "loop", start_ns=2, end_ns=99))
+    log.settle()
+    assert log.summary()["ends"] == ["complete"]
+
+
+def test_a_long_chain_without_its_root_stays_open():
+    log = Log()
+    chain = [Reading(OTHER, T, f"{i:016x}", f"{i + 1:016x}", "step", start_ns=i, end_ns=i + 1) for i in range(1, 40)]
+    log.send(chat("a000000000000001", [], parent=f"{1:016x}", text="hi"), *chain)
+    log.settle()
+    assert "turn_end" not in log.types()
+
+
+# -- repeats ----------------------------------------------------------------------
+
+
+def test_the_same_ids_with_other_content_are_refused_and_an_exact_repeat_taken():
+    import dataclasses
+
+    log = Log()
+    first = dataclasses.replace(finished_run()[1], digest="one")
+    log.send(chat("c0000000000000a1", ["c1", "c2"], digest="m"), first)
+    log.send(first)
+    assert log.refusals == []
+    log.send(dataclasses.replace(first, digest="two", tool_result="other"))
+    assert len(log.refusals) == 1 and "other content" in log.refusals[0]
+    assert [e.data["content"] for e in log.events if e.type == "tool_result"] == ["done"]
 
 
 # -- any order ----------------------------------------------------------------------
