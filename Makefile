@@ -6,6 +6,7 @@
 #   (DATABASE_URL, default its own database turnlog_scaleout at 127.0.0.1:5432) and a Redis of its own, free ports
 # `make test`: set everything up and run the whole test suite, in parallel workers (TEST_WORKERS=4; PYTEST_ARGS=... for more options)
 #   (and first makes .venv-adk, the Google ADK tests' own virtualenv: tests/sessions_app/otel/adk-requirements.txt)
+#   (and npm ci in tests/js and tests/js/ai6, the Vercel AI SDK tests' packages, when their lock files are newer)
 # `make bench`: every benchmark (bench/otlp.py also runs Arize Phoenix from its own virtualenv, PHOENIX_VENV)
 PYTHON ?= python3
 VENV := .venv
@@ -19,7 +20,7 @@ PHOENIX_VERSION := 20.26.1
 ADK_VENV := .venv-adk
 ADK_REQUIREMENTS := tests/sessions_app/otel/adk-requirements.txt
 
-.PHONY: run run-scaleout test migrate simulate bench phoenix-venv clean
+.PHONY: run run-scaleout test js-deps migrate simulate bench phoenix-venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -60,13 +61,22 @@ simulate: migrate
 # files at a time (--dist loadfile: a module's servers and browser start once), each worker on databases of its
 # own (conftest.py). More workers than cores pays: most of the suite waits on sockets, servers and timeouts.
 TEST_WORKERS ?= 4
-test: $(VENV)/.installed-test $(ADK_VENV)/.installed
+test: $(VENV)/.installed-test $(ADK_VENV)/.installed js-deps
 	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 $(ADK_VENV)/.installed: $(ADK_REQUIREMENTS) turnlog_client/pyproject.toml
 	$(PYTHON) -m venv $(ADK_VENV)
 	$(ADK_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(ADK_VENV)/bin/python -m pip install --quiet -r $(ADK_REQUIREMENTS) -e './turnlog_client[otel]'
+	touch $@
+
+# The JavaScript agents of the OTLP tests (tests/js: the Vercel AI SDK 7 and the OpenTelemetry JS SDK;
+# tests/js/ai6: the SDK's version 6), installed from their lock files when those are newer. Needs node and npm.
+JS_DIRS := tests/js tests/js/ai6
+js-deps: $(addsuffix /node_modules/.installed,$(JS_DIRS))
+
+%/node_modules/.installed: %/package-lock.json %/package.json
+	cd $* && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 $(PHOENIX_VENV)/.installed-$(PHOENIX_VERSION):

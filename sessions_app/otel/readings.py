@@ -49,8 +49,8 @@ class Reading:
     start_ns: int = 0
     end_ns: int = 0
     pending: bool = False
-    family: str = ""  # genai, pydantic_ai, openinference, openllmetry: which table row read it
-    conversation_id: str | None = None  # gen_ai.conversation.id, else OpenInference session.id
+    family: str = ""  # genai, pydantic_ai, openinference, openllmetry, vercel: which table row read it
+    conversation_id: str | None = None  # gen_ai.conversation.id, else the family's own (table.CONVERSATION)
     agent_name: str | None = None
     error: dict | None = None  # {"type": ..., "message": ...} from an ERROR status or an exception event
     # Model spans: a step.

@@ -9,6 +9,8 @@
 - OpenAI-style message dicts (`role`, `content`, `tool_calls` with or without a `function` object,
   `tool_call_id`): the events' bodies, OpenLLMetry's flattened `gen_ai.prompt.N.*`.
 - OpenInference's flattened `llm.input_messages.N.message.*`.
+- The Vercel AI SDK's `ai.prompt.messages` (its ModelMessages: `content` as text or parts of type
+  text, reasoning, tool-call, tool-result) and `ai.response.toolCalls`.
 
 Content is opt-in everywhere: a message without content keeps its role, its calls' ids and names.
 """
@@ -217,3 +219,68 @@ def from_openinference(entry: Any, default_role: str) -> Message | None:
 
 def openinference_messages(entries: list, default_role: str) -> list[Message]:
     return [found for entry in entries if (found := from_openinference(entry, default_role)) is not None]
+
+
+# ---- the Vercel AI SDK's ai.* spans -----------------------------------------------------------------
+
+
+def vercel_call(raw: Any) -> dict | None:
+    """A tool call as the SDK records it: `toolCallId`, `toolName`, and `input` (version 5+: an object,
+    or JSON text in version 6's `ai.response.toolCalls`) or `args` (version 4)."""
+    if not isinstance(raw, dict):
+        return None
+    name, call_id = text(raw.get("toolName")), ident(raw.get("toolCallId"))
+    if name is None and call_id is None:
+        return None
+    return {"id": call_id, "name": name, "arguments": parsed(raw["input"] if "input" in raw else raw.get("args"))}
+
+
+def vercel_calls(value: Any) -> list[dict]:
+    """`ai.response.toolCalls`: a JSON list of the calls the model asked for."""
+    return [found for raw in listed(parsed(value)) if (found := vercel_call(raw)) is not None]
+
+
+def vercel_result(part: dict) -> Any:
+    """A tool-result part's value: version 5+ wraps it (`output: {type, value}`), version 4 does not (`result`)."""
+    output = part.get("output")
+    if isinstance(output, dict) and "value" in output:
+        return output["value"]
+    return output if "output" in part else part.get("result")
+
+
+def vercel_message(raw: Any) -> list[Message]:
+    """One message of `ai.prompt.messages` (the SDK's ModelMessage): content as text or a list of parts."""
+    if not isinstance(raw, dict):
+        return []
+    role = role_of(raw.get("role"), "user")
+    content = raw.get("content")
+    if isinstance(content, str) or content is None:
+        return [Message(role=role, content=content)]
+    texts, reasoning, others, calls, answers = [], [], [], [], []
+    for part in listed(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text":
+            texts.append(part.get("text"))
+        elif kind == "reasoning":
+            reasoning.append(part.get("text"))
+        elif kind == "tool-call":
+            if (found := vercel_call(part)) is not None:
+                calls.append(found)
+        elif kind == "tool-result":
+            answers.append(Message(role="tool", content=vercel_result(part), tool_call_id=ident(part.get("toolCallId")),
+                                   name=text(part.get("toolName"))))
+        elif part is not None:
+            others.append(part)  # images, files: kept as given
+    joined_text: Any = joined(texts)
+    if others:
+        joined_text = [{"type": "text", "content": part} for part in texts if isinstance(part, str)] + others
+    messages = []
+    if role != "tool" and (texts or others or calls or reasoning or not answers):
+        messages.append(Message(role=role, content=joined_text, tool_calls=tuple(calls),
+                                reasoning_content=joined(reasoning)))
+    return messages + answers
+
+
+def vercel_messages(value: Any) -> list[Message]:
+    """`ai.prompt.messages`: JSON text of a list of messages."""
+    return [message for raw in listed(parsed(value)) for message in vercel_message(raw)]

@@ -20,13 +20,15 @@ from ..spans import Span
 from . import langchain
 from .messages import (
     event_messages,
+    vercel_calls,
+    vercel_messages,
     openai_messages,
     openinference_messages,
     semconv_messages,
     semconv_run_inputs,
     system_instructions,
 )
-from .values import parsed, parsed_structure, unflatten
+from .values import parsed, parsed_structure, text, unflatten
 
 # A role that depends on the span's place: a framework's root span around its agent (LangGraph's
 # root CHAIN under OpenInference) is the turn; the same kind nested is plumbing.
@@ -35,7 +37,11 @@ AGENT_IF_ROOT = "agent_if_root"
 Content = tuple[Any, list[Message], list[Message]]  # system instructions, input messages, output messages
 ToolExtra = tuple[Any, Any, Any]  # arguments, result, call id: what a family carries beyond its keys
 
-CONVERSATION = ("gen_ai.conversation.id", "session.id", "traceloop.association.properties.session_id")
+# The Vercel AI SDK names a run's session in its telemetry metadata (version 6 and earlier) or its
+# runtime context (version 7); any of its integrations may write these.
+CONVERSATION = ("gen_ai.conversation.id", "session.id", "traceloop.association.properties.session_id",
+                "ai.telemetry.metadata.sessionId", "ai.telemetry.metadata.conversationId",
+                "ai.settings.context.sessionId", "ai.settings.context.conversationId")
 
 GENAI_OPERATIONS = {
     "invoke_agent": AGENT, "invoke_workflow": AGENT, "create_agent": OTHER,  # creating an agent runs nothing
@@ -117,6 +123,18 @@ def openllmetry_content(span: Span) -> Content:
     return (None, inputs, outputs) if inputs or outputs else genai_content(span)
 
 
+def vercel_content(span: Span) -> Content:
+    """`ai.prompt.messages` in; the answer as `ai.response.text`, `.reasoning` and `.toolCalls`."""
+    attributes = span.attributes
+    inputs = vercel_messages(attributes.get("ai.prompt.messages"))
+    answer = {key: attributes.get(f"ai.response.{key}") for key in ("text", "reasoning", "toolCalls")}
+    if all(value is None for value in answer.values()):
+        return None, inputs, []  # recordOutputs off, or a span still running
+    calls = vercel_calls(answer["toolCalls"])
+    output = Message("assistant", text(answer["text"]), tuple(calls), reasoning_content=text(answer["reasoning"]))
+    return None, inputs, [output]
+
+
 # ---- what tool spans carry beyond their keys -----------------------------------------------------
 
 
@@ -146,6 +164,12 @@ def openllmetry_tool(span: Span) -> ToolExtra:
     if result is output and isinstance(envelope := parsed(output), dict) and "output" in envelope:
         result = envelope["output"]  # a tool called without a ToolCall returns its value bare
     return arguments, result, call_id or answered_id
+
+
+def vercel_tool(span: Span) -> ToolExtra:
+    """`ai.toolCall.result` is the result as JSON text."""
+    result = span.attributes.get("ai.toolCall.result")
+    return None, parsed(result) if isinstance(result, str) else result, None
 
 
 # ---- recognising a family ------------------------------------------------------------------------
@@ -185,6 +209,10 @@ def is_openllmetry(span: Span) -> bool:
             if key.startswith(OPENLLMETRY_PREFIXES) or indexed(key, OPENLLMETRY_INDEXED):
                 return True
     return False
+
+
+def is_vercel(span: Span) -> bool:
+    return "ai.operationId" in span.attributes or span.name.startswith(VERCEL_PREFIX)
 
 
 def is_pydantic_ai(span: Span) -> bool:
@@ -254,6 +282,51 @@ PYDANTIC_AI = replace(
     tool_result=("gen_ai.tool.call.result", "tool_response"),
 )
 
+# The Vercel AI SDK's ai.* spans (version 6 and earlier; version 7's LegacyOpenTelemetry): the call
+# (`ai.generateText`) is the turn, each provider request (`.doGenerate`) a step, `ai.toolCall` a tool.
+VERCEL_PREFIX = "ai."
+VERCEL_OPERATIONS = {
+    **dict.fromkeys(("ai.generatetext", "ai.streamtext", "ai.generateobject", "ai.streamobject"), AGENT),
+    **dict.fromkeys(("ai.generatetext.dogenerate", "ai.streamtext.dostream", "ai.generateobject.dogenerate",
+                     "ai.streamobject.dostream"), MODEL),
+    "ai.toolcall": TOOL,
+}
+# Names for spans without `ai.operationId` (hand-made ones): the same, spelt as the SDK spells them.
+VERCEL_NAMES = (("ai.generateText.doGenerate", MODEL), ("ai.streamText.doStream", MODEL),
+                ("ai.generateObject.doGenerate", MODEL), ("ai.streamObject.doStream", MODEL),
+                ("ai.generateText", AGENT), ("ai.streamText", AGENT), ("ai.generateObject", AGENT),
+                ("ai.streamObject", AGENT), ("ai.toolCall", TOOL))
+# Version 5+ names first; `promptTokens`/`completionTokens` are version 4's. `ai.usage.inputTokens`
+# counts cached input too, as the conventions' input_tokens does.
+VERCEL_USAGE = {
+    "input_tokens": ("ai.usage.inputTokens", "ai.usage.promptTokens", *GENAI_USAGE["input_tokens"]),
+    "output_tokens": ("ai.usage.outputTokens", "ai.usage.completionTokens", *GENAI_USAGE["output_tokens"]),
+    "cache_read_input_tokens": ("ai.usage.inputTokenDetails.cacheReadTokens", "ai.usage.cachedInputTokens"),
+    "cache_creation_input_tokens": ("ai.usage.inputTokenDetails.cacheWriteTokens",),
+    "reasoning_tokens": ("ai.usage.outputTokenDetails.reasoningTokens", "ai.usage.reasoningTokens"),
+}
+
+VERCEL = Family(
+    name="vercel",
+    marks=is_vercel,
+    roles=(("ai.operationId", VERCEL_OPERATIONS),),
+    names=VERCEL_NAMES,
+    agent_name=("ai.telemetry.functionId", "gen_ai.agent.name"),
+    agent_name_from_span=lambda name: None,
+    model=("ai.response.model", "ai.model.id", "gen_ai.response.model", "gen_ai.request.model"),
+    model_from_span=lambda name: None,
+    provider=("ai.model.provider", "gen_ai.system"),
+    usage=VERCEL_USAGE,
+    aggregated_usage=VERCEL_USAGE,  # the call's span holds the totals of its steps
+    tool_name=("ai.toolCall.name",),
+    tool_name_from_span=lambda name: None,
+    tool_call_id=("ai.toolCall.id",),
+    tool_arguments=("ai.toolCall.args",),
+    tool_result=(),
+    tool_extra=vercel_tool,
+    content=vercel_content,
+)
+
 OPENINFERENCE_USAGE = {
     "input_tokens": ("llm.token_count.prompt", *GENAI_USAGE["input_tokens"]),
     "output_tokens": ("llm.token_count.completion", *GENAI_USAGE["output_tokens"]),
@@ -308,9 +381,10 @@ OPENLLMETRY = replace(
     content=openllmetry_content,
 )
 
-# In order: the first family whose mark a span bears reads it. OpenInference and OpenLLMetry come
-# first because their spans may carry gen_ai.* keys too, with meanings of their own.
-FAMILIES = (OPENINFERENCE, OPENLLMETRY, PYDANTIC_AI, GENAI)
+# In order: the first family whose mark a span bears reads it. OpenInference, OpenLLMetry and the
+# Vercel AI SDK come first because their spans may carry gen_ai.* keys too, with meanings of their own
+# (OpenInference's span processor for the Vercel AI SDK adds its own keys to ai.* spans: it reads them).
+FAMILIES = (OPENINFERENCE, OPENLLMETRY, VERCEL, PYDANTIC_AI, GENAI)
 # A span no family claims is read with the conventions' keys, as OTHER unless its keys say more.
 FALLBACK = replace(GENAI, name="")
 

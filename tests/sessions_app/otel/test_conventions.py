@@ -2,8 +2,10 @@
 with content off they still give the structure, and no span whatever its attributes makes `read` raise.
 
 The fixtures under tests/sessions_app/otel/fixtures/ were recorded from the real instrumentations by
-fixtures/record.py (its docstring says how and with which versions), except the two `genai_*` ones,
-hand-written from the semantic conventions because no installed instrumentation emits those forms.
+fixtures/record.py (its docstring says how and with which versions), the `vercel_*` ones by
+tests/js/agent.mjs --record from the real npm packages (OTLP/JSON as the JS SDK exported it; each
+fixture's `source` says which versions), except the two `genai_*` ones, hand-written from the semantic
+conventions because no installed instrumentation emits those forms.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from sessions_app.log import recovery
 from sessions_app.log.events import Event
 from sessions_app.otel.content import run_inputs
 from sessions_app.otel.conventions import read
-from sessions_app.otel.conventions.messages import semconv_messages, semconv_run_inputs
+from sessions_app.otel.conventions.messages import semconv_messages, semconv_run_inputs, vercel_messages
 from sessions_app.otel.planner import Planner, ordered
 from sessions_app.otel.readings import AGENT, MODEL, OTHER, TOOL, Message, Reading
+from sessions_app.otel import wire_json
 from sessions_app.otel.spans import STATUS_ERROR, Span, SpanEvent
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -35,8 +38,12 @@ USAGE_FIRST = {"input_tokens": 30, "output_tokens": 12, "cache_read_input_tokens
 
 
 def spans(name: str) -> list[Span]:
-    """A fixture's spans, in the order they started."""
+    """A fixture's spans, in the order they started (an OTLP/JSON request decoded as the endpoint does)."""
     document = json.loads((FIXTURES / f"{name}.json").read_text())
+    if "request" in document:
+        decoded, refused = wire_json.read(json.dumps(document["request"]).encode())
+        assert refused == []
+        return sorted(decoded, key=lambda span: (span.start_ns, span.end_ns))
     return [Span(**{**raw, "events": tuple(SpanEvent(**event) for event in raw["events"])}) for raw in document["spans"]]
 
 
@@ -283,6 +290,117 @@ def test_openllmetry_without_content_still_gives_the_structure():
     assert atlantis.error["type"] == "ValueError"
 
 
+# ---- the Vercel AI SDK ---------------------------------------------------------------------------
+
+VERCEL_CALLS = (
+    {"id": "call_a1", "name": "refund", "arguments": {"order": "A1"}},
+    {"id": "call_x9", "name": "refund", "arguments": {"order": "X9"}},
+)
+VERCEL_USAGE_FIRST = {"input_tokens": 30, "output_tokens": 12, "cache_read_input_tokens": 8}
+
+
+def vercel_tools(found: list[Reading]) -> tuple[Reading, Reading]:
+    """The A1 and the X9 tool spans (the SDK runs a step's tools in parallel: either may start first)."""
+    tools = sorted(of(found, TOOL), key=lambda reading: reading.tool_call_id)
+    assert [t.tool_call_id for t in tools] == ["call_a1", "call_x9"]
+    return tools[0], tools[1]
+
+
+@pytest.mark.parametrize("name", ["vercel_ai6", "vercel_ai6_stream", "vercel_ai7_legacy", "vercel_ai7_legacy_stream"])
+def test_vercel_ai_spans_read_as_a_call_of_steps_and_tool_calls(name):
+    found = readings(name)
+    agent, first, second = of(found, AGENT)[0], *of(found, MODEL)
+    assert [r.role for r in found].count(TOOL) == 2 and len(found) == 5
+    assert {r.family for r in found} == {"vercel"}
+    assert {r.conversation_id for r in found} == {"vercel-session-1"}  # metadata (v6) or runtime context (v7)
+    assert agent.parent_span_id is None and agent.name in ("ai.generateText", "ai.streamText")
+    assert agent.agent_name == "support"  # ai.telemetry.functionId
+    assert agent.aggregated_usage == {"input_tokens": 90, "output_tokens": 21, "cache_read_input_tokens": 8}
+    assert {first.parent_span_id, second.parent_span_id} == {agent.span_id}
+    assert (first.model, first.provider) == ("scripted", "mock-provider")
+    assert first.input_messages == (Message("system", "You refund orders."), Message("user", "Refund orders A1 and A2"))
+    assert first.output_messages == (Message("assistant", "Let me refund them.", VERCEL_CALLS),)
+    assert first.usage == {**VERCEL_USAGE_FIRST, "model": "scripted"}
+    assert second.output_messages == (Message("assistant", "Both orders are refunded."),)
+    assert second.usage == {"input_tokens": 60, "output_tokens": 9, "cache_read_input_tokens": 0, "model": "scripted"}
+    # The second request's input: the run so far, the tools' answers as tool messages (the log takes none of it).
+    whole = next(s for s in spans(name) if s.span_id == second.span_id).attributes["ai.prompt.messages"]
+    assert [(m.role, m.tool_call_id) for m in vercel_messages(whole)] == [
+        ("system", None), ("user", None), ("assistant", None), ("tool", "call_a1"), ("tool", "call_x9")]
+    assert second.input_messages[:1] == (Message("system", "You refund orders."),)
+    a1, x9 = vercel_tools(found)
+    assert (a1.tool_name, a1.tool_arguments, a1.tool_result, a1.has_result, a1.error) == (
+        "refund", {"order": "A1"}, "refunded A1", True, None)
+    # A tool that threw: the exception recorded on its span is an error result.
+    assert (x9.tool_arguments, x9.tool_result, x9.has_result) == ({"order": "X9"}, None, True)
+    assert x9.error == {"type": "Error", "message": "no such order: X9"}
+    # Version 6's generateText parents the tools on the call; streamText and version 7 on the model span.
+    assert {a1.parent_span_id, x9.parent_span_id} in ({agent.span_id}, {first.span_id})
+
+
+def test_vercel_ai_without_recorded_inputs_and_outputs_still_gives_the_structure():
+    found = readings("vercel_ai6_nocontent")
+    assert [r.role for r in found if r.role != TOOL] == [AGENT, MODEL, MODEL]
+    first, _ = of(found, MODEL)
+    assert first.input_messages == first.output_messages == () and first.model == "scripted"
+    a1, x9 = vercel_tools(found)
+    assert (a1.tool_name, a1.tool_arguments, a1.tool_result, a1.has_result) == ("refund", None, None, True)
+    assert x9.error == {"type": "Error", "message": "no such order: X9"}
+    assert {r.conversation_id for r in found} == {"vercel-session-1"}
+
+
+def test_vercel_ai_7_default_integration_reads_by_the_genai_conventions():
+    found = readings("vercel_ai7_otel")
+    assert {r.family for r in found} == {"genai"} and {r.conversation_id for r in found} == {"vercel-session-1"}
+    agent = of(found, AGENT)[0]
+    assert (agent.name, agent.agent_name, agent.parent_span_id) == ("invoke_agent scripted", "support", None)
+    assert agent.aggregated_usage == {"input_tokens": 90, "output_tokens": 21, "cache_read_input_tokens": 8}
+    assert {r.name for r in of(found, OTHER)} == {"step 1", "step 2"}  # gen_ai.operation.name agent_step
+    first, second = of(found, MODEL)
+    assert first.requested_calls == VERCEL_CALLS and first.usage == {**VERCEL_USAGE_FIRST, "model": "scripted"}
+    assert first.input_messages == (Message("user", "Refund orders A1 and A2"),)
+    assert first.system_instructions == "You refund orders."
+    assert second.output_messages == (Message("assistant", "Both orders are refunded."),)
+    a1, x9 = vercel_tools(found)
+    assert (a1.tool_name, a1.tool_arguments, a1.has_result) == ("refund", {"order": "A1"}, True)
+    assert x9.error == {"type": "Error", "message": "no such order: X9"}
+
+
+@pytest.mark.parametrize(("name", "attributes", "role"), [
+    ("ai.generateText", {"ai.operationId": "ai.generateText"}, AGENT),
+    ("ai.streamObject", {"ai.operationId": "ai.streamObject"}, AGENT),
+    ("ai.generateObject.doGenerate", {"ai.operationId": "ai.generateObject.doGenerate"}, MODEL),
+    ("ai.streamText.doStream", {}, MODEL),  # the span name, when no attribute says
+    ("ai.toolCall", {}, TOOL),
+    ("ai.embed", {"ai.operationId": "ai.embed"}, OTHER),
+    ("ai.embedMany.doEmbed", {"ai.operationId": "ai.embedMany.doEmbed", "gen_ai.operation.name": "chat"}, OTHER),
+])
+def test_vercel_ai_roles(name, attributes, role):
+    reading = read(span(name, attributes))
+    assert (reading.family, reading.role) == ("vercel", role)
+
+
+def test_vercel_ai_4_names_and_the_session_in_metadata():
+    model = read(span("ai.generateText.doGenerate", {
+        "ai.operationId": "ai.generateText.doGenerate", "ai.usage.promptTokens": 11, "ai.usage.completionTokens": 4,
+        "ai.model.id": "gpt-4o", "ai.telemetry.metadata.conversationId": "conv-7",
+        "ai.response.toolCalls": json.dumps([{"toolCallType": "function", "toolCallId": "c1", "toolName": "f",
+                                              "args": '{"x": 1}'}]),
+        "ai.prompt.messages": json.dumps([
+            {"role": "assistant", "content": [{"type": "tool-call", "toolCallId": "c0", "toolName": "f", "args": {"x": 0}}]},
+            {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "c0", "toolName": "f", "result": 5}]},
+            {"role": "user", "content": "again"}])}))
+    assert model.usage == {"input_tokens": 11, "output_tokens": 4, "model": "gpt-4o"}
+    assert model.conversation_id == "conv-7"
+    assert model.requested_calls == ({"id": "c1", "name": "f", "arguments": {"x": 1}},)
+    assert model.input_messages == (Message("assistant", None, ({"id": "c0", "name": "f", "arguments": {"x": 0}},)),
+                                    Message("tool", 5, tool_call_id="c0", name="f"), Message("user", "again"))
+    tool = read(span("ai.toolCall", {"ai.operationId": "ai.toolCall", "ai.toolCall.name": "f", "ai.toolCall.id": "c1",
+                                     "ai.toolCall.args": '{"x": 1}', "ai.toolCall.result": "not json",
+                                     "ai.settings.context.sessionId": "s-1"}))
+    assert (tool.tool_arguments, tool.tool_result, tool.conversation_id) == ({"x": 1}, "not json", "s-1")
+
+
 # ---- the GenAI semantic conventions' other forms (hand-written fixtures) ---------------------------
 
 
@@ -431,8 +549,18 @@ def test_a_recorded_run_plans_to_one_closed_turn_whose_calls_all_have_results(na
     assert recovery.plan(events).repairs == []
 
 
+@pytest.mark.parametrize("name", ["vercel_ai6", "vercel_ai6_stream", "vercel_ai7_legacy", "vercel_ai7_legacy_stream",
+                                  "vercel_ai7_otel"])
+def test_a_recorded_vercel_ai_run_plans_to_one_closed_turn_whose_calls_all_have_results(name):
+    events, calls, results = planned_run(name)
+    assert calls == results == ["call_a1", "call_x9"]
+    errors = {e.data["tool_call_id"]: e.data["metadata"].get("error") for e in events if e.type == "tool_result"}
+    assert errors["call_a1"] is None and errors["call_x9"] is not None
+    assert recovery.plan(events).repairs == []
+
+
 @pytest.mark.parametrize("name", ["pydantic_ai_nocontent", "openinference_langgraph_hidden",
-                                  "openllmetry_langgraph_nocontent"])
+                                  "openllmetry_langgraph_nocontent", "vercel_ai6_nocontent"])
 def test_a_recorded_run_without_content_still_plans_its_structure(name):
     events, calls, results = planned_run(name)
     # Without content LangChain's tool spans carry no call id and the model spans no calls: each
@@ -465,14 +593,20 @@ KEYS = sorted({
     "traceloop.span.kind", "traceloop.entity.input", "traceloop.entity.output", "traceloop.entity.name",
     "llm.request.type", "gen_ai.prompt.0.role", "gen_ai.prompt.0.content", "gen_ai.prompt.0",
     "gen_ai.completion.0.tool_calls.0.name", "gen_ai.completion.0.tool_calls", "error.type",
+    "ai.operationId", "ai.prompt.messages", "ai.response.text", "ai.response.toolCalls", "ai.response.reasoning",
+    "ai.toolCall.name", "ai.toolCall.id", "ai.toolCall.args", "ai.toolCall.result", "ai.usage.inputTokens",
+    "ai.usage.promptTokens", "ai.usage.cachedInputTokens", "ai.model.id", "ai.telemetry.functionId",
+    "ai.telemetry.metadata.sessionId", "ai.settings.context.sessionId",
 })
 OPERATIONS = st.sampled_from(["invoke_agent", "chat", "execute_tool", "create_agent", "embeddings", "CHAIN", "LLM",
+                              "ai.generateText", "ai.generateText.doGenerate", "ai.toolCall",
                               "TOOL", "AGENT", "workflow", "tool", "pending_span", "0000000000000000"])
 JSONISH = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8) | st.sampled_from(
         ["role", "parts", "type", "content", "tool_calls", "id", "name", "arguments", "function", "message", "data",
-         "output", "kwargs", "inputs", "tool_call_id", "lc", "text", "response", "result"]), inner, max_size=5),
+         "output", "kwargs", "inputs", "tool_call_id", "lc", "text", "response", "result", "toolCallId", "toolName",
+         "input", "args", "value"]), inner, max_size=5),
     max_leaves=20,
 )
 VALUES = (JSONISH | OPERATIONS | st.binary(max_size=8) | JSONISH.map(json.dumps)
@@ -482,7 +616,7 @@ EVENTS = st.lists(st.builds(SpanEvent, st.sampled_from(
     ["exception", "gen_ai.user.message", "gen_ai.choice", "gen_ai.tool.message", "gen_ai.content.prompt", "x"]),
     st.integers(0, 2**63), ATTRIBUTES), max_size=3)
 NAMES = st.sampled_from(["invoke_agent a", "agent run", "chat m", "execute_tool", "execute_tool t", "running tool",
-                         "", "LangGraph"]) | st.text(max_size=20)
+                         "", "LangGraph", "ai.generateText", "ai.streamText.doStream", "ai.toolCall"]) | st.text(max_size=20)
 
 
 @settings(max_examples=200, deadline=None)
