@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from ..readings import AGENT, MODEL, OTHER, TOOL, Reading
 from ..spans import STATUS_ERROR, Span, digest
 from .table import AGENT_IF_ROOT, Family, family_of, role_of
@@ -118,6 +120,18 @@ def tool_fields(family: Family, span: Span, pending: bool) -> dict[str, Any]:
         "tool_name": first(attributes, family.tool_name) or family.tool_name_from_span(span.name),
         "tool_call_id": first(attributes, family.tool_call_id, ident) or ident(extra_id),
         "tool_arguments": parsed(arguments) if has_arguments else extra_arguments,
-        "tool_result": result if has_result else extra_result,
+        "tool_result": unquoted(result) if has_result else extra_result,
         "has_result": not pending and not deferred,
     }
+
+
+def unquoted(value: Any) -> Any:
+    """A result given as JSON text of a string (`"refunded A1"` with its quotes: the Vercel AI SDK's GenAI
+    spans encode every result as JSON) is that string; any other value as it is."""
+    if isinstance(value, str) and len(value) >= 2 and value[0] == value[-1] == '"':
+        try:
+            decoded = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return value
+        return decoded if isinstance(decoded, str) else value
+    return value

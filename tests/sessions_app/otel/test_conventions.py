@@ -363,6 +363,7 @@ def test_vercel_ai_7_default_integration_reads_by_the_genai_conventions():
     assert second.output_messages == (Message("assistant", "Both orders are refunded."),)
     a1, x9 = vercel_tools(found)
     assert (a1.tool_name, a1.tool_arguments, a1.has_result) == ("refund", {"order": "A1"}, True)
+    assert a1.tool_result == "refunded A1"  # written as JSON text, quotes and all
     assert x9.error == {"type": "Error", "message": "no such order: X9"}
 
 
