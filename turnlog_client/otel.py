@@ -119,14 +119,15 @@ class PendingSpanProcessor(SpanProcessor):
         self.failed = 0
         self.exported = 0
         self._conversations: dict[int, str] = {}  # trace id -> the conversation a span of it named first
-        self._traces_lock = threading.Lock()
         self._shutdown = False
         self._start_worker()
         if hasattr(os, "register_at_fork"):  # a forked child has no worker thread: give it one
             this = weakref.ref(self)
-            os.register_at_fork(after_in_child=lambda: (p := this()) is not None and p._start_worker())
+            os.register_at_fork(after_in_child=lambda: (p := this()) is not None and not p._shutdown and p._start_worker())
 
     def _start_worker(self) -> None:
+        # New locks too: another thread may have held one when the process forked.
+        self._traces_lock = threading.Lock()
         self._condition = threading.Condition(threading.Lock())
         self._queue: deque = deque()
         self._unfinished = 0  # queued or being exported
