@@ -91,8 +91,9 @@ class _Died(Exception):
     """Raised inside the crashed run's tool: the process dies there."""
 
 
-def generate(n_spans: int, *, seed: int, runs_per_conversation: int, concurrency: int) -> tuple[list, Crash, int]:
-    """Run Pydantic AI agents until at least n_spans spans have ended; (ReadableSpans in end order, crash, runs)."""
+def generate(n_spans: int, *, seed: int, runs_per_conversation: int, concurrency: int, pending: bool = False) -> tuple[list, Crash, int]:
+    """Run Pydantic AI agents until at least n_spans spans have ended; (ReadableSpans in end order, crash, runs).
+    With `pending`, turnlog_client.otel's PendingSpanProcessor adds each span's pending span as it starts (bench/pending_processor.py)."""
     ended: list = []
     died: set[int] = set()  # trace ids whose process died: nothing ends after that
 
@@ -105,6 +106,10 @@ def generate(n_spans: int, *, seed: int, runs_per_conversation: int, concurrency
             pass
 
     provider = TracerProvider()
+    if pending:
+        from turnlog_client.otel import PendingSpanProcessor
+
+        provider.add_span_processor(PendingSpanProcessor(Collect(), max_queue=10**7))
     provider.add_span_processor(SimpleSpanProcessor(Collect()))
     script: contextvars.ContextVar[list] = contextvars.ContextVar("script")
     results: dict[str, object] = {}  # call id -> the tool's answer (or _Died)

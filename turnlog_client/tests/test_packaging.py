@@ -59,10 +59,12 @@ def test_the_client_builds_as_a_wheel_of_its_own(tmp_path):
     assert "turnlog_client/py.typed" in names and "turnlog_client/writer.py" in names
     assert not [n for n in names if "/tests/" in n or n.endswith("pyproject.toml")]
     requirements = sorted(line.split(":", 1)[1].strip() for line in metadata.splitlines() if line.startswith("Requires-Dist:"))
-    # httpx and websockets alone; the OpenAI Agents SDK only with the `agents` extra, Pydantic AI with `pydantic-ai`.
+    # httpx and websockets alone; the OpenAI Agents SDK only with the `agents` extra, Pydantic AI with `pydantic-ai`,
+    # OpenTelemetry's SDK with `otel`.
     assert [r for r in requirements if "extra ==" not in r] == ["httpx<1,>=0.28", "websockets<18,>=15"]
     assert [r for r in requirements if "extra ==" in r] == [
-        'openai-agents<0.25,>=0.24; extra == "agents"', 'pydantic-ai-slim<3,>=2.68; extra == "pydantic-ai"'
+        'openai-agents<0.25,>=0.24; extra == "agents"', 'opentelemetry-sdk<2,>=1.39; extra == "otel"',
+        'pydantic-ai-slim<3,>=2.68; extra == "pydantic-ai"',
     ]
     where, _ = import_without_the_server(tmp_path / "installed").split()
     assert Path(where).parent == tmp_path / "installed" / "turnlog_client"

@@ -1,13 +1,17 @@
 """A Pydantic AI agent run, instrumented through OpenTelemetry and exported over OTLP/HTTP: what the
 OTLP tests run in a process of its own, so that they can kill it in the middle of a tool.
 
-    python agent_run.py URL TOKEN CONVERSATION [--crash MARKER] [--pending] [--encoding json] [--no-content]
+    python agent_run.py URL TOKEN CONVERSATION [--crash MARKER] [--pending | --processor] [--simple | --schedule-delay MS]
+                        [--encoding json] [--no-content]
 
 The model is scripted (FunctionModel, no network): step 1 asks for `refund` of orders A1 and A2,
 step 2 answers in text. With --crash the tool writes MARKER on its second call and blocks
 until the process is killed. With --pending a span processor emits Logfire's pending spans: a
 zero-length twin of each span as it starts, child of the real span, with the real parent in
-`logfire.pending_parent_id` (logfire's PendingSpanProcessor does the same).
+`logfire.pending_parent_id` (logfire's PendingSpanProcessor does the same) through the batch processor;
+with --processor turnlog_client.otel's PendingSpanProcessor sends them itself, as the guide sets it up.
+Ended spans go through a BatchSpanProcessor (its delay --schedule-delay, 50 ms unless given; the SDK's
+default is 5000), or with --simple a SimpleSpanProcessor (each span exported as it ends).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from pathlib import Path
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from pydantic_ai import Agent
 from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
@@ -76,14 +80,24 @@ def main() -> None:
     parser.add_argument("conversation")
     parser.add_argument("--crash", type=Path)
     parser.add_argument("--pending", action="store_true")
+    parser.add_argument("--processor", action="store_true", help="turnlog_client.otel.PendingSpanProcessor")
+    parser.add_argument("--simple", action="store_true", help="a SimpleSpanProcessor instead of the batch one")
+    parser.add_argument("--schedule-delay", type=int, default=50, help="the batch processor's delay, ms")
     parser.add_argument("--encoding", choices=["protobuf", "json"], default="protobuf")
     parser.add_argument("--no-content", action="store_true")
     parser.add_argument("--call-prefix", default="call", help="the scripted model's call ids: PREFIX_a1, PREFIX_a2")
     args = parser.parse_args()
 
-    batch = BatchSpanProcessor(exporter(args.url, args.token, args.encoding), schedule_delay_millis=50)
+    export = exporter(args.url, args.token, args.encoding)
+    ended = SimpleSpanProcessor(export) if args.simple else BatchSpanProcessor(export, schedule_delay_millis=args.schedule_delay)
     provider = TracerProvider(resource=Resource.create({"service.name": "support-agent"}))
-    provider.add_span_processor(PendingSpans(batch) if args.pending else batch)
+    pending = None
+    if args.processor:
+        from turnlog_client.otel import PendingSpanProcessor
+
+        pending = PendingSpanProcessor(export)
+        provider.add_span_processor(pending)
+    provider.add_span_processor(PendingSpans(ended) if args.pending else ended)
     Agent.instrument_all(InstrumentationSettings(tracer_provider=provider, include_content=not args.no_content))
 
     def model(messages, info: AgentInfo) -> ModelResponse:
@@ -105,6 +119,8 @@ def main() -> None:
 
     agent.run_sync("Refund orders A1 and A2", conversation_id=args.conversation)
     provider.shutdown()
+    if pending is not None:
+        print(f"pending spans: exported={pending.exported} dropped={pending.dropped} failed={pending.failed}")
 
 
 if __name__ == "__main__":
