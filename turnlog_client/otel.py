@@ -27,7 +27,7 @@ root). A tool's pending span proves its dispatch: recovery owes that call as `to
 - It stamps the run's conversation id: per trace it remembers the first conversation id a span names
   at start (`gen_ai.conversation.id`, OpenInference `session.id`,
   `traceloop.association.properties.session_id`, the Vercel AI SDK's `ai.telemetry.metadata.sessionId`
-  or `conversationId`) and sets `gen_ai.conversation.id` on each later span of the trace that has none,
+  or `conversationId`, its version 7's `ai.settings.context.sessionId` or `conversationId`) and sets `gen_ai.conversation.id` on each later span of the trace that has none,
   so their pending and ended spans both name the session. A trace is forgotten when its local root ends.
 - `force_flush` waits until what is queued has been exported; `shutdown` flushes and stops the thread.
   Neither shuts the exporter down: it belongs to the processor you also gave it to.
@@ -57,7 +57,8 @@ logger = logging.getLogger(__name__)
 CONVERSATION = "gen_ai.conversation.id"
 # Where a span may name its conversation, first listed first read.
 CONVERSATION_KEYS = (CONVERSATION, "session.id", "traceloop.association.properties.session_id",
-                     "ai.telemetry.metadata.sessionId", "ai.telemetry.metadata.conversationId")
+                     "ai.telemetry.metadata.sessionId", "ai.telemetry.metadata.conversationId",
+                     "ai.settings.context.sessionId", "ai.settings.context.conversationId")
 
 # What an agent, model or tool span says at start, per family (sessions_app/otel/conventions/table.py
 # reads the same families when the spans arrive).

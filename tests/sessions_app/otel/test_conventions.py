@@ -666,3 +666,11 @@ def test_the_inputs_cut_while_read_are_the_run_inputs_of_all_of_them(raws, as_te
     system messages and the prompt at its end): the same messages as converting all, then cutting."""
     value = json.dumps(raws) if as_text else raws
     assert tuple(semconv_run_inputs(value)) == run_inputs(tuple(semconv_messages(value, "user")))
+
+
+def test_the_client_processor_stamps_from_every_key_the_server_reads_a_conversation_from():
+    import turnlog_client.otel
+
+    from sessions_app.otel.conventions import table
+
+    assert set(turnlog_client.otel.CONVERSATION_KEYS) == set(table.CONVERSATION)
