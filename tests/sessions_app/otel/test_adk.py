@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import load_factor
-from tests.sessions_app.otel.conftest import STALL
+from tests.sessions_app.otel.conftest import SETTLE, STALL
 from tests.sessions_app.otel.test_pydantic_ai import api, closed, events, wait_for
 
 ADK_RUN = Path(__file__).with_name("adk_run.py")
@@ -69,19 +69,24 @@ def in_tool(agent: subprocess.Popen, marker: Path) -> bool:
     return marker.exists()
 
 
-def test_an_adk_run_killed_inside_a_tool_without_the_processor_writes_no_session(server, token, adk_python, tmp_path):
+def test_an_adk_run_killed_inside_a_tool_without_the_processor_leaves_only_its_ended_tool_spans_in_the_trace_session(server, token, adk_python, tmp_path):
     marker = tmp_path / "in-tool"
     agent = subprocess.Popen(command(adk_python, server, token, "adk-crash", "--crash", str(marker)),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         wait_for(lambda: in_tool(agent, marker), seconds=60 * load_factor(), what="the agent reached its second tool call")
-        # A1's tool span, ended before A2 started, has gone out with the next batch: it names no conversation.
+        # A1's tool span, ended before A2 started, goes out with the next batch: it names no conversation.
         time.sleep(10 * BATCH_DELAY * load_factor())
     finally:
         agent.kill()
         agent.wait()
+    # Held for a span naming the conversation, which never comes: once quiet, written to the trace's session.
+    written = wait_for(lambda: session_ids(server, token), seconds=(SETTLE + 30) * load_factor(), what="the held spans written")
     assert api(server, token, "/sessions/adk-crash", missing=None) is None
-    assert session_ids(server, token) == []
+    (trace_session,) = written
+    log = events(server, token, trace_session)
+    assert {e["data"]["id"] for e in log if e["type"] == "tool_call"} == {"call_a1"}
+    assert {e["data"]["tool_call_id"] for e in log if e["type"] == "tool_result"} == {"call_a1"}
 
 
 def dispatched_in_flight(log: list[dict]) -> dict | None:
