@@ -31,6 +31,7 @@ from sessions_app.otel.readings import from_json as reading_from_json
 from sessions_app.otel.spans import Span
 
 from .event_rows import AGENT_NAME_MAX, count_for_agents, insert_new_session, locked_session, new_session, store_events
+from .ledger import facts
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ def ingest_readings(
         return IngestResult(accepted=0)
     # One transaction for the whole request: a transaction per session was a fifth of the ingest
     # (its BEGIN, COMMIT and savepoints; docs/performance.md, OTLP ingest).
-    with transaction.atomic():
+    with transaction.atomic(), facts.policies_read_once():
         route = _route(project, readings, now=now, release=release)
         refused = route.refused
         if route.by_session:
@@ -187,8 +188,8 @@ class _Route:
 def _route(project: Project, readings: Sequence[Reading], *, now: datetime, release: Collection[str]) -> _Route:
     """Each trace's session: the one its spans were written to before (a span is one span site-wide,
     whatever conversation it names the second time); else its conversation (the first conversation
-    id among its spans, held ones included); else, when the trace is being released, its root has
-    arrived or there is no settle time, the session named after the trace. Otherwise its spans are
+    id among its spans, held ones included); else, when the trace is being released or there is no
+    settle time, the session named after the trace. Otherwise its spans are
     held: a later span may still name the conversation (Google ADK names it on its model and agent
     spans, which end after its tool spans). A trace with nothing but spans of other kinds and nothing
     held is not a run anyone can see: it is skipped.
@@ -249,11 +250,9 @@ def _route(project: Project, readings: Sequence[Reading], *, now: datetime, rele
 
 def _may_write_unnamed(arrived: Sequence[Reading], kept, *, release: bool, quiet_since: datetime) -> bool:
     """Whether a trace no span has tied to a conversation is written now (to the session named after it):
-    there is no settle time, or its root has arrived (the run is over: no span of it is left to name
-    one), or it is being released and has been quiet for the settle time."""
+    there is no settle time, or it is being released and has been quiet for the settle time. Not when its
+    root arrives: an exporter's batches may still bring a span that names the conversation."""
     if settings.TURNLOG_OTLP_SETTLE_SECONDS <= 0:
-        return True
-    if any(not r.pending and r.parent_span_id in (None, r.span_id) for r in (*arrived, *(r for _, _, r in kept))):
         return True
     return release and not arrived and all(at <= quiet_since for _, at, _ in kept)
 

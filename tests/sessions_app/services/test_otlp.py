@@ -125,9 +125,14 @@ def test_held_spans_join_the_session_a_later_span_of_their_trace_names(actor, pr
     assert recovery.plan(selectors.session_log(Session.objects.get(pk="c-42"))).repairs == []
 
 
-def test_a_root_without_a_conversation_writes_its_run_to_the_trace_session_at_once(actor, project):
-    ingest(actor, project, finished_run(), conversation=None)
-    assert list(Session.objects.values_list("pk", flat=True)) == [T] and not OtlpHeldSpan.objects.exists()
+def test_a_whole_run_without_a_conversation_is_held_even_with_its_root_then_closes_in_the_trace_session(actor, project, settings):
+    ingest(actor, project, finished_run(), conversation=None)  # a later batch may still name the conversation
+    assert not Session.objects.exists() and OtlpHeldSpan.objects.count() == 5
+    later = timezone.now() + timedelta(seconds=settings.TURNLOG_OTLP_SETTLE_SECONDS + 1)
+    released = services.release_held_spans(now=later)
+    assert released.traces == 1 and released.settle == {T: settings.TURNLOG_OTLP_SETTLE_SECONDS}
+    services.close_settled_turns(session_ids=[T], now=later + timedelta(seconds=settings.TURNLOG_OTLP_SETTLE_SECONDS + 1))
+    assert types(T)[-1] == "turn_end" and list(Session.objects.values_list("pk", flat=True)) == [T]
 
 
 def test_without_a_settle_time_nothing_is_held(actor, project, settings):
@@ -301,7 +306,7 @@ def _summary(session_id: str) -> dict:
     return {"calls": calls, "results": results, "turns": [e.type for e in log].count("turn_start"), "ends": ends, "risks": risks}
 
 
-@hypothesis.settings(max_examples=25, deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
+@hypothesis.settings(max_examples=60, deadline=None, suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture])
 @hypothesis.given(rnd=st.randoms(use_true_random=False), batches=st.integers(1, 7), pending=st.booleans(),
                   named=st.sets(st.sampled_from(["root", "model", "tool"]), min_size=1), crash=st.booleans())
 def test_a_run_lands_in_its_conversation_in_any_order_whichever_spans_name_it(actor, project, settings, rnd, batches, pending, named, crash):
@@ -340,3 +345,14 @@ def test_a_run_lands_in_its_conversation_in_any_order_whichever_spans_name_it(ac
         assert summary["risks"] == {"c2": UNKNOWN}
     else:
         assert summary == {"calls": ["c1", "c2"], "results": ["c1", "c2"], "turns": 1, "ends": ["complete"], "risks": {}}
+
+
+def test_a_batch_over_many_sessions_reads_the_projects_tool_policies_once(actor, project, monkeypatch):
+    from sessions_app.services.ledger import facts
+
+    reads = []
+    real = facts.project_policies
+    monkeypatch.setattr(facts, "project_policies", lambda project_id: reads.append(project_id) or real(project_id))
+    runs = [dataclasses_replace(r, trace_id=f"{n:032x}", conversation_id=f"c-{n}") for n in range(5) for r in finished_run()]
+    assert services.otlp.ingest_readings(actor=actor, project=project, readings=runs).refused == []
+    assert Session.objects.count() == 5 and reads == [project.pk]
