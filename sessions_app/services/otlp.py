@@ -24,10 +24,11 @@ from sessions_app.models import Event, OtlpHeldSpan, OtlpSpan, OtlpTrace, Projec
 from sessions_app.otel import conventions
 from sessions_app.otel.identity import session_id_for
 from sessions_app.otel.content import content_problem, without_bytes
-from sessions_app.otel.planner import Planner, TraceState, ordered, other_content
+from sessions_app.otel.planner import Planner, ordered, other_content
 from sessions_app.otel.readings import OTHER, Reading
 from sessions_app.otel.readings import as_json as reading_json
 from sessions_app.otel.readings import from_json as reading_from_json
+from sessions_app.otel.trace_state import TraceState
 from sessions_app.otel.spans import Span
 
 from .event_rows import AGENT_NAME_MAX, count_for_agents, insert_new_session, locked_session, new_session, store_events

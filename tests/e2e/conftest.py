@@ -73,7 +73,11 @@ def open_page(browser, server, user, path="/"):
     """A new browser page, logged in as user through the login form, at path."""
     page = browser.new_page(viewport={"width": 1280, "height": 900})
     page.on("dialog", lambda dialog: dialog.dismiss())
-    page.goto(f"{server.url}/login/?next={path}")
+    response = page.goto(f"{server.url}/login/?next={path}")
+    # Said with what came instead, when the login form did not (a browser test timed out once waiting for it).
+    assert response is not None and response.ok and page.locator("#id_username").count() == 1, (
+        f"GET /login/ answered {response.status if response else 'nothing'}: {page.content()[:600]}"
+    )
     page.fill("#id_username", user.username)
     page.fill("#id_password", PASSWORD)
     page.click("button[type=submit]")

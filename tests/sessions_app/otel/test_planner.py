@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 
 from sessions_app.log import recovery, structure
 from sessions_app.log.events import Event
-from sessions_app.otel.planner import Planner, TraceState, ordered
+from sessions_app.otel.planner import Planner, ordered
 from sessions_app.otel.readings import AGENT, MODEL, OTHER, TOOL, Message, Reading
+from sessions_app.otel.trace_state import TraceState
 
 SETTLE = 5.0
 UNKNOWN, NOT_STARTED = "tool_outcome_unknown", "tool_not_started"
