@@ -85,6 +85,8 @@ from turnlog_client.session import SessionWriter, error_data
 
 logger = logging.getLogger("turnlog_client.agents")
 SESSION_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+# What the usage objects this processor writes say of their writer.
+USAGE_SOURCE = "openai-agents"
 
 
 def session_id_for(trace: Trace) -> tuple[str, str | None]:
@@ -329,7 +331,7 @@ class TurnlogProcessor(TracingProcessor):
                 self._write(run.session, lambda writer: writer.tool_result(call_id, content, name=name, error=failure))
                 run.owed.discard(call_id)
             elif kind == "task" and getattr(data, "usage", None):
-                run.usage = usage_of(data.usage)
+                run.usage = {**usage_of(data.usage), "source": USAGE_SOURCE}
 
     def _model_ended(self, run: _Run, span: Span[Any]) -> None:
         data = span.span_data
@@ -339,6 +341,10 @@ class TurnlogProcessor(TracingProcessor):
         usage = usage_of(data.usage or usage_in_output(data))
         if model or getattr(data, "model", None):
             usage["model"] = getattr(data, "model", None) or model
+        if usage:
+            # The SDK's input_tokens count the cache, whatever the model: said, so that a Claude model's cache
+            # reads are never added to them again (api.md, "Usage and cost").
+            usage["source"] = USAGE_SOURCE
         metadata: dict[str, Any] = {"usage": usage} if usage else {}
         if span.error:
             metadata["error"] = jsonable(span.error)

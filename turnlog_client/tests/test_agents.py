@@ -74,7 +74,7 @@ def expected_usage(request: int) -> dict:
     return {
         "input_tokens": 100 * request, "output_tokens": 10 * request, "total_tokens": 110 * request,
         "cache_read_input_tokens": 30 * request, "cache_creation_input_tokens": request, "reasoning_tokens": 4 * request,
-        "model": MODEL,
+        "model": MODEL, "source": "openai-agents",
     }  # fmt: skip
 
 
@@ -104,6 +104,7 @@ def test_a_finished_run_reads_back_as_a_turn_of_steps_with_calls_results_and_usa
     assert (end["turn"], end["steps"], end["reason"]) == (1, 2, "complete")
     assert end["metadata"]["usage"] == {  # the run's totals, on the turn: never added to the steps' sums
         "input_tokens": 300, "output_tokens": 30, "total_tokens": 330, "cache_read_input_tokens": 90, "cache_creation_input_tokens": 3,
+        "source": "openai-agents",
     }  # fmt: skip
     plan = client.recovery_plan("conv-1")
     assert plan["interrupted"] is False and plan["repairs"] == []
