@@ -566,3 +566,32 @@ def test_spans_are_counted_for_the_metrics_accepted_and_rejected(secret, schedul
     content_type, body = PARTIAL["json, no span id"]
     assert partial_success(post(body, content_type, secret))[0] == 1
     assert (counted("accepted") - before[0], counted("rejected") - before[1]) == (2, 1)
+
+
+@pytest.mark.parametrize("value", [
+    '{"doubleValue": "NaN"}', '{"doubleValue": "-Infinity"}', '{"stringValue": "a\\ud800b"}', '{"stringValue": "nul \\u0000"}',
+    '{"intValue": "99999999999999999999"}', '{"bytesValue": "AP8="}', '{"arrayValue": {"values": [{"arrayValue": {"values": [{"kvlistValue": {"values": []}}]}}]}}',
+], ids=["nan", "infinity", "lone-surrogate", "nul", "huge", "bytes", "nested"])
+def test_hostile_values_in_a_held_span_are_refused_on_arrival_or_read_back_once_released(secret, scheduled, client, value):
+    """A span no conversation names is held: what no database stores is refused in the answer, never at
+    release (when no exporter is listening); what is taken reads back after release, on both backends."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from sessions_app.models import OtlpHeldSpan
+
+    tool = json.dumps({"traceId": TRACE, "spanId": TOOL_ID, "parentSpanId": ROOT_ID, "name": "execute_tool refund",
+                       "startTimeUnixNano": "1", "endTimeUnixNano": "2",
+                       "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in TOOL_SPAN.items() if k != "gen_ai.tool.call.result"]})
+    tool = tool[:-2] + ', {"key": "gen_ai.tool.call.result", "value": %s}]}' % value
+    rejected, _ = partial_success(post(('{"resourceSpans": [{"scopeSpans": [{"spans": [%s]}]}]}' % tool).encode(), JSON, secret))
+    assert OtlpHeldSpan.objects.count() == 1 - rejected
+    services.release_held_spans(now=timezone.now() + timedelta(hours=1))
+    assert not OtlpHeldSpan.objects.exists()
+    if rejected:
+        assert not Session.objects.exists()
+        return
+    response = client.get(f"/api/v1/sessions/{TRACE}/events", HTTP_AUTHORIZATION=f"Bearer {secret}")
+    assert response.status_code == 200
+    assert [e["type"] for e in response.json()["events"]] == ["turn_start", "tool_call", "tool_result"]
