@@ -3,6 +3,7 @@ finished runs closed by the settle time (closer and worker), crashed runs left t
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 import hypothesis
@@ -142,12 +143,10 @@ def test_without_a_settle_time_nothing_is_held(actor, project, settings):
 
 
 def test_a_held_span_repeated_is_taken_once_and_with_other_content_refused(actor, project):
-    import dataclasses
-
-    first = dataclasses.replace(finished_run()[1], digest="d1")
+    first = replace(finished_run()[1], digest="d1")
     assert ingest(actor, project, [first], conversation=None).refused == []
     assert ingest(actor, project, [first], conversation=None).refused == []
-    other = dataclasses.replace(first, digest="d2", tool_result="not done")
+    other = replace(first, digest="d2", tool_result="not done")
     refused = ingest(actor, project, [other], conversation=None).refused
     assert len(refused) == 1 and "other content" in refused[0].reason
     assert OtlpHeldSpan.objects.count() == 1
@@ -172,11 +171,9 @@ def test_a_span_taken_again_under_another_conversation_stays_in_its_first_sessio
 
 
 def test_a_span_repeating_its_ids_with_other_content_is_refused_with_the_reason(actor, project):
-    import dataclasses
-
-    run = [dataclasses.replace(r, digest=f"d{i}") for i, r in enumerate(finished_run())]
+    run = [replace(r, digest=f"d{i}") for i, r in enumerate(finished_run())]
     ingest(actor, project, run)
-    changed = dataclasses.replace(run[1], digest="changed", tool_result="something else")
+    changed = replace(run[1], digest="changed", tool_result="something else")
     result = ingest(actor, project, [changed, run[2]])
     assert result.accepted == 1 and [r.span_id for r in result.refused] == [changed.span_id]
     assert "other content" in result.refused[0].reason
@@ -185,16 +182,10 @@ def test_a_span_repeating_its_ids_with_other_content_is_refused_with_the_reason(
 
 def test_a_trace_of_another_project_refuses_its_spans(actor, project):
     other = Project.objects.create(slug="other", name="Other")
-    services.otlp.ingest_readings(actor=actor, project=other, readings=[dataclasses_replace(r, conversation_id="x-1") for r in finished_run()])
+    services.otlp.ingest_readings(actor=actor, project=other, readings=[replace(r, conversation_id="x-1") for r in finished_run()])
     result = ingest(actor, project, finished_run(), conversation="c-42")
     assert result.accepted == 0 and "another project" in result.refused[0].reason
     assert not Session.objects.filter(pk="c-42").exists()
-
-
-def dataclasses_replace(reading, **changes):
-    import dataclasses
-
-    return dataclasses.replace(reading, **changes)
 
 
 def test_a_conversation_naming_a_session_of_another_project_is_refused_and_stores_nothing(actor, project):
@@ -249,7 +240,6 @@ def test_concurrent_batches_over_the_same_new_sessions_all_go_in(actor, project)
     """Batches that create and lock the same sessions at once (each its own run in every session) all
     go in whole: sessions are taken in id order, agent counts in key order, so on PostgreSQL they
     queue for each other rather than deadlock, and on SQLite the write lock serialises them."""
-    import dataclasses
     import random
     import threading
 
@@ -263,7 +253,7 @@ def test_concurrent_batches_over_the_same_new_sessions_all_go_in(actor, project)
         for n, sid in enumerate(rnd.sample(sessions, len(sessions))):
             trace = f"{writer:02x}{n:02x}".ljust(32, "e")
             prefix = f"{writer:x}{n:x}"
-            readings += [dataclasses.replace(r, conversation_id=sid) for r in finished_run(trace=trace, prefix=prefix, at=writer * 1000)]
+            readings += [replace(r, conversation_id=sid) for r in finished_run(trace=trace, prefix=prefix, at=writer * 1000)]
         return readings
 
     batches = [batch(writer) for writer in range(4)]
@@ -319,12 +309,12 @@ def test_a_run_lands_in_its_conversation_in_any_order_whichever_spans_name_it(ac
     n = next(_examples)
     trace, conversation = f"{n:032x}", f"conv-{n}"
     kinds = {AGENT_ROLE: "root", MODEL_ROLE: "model", TOOL_ROLE: "tool"}
-    run = [dataclasses_replace(r, trace_id=trace, conversation_id=conversation if kinds[r.role] in named else None)
+    run = [replace(r, trace_id=trace, conversation_id=conversation if kinds[r.role] in named else None)
            for r in model_around_tools_run()]
     if crash:  # the process died in c2's tool: neither it, its model span nor the root ever ended
         run = [r for r in run if r.span_id not in ("e0000000000000b2", "e0000000000000a1", ROOT, "e0000000000000a2")]
         run += [started(r) for r in model_around_tools_run(trace=trace) if r.span_id in ("e0000000000000b2", "e0000000000000a1", ROOT)]
-        run = [dataclasses_replace(r, conversation_id=conversation) if r.pending and kinds[r.role] in named else r for r in run]
+        run = [replace(r, conversation_id=conversation) if r.pending and kinds[r.role] in named else r for r in run]
     spans = [*run, *(started(r) for r in run if not r.pending)] if pending else run
     rnd.shuffle(spans)
     cuts = sorted(rnd.sample(range(1, len(spans)), min(batches, len(spans)) - 1)) if len(spans) > 1 else []
@@ -353,6 +343,6 @@ def test_a_batch_over_many_sessions_reads_the_projects_tool_policies_once(actor,
     reads = []
     real = facts.project_policies
     monkeypatch.setattr(facts, "project_policies", lambda project_id: reads.append(project_id) or real(project_id))
-    runs = [dataclasses_replace(r, trace_id=f"{n:032x}", conversation_id=f"c-{n}") for n in range(5) for r in finished_run()]
+    runs = [replace(r, trace_id=f"{n:032x}", conversation_id=f"c-{n}") for n in range(5) for r in finished_run()]
     assert services.otlp.ingest_readings(actor=actor, project=project, readings=runs).refused == []
     assert Session.objects.count() == 5 and reads == [project.pk]
