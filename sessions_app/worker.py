@@ -24,7 +24,7 @@ from django.utils import timezone
 from sessions_app import services
 from sessions_app.lib.errors import SessionNotFound
 from sessions_app.models import AutoRecoveryPolicy, Session
-from sessions_app.services import notify, receipts, reconcilers, retention, settled_recovery
+from sessions_app.services import notify, receipts, reconcilers, retention, settled_recovery, usage
 
 RECOVERED, HELD, SKIPPED, CLOSED = "recovered", "held", "skipped", "closed"
 STALLED = "stalled"  # a stall's notification written (its deliveries are sent by deliver_webhooks)
@@ -80,6 +80,7 @@ def run_round(*, now: datetime | None = None, limit: int = ROUND_LIMIT) -> list[
     actions += close_finished_runs(now=now)
     actions += notify_stalls(now=now)
     actions += check_calls(now=now)
+    usage.recompute_costs()  # stored costs priced again after a price change (the list sorts by them)
     policies = list(AutoRecoveryPolicy.objects.all())
     enabled = [p for p in policies if p.enabled]
     if not enabled:

@@ -17,6 +17,19 @@ class ParentOut(Schema):
     seed_length: int
 
 
+class UsageOut(Schema):
+    input_tokens: int = Field(..., description="every input token, cache reads and writes included")
+    output_tokens: int = Field(..., description="every output token, reasoning included")
+    cache_read_tokens: int
+    cache_write_tokens: int
+    reasoning_tokens: int
+    models: list[str] = Field(..., description="each model once, in order of first use")
+    cost: str = Field(..., description="a decimal string, at most 6 places: the priced part when priced is false")
+    currency: str
+    priced: bool = Field(..., description="false when a model call with tokens could not be priced")
+    unpriced: list[str] = Field(..., description='the models (or "(no model)") that could not be priced')
+
+
 class SessionOut(Schema):
     id: str
     project: str = Field(..., description="the slug of the session's project")
@@ -33,6 +46,7 @@ class SessionOut(Schema):
     open_turns: list[int]
     interrupted: bool
     status: str = Field(..., description="running | stalled (open turn, quiet too long) | active (no open turn, written to recently) | recovered | clean")
+    usage: UsageOut = Field(..., description="token usage and cost (api.md, Usage and cost)")
 
 
 class SessionIn(Schema):

@@ -11,13 +11,16 @@ from sessions_app.api.checks import ApiError, checked_session_id, readable
 from sessions_app.api.schemas import BODY_ERRORS, ErrorOut, SessionIn, SessionOut, SessionPageOut
 from sessions_app.lib import db_threads
 from sessions_app.log import events as log_events
+from sessions_app.log import pricing
 from sessions_app.models import Session
 from sessions_app.selectors import access
+from sessions_app.selectors import usage as usage_reads
 
 router = Router(tags=["sessions"])
 
 
-def session_to_wire(session: Session) -> dict:
+def session_to_wire(session: Session, bill: pricing.Bill | None = None) -> dict:
+    """The Session object; `bill` its usage when the caller read a page's at once (selectors.usage.session_bills)."""
     return {
         "id": session.id,
         "project": session.project.slug,
@@ -31,6 +34,7 @@ def session_to_wire(session: Session) -> dict:
         "open_turns": session.open_turns,
         "interrupted": session.interrupted,
         "status": session.status,
+        "usage": (bill or usage_reads.session_bill(session)).as_api(),
     }
 
 
@@ -65,7 +69,8 @@ def list_sessions(
         page = selectors.list_sessions(interrupted=interrupted, status=status, q=q, projects=projects, limit=limit, cursor=cursor)
     except selectors.InvalidCursor as exc:
         raise ApiError(422, "invalid_cursor", str(exc)) from None
-    return {"items": [session_to_wire(s) for s in page.items], "next_cursor": page.next_cursor}
+    bills = usage_reads.session_bills(page.items)
+    return {"items": [session_to_wire(s, bills[s.pk]) for s in page.items], "next_cursor": page.next_cursor}
 
 
 # An async view, as the append and events endpoints are: it sends its database work,

@@ -26,4 +26,5 @@ from sessions_app.models.otel import OtlpHeldSpan, OtlpSpan, OtlpTrace
 from sessions_app.models.notes import Note
 from sessions_app.models.ledger import LedgerCall
 from sessions_app.models.notify import HELD, KINDS, RECOVERED, STALLED, Delivery, DeliveryAttempt, Notification, WebhookEndpoint, all_kinds, new_secret
+from sessions_app.models.usage import AgentModelHour, ModelPrice, UsageSum
 from sessions_app.models.verdicts import CallCheck, CheckAttempt, ReceiptSweep, Verdict

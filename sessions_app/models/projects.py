@@ -39,6 +39,10 @@ class Project(models.Model):
         help_text="Recover crashes without a person when a reconciler settled every call whose outcome was unknown",
     )
 
+    # Moves on every change of the project's own model prices (ModelPrice): sessions whose stored cost was
+    # computed before are recomputed by the worker (sessions_app/services/usage.py).
+    prices_version = models.PositiveIntegerField(default=0, editable=False)
+
     class Meta:
         ordering = ["slug"]
 

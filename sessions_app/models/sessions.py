@@ -101,6 +101,23 @@ class Session(models.Model):
     # first indexes what is still below event_count. A fork starts at its seed length (its
     # prefix is answered from its parent's rows).
     search_indexed_seq = models.PositiveIntegerField(default=0)
+    # Usage (api.md, "Usage and cost"), kept at append time by sessions_app/services/usage.py: the normalised
+    # token kinds over every assistant_message, `tokens` (input + output) for sorting, the models in order of
+    # first use, and the cost at the prices of `cost_basis` (the worker recomputes it when prices change).
+    input_tokens = models.BigIntegerField(default=0, editable=False)
+    output_tokens = models.BigIntegerField(default=0, editable=False)
+    cache_read_tokens = models.BigIntegerField(default=0, editable=False)
+    cache_write_tokens = models.BigIntegerField(default=0, editable=False)
+    reasoning_tokens = models.BigIntegerField(default=0, editable=False)
+    tokens = models.BigIntegerField(default=0, editable=False)
+    models_used = models.JSONField(default=list, blank=True, editable=False)
+    cost = models.DecimalField(max_digits=20, decimal_places=6, default=0, editable=False)
+    priced = models.BooleanField(default=True, editable=False)
+    unpriced = models.JSONField(default=list, blank=True, editable=False)
+    cost_basis = models.CharField(max_length=100, blank=True, default="", editable=False)
+    # The first event's receive time (an import's: its claimed time), and milliseconds from it to the last's.
+    first_received_at = models.DateTimeField(null=True, blank=True, editable=False)
+    duration_ms = models.BigIntegerField(default=0, editable=False)
 
     class Meta:
         ordering = ["-last_activity_at", "-id"]
@@ -113,6 +130,10 @@ class Session(models.Model):
             models.Index(fields=["project", "-last_activity_at", "-id"], name="session_project_activity_idx"),
             # The retention sweep's read: a project's sessions past its retention, oldest first.
             models.Index(fields=["project", "retained_from", "id"], name="session_retention_idx"),
+            # The list sorted by cost, tokens or duration (ties in the default order).
+            models.Index(fields=["cost", "last_activity_at", "id"], name="session_cost_idx"),
+            models.Index(fields=["tokens", "last_activity_at", "id"], name="session_tokens_idx"),
+            models.Index(fields=["duration_ms", "last_activity_at", "id"], name="session_duration_idx"),
         ]
 
     def __str__(self) -> str:

@@ -24,7 +24,7 @@ from sessions_app.log import structure
 from sessions_app.log import values as log_values
 from sessions_app.models import REPLACE_BOUND_MAX, AgentHour, CallSighting, Event, Project, Session
 
-from . import ledger
+from . import ledger, usage
 from .publishing import publish_events_on_commit, publish_session_changed_on_commit
 
 CALL_ID_TYPES = frozenset({"tool_call", "tool_result"})
@@ -239,6 +239,8 @@ def store_events(
     session.last_received_at = received_at
     session.last_activity_at = received_at or min(rows[-1].time, now)
     fields = ["event_count", "turn_stack", "step_stack", "interrupted", "stray_turn_ends", "last_event_at", "last_received_at", "last_activity_at"]
+    fields += timed(session, rows, received_at=received_at)
+    fields += usage.track(session, rows, received_at=received_at)
     if received_at is not None and received_at > session.retained_from:
         session.retained_from = received_at  # an import's events (None) were never received: it counts from the import
         fields.append("retained_from")
@@ -256,6 +258,15 @@ def store_events(
     types = Counter(row.type for row in rows)
     transaction.on_commit(lambda: instruments.count_events(types))
     return rows
+
+
+def timed(session: Session, rows: Sequence[StoredEvent], *, received_at: datetime | None) -> list[str]:
+    """The session's duration (api.md: first to last event as the server received them; an import's: as claimed)."""
+    if session.first_received_at is None:
+        session.first_received_at = received_at or rows[0].time
+    last = received_at or rows[-1].time
+    session.duration_ms = max(session.duration_ms, int((last - session.first_received_at).total_seconds() * 1000))
+    return ["first_received_at", "duration_ms"]
 
 
 def sighting_rows(session: Session, rows: Sequence[StoredEvent]):

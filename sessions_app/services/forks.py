@@ -8,6 +8,7 @@ from sessions_app.lib import instruments
 from sessions_app.models import AuditEntry, CallSighting, Event, Session
 from sessions_app.selectors import fork_point, patch_seqs
 
+from . import usage
 from .appends import create_session
 from .audit_log import audit
 from .event_rows import locked_session
@@ -42,14 +43,18 @@ def fork(*, session_id: str, boundary: object = "last", new_session_id: str | No
         child.carried_patch_seqs = sorted(seq for seq in patch_seqs(parent) if seq < point.seed_length)
         child.last_event_at = last
         child.last_received_at = last_received
+        child.first_received_at = parent.first_received_at if point.seed_length else None
+        if child.first_received_at is not None and last_received is not None:
+            child.duration_ms = max(0, int((last_received - child.first_received_at).total_seconds() * 1000))
         # A new fork is new activity, whatever the age of what it inherited.
         child.last_activity_at = child.created_at
         child.save(
             update_fields=[
                 "event_count", "search_indexed_seq", "step_stack", "stray_turn_ends", "carried_patch_seqs",
-                "last_event_at", "last_received_at", "last_activity_at",
+                "last_event_at", "last_received_at", "last_activity_at", "first_received_at", "duration_ms",
             ]
         )  # fmt: skip
+        usage.copy_prefix(parent, child)
         audit(
             project=parent.project_id,
             actor=user,

@@ -9,12 +9,12 @@ def user(content="hi") -> dict:
     return event("user_message", content=content, name=None, metadata={})
 
 
-def assistant(content="", calls=()) -> dict:
+def assistant(content="", calls=(), metadata=None) -> dict:
     return event(
         "assistant_message",
         content=content,
         name=None,
-        metadata={},
+        metadata=metadata or {},
         tool_calls=[{"id": c, "name": f"tool_{c}", "arguments": {"x": 1}} for c in calls],
     )
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 from sessions_app.lib import statements
 from sessions_app.lib.errors import SessionHasForks, SessionNotExpired, SessionNotFound
 from sessions_app.log import search_text
-from sessions_app.models import AuditEntry, CallSighting, Event, Note, Project, Session
+from sessions_app.models import AuditEntry, CallSighting, Event, Note, Project, Session, UsageSum
 from sessions_app.selectors import retention as expiry
 from sessions_app.services import audit
 from sessions_app.services import search as search_index
@@ -25,7 +25,7 @@ from sessions_app.services.publishing import publish_session_changed_on_commit
 
 RETENTION = "retention"  # the audit entries' actor name when the sweep deleted the session
 # Their querysets refuse deletes (append-only everywhere else): removed here with one statement each.
-APPEND_ONLY = (Event, CallSighting)
+APPEND_ONLY = (Event, CallSighting, UsageSum)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,10 @@ def test_create_session_returns_the_session_object(api):
         "open_turns": [],
         "interrupted": False,
         "status": "clean",
+        "usage": {
+            "input_tokens": 0, "output_tokens": 0, "cache_read_tokens": 0, "cache_write_tokens": 0, "reasoning_tokens": 0,
+            "models": [], "cost": "0", "currency": "USD", "priced": True, "unpriced": [],
+        },
     }
     assert body["created_at"].endswith("Z")
 

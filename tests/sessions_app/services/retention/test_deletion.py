@@ -11,6 +11,7 @@ from sessions_app import services
 from sessions_app.lib.errors import SessionHasForks, SessionNotFound
 from sessions_app.log.events import validate_batch
 from sessions_app.models import (
+    UsageSum,
     AuditEntry,
     CallCheck,
     CallSighting,
@@ -40,7 +41,7 @@ pytestmark = pytest.mark.django_db
 
 DEPENDENTS = [
     Event, CallSighting, LedgerCall, RecoveryRecord, IdempotentRequest, Note, OtlpTrace, OtlpSpan, Notification,
-    Verdict, CallCheck, CheckAttempt,
+    Verdict, CallCheck, CheckAttempt, UsageSum,
 ]  # fmt: skip
 
 
@@ -84,6 +85,7 @@ def rich_session(session_id: str, word: str, user, actor) -> None:
     services.append_events(session_id=session_id, events=validate_batch([f.user(f"shared {word}")] + f.worked_example()[1:]))
     services.recover(session_id=session_id, user=user)
     services.append_events(session_id=session_id, events=validate_batch([f.user(f"again {word}")]), idempotency_key="k1", request_sha256="x")
+    services.append_events(session_id=session_id, events=validate_batch([f.assistant(word, metadata={"usage": {"input_tokens": 3, "output_tokens": 2}})]))
     services.add_note(actor=actor, session_id=session_id, text=f"shared note {word}", seq=1)
     trace = OtlpTrace.objects.create(session_id=session_id, trace_id="t" * 32, last_span_at=timezone.now())
     OtlpSpan.objects.create(session_id=session_id, trace_id=trace.trace_id, span_id="s" * 16)

@@ -1,0 +1,157 @@
+"""What a model call's tokens cost (api.md, "Usage and cost"): pure, no Django.
+
+A project's own price for the model wins, the latest one valid at the call's hour; else the bundled
+`genai-prices` data, by provider, model and time (its data ships with the package: no network). Tokens
+of each kind are priced at their own rate: cache reads and writes at theirs (the input rate when a
+project's price names none), reasoning at the output rate unless the price names its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+import genai_prices
+
+from .usage import Usage
+
+MILLION = Decimal(1_000_000)
+# A cost is kept and shown to this many decimal places (api.md: at most 6).
+PLACES = Decimal("0.000001")
+CURRENCY = "USD"
+# What a stored cost was computed with: when this or a project's prices change, stored costs are recomputed.
+BUNDLED = f"genai-prices {genai_prices.__version__}"
+NO_MODEL = "(no model)"
+
+
+@dataclass(frozen=True, slots=True)
+class Price:
+    """A project's price of one model, per million tokens of each kind, valid from `valid_from` (a whole UTC hour)."""
+
+    model: str
+    valid_from: datetime
+    input: Decimal
+    output: Decimal
+    cache_read: Decimal | None = None
+    cache_write: Decimal | None = None
+    reasoning: Decimal | None = None
+    # Empty: any provider of the model.
+    provider: str = ""
+
+    def cost(self, usage: Usage) -> Decimal:
+        cache_read = self.input if self.cache_read is None else self.cache_read
+        cache_write = self.input if self.cache_write is None else self.cache_write
+        reasoning = self.output if self.reasoning is None else self.reasoning
+        uncached = max(usage.input_tokens - usage.cache_read_tokens - usage.cache_write_tokens, 0)
+        answered = max(usage.output_tokens - usage.reasoning_tokens, 0)
+        return (
+            uncached * self.input + usage.cache_read_tokens * cache_read + usage.cache_write_tokens * cache_write
+            + answered * self.output + usage.reasoning_tokens * reasoning
+        ) / MILLION
+
+
+class Pricer:
+    """Prices usages at their hours, with a project's own prices first; remembers each (model, provider, hour)'s price."""
+
+    def __init__(self, overrides: Iterable[Price] = ()):
+        self._overrides: dict[str, list[Price]] = {}
+        for price in sorted(overrides, key=lambda p: p.valid_from):
+            self._overrides.setdefault(price.model, []).append(price)
+
+    def override(self, model: str | None, provider: str | None, at: datetime) -> Price | None:
+        """The project's price valid at `at` for the model (one naming the provider wins over one for any)."""
+        valid = [p for p in self._overrides.get(model or "", ()) if p.valid_from <= at and p.provider in ("", provider or "")]
+        if not valid:
+            return None
+        return max(valid, key=lambda p: (p.valid_from, p.provider != ""))
+
+    def cost(self, usage: Usage, at: datetime) -> Decimal | None:
+        """What `usage` cost at `at`'s hour (prices are valid by whole hours), in USD, not rounded; None when its
+        model cannot be priced."""
+        at = at.replace(minute=0, second=0, microsecond=0)
+        if not usage.input_tokens and not usage.output_tokens:
+            return Decimal(0)
+        if (price := self.override(usage.model, usage.provider, at)) is not None:
+            return price.cost(usage)
+        if not usage.model:
+            return None
+        return bundled_cost(usage, at)
+
+
+def bundled_cost(usage: Usage, at: datetime) -> Decimal | None:
+    """The bundled data's price (genai-prices: input tokens count the cache, output counts reasoning, as ours)."""
+    try:
+        calculation = genai_prices.calc_price(
+            genai_prices.Usage(
+                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens,
+            ),
+            usage.model,
+            provider_id=(usage.provider or "").lower() or None,
+            genai_request_timestamp=at,
+        )
+    except (LookupError, ValueError):
+        return None
+    return Decimal(calculation.total_price)
+
+
+def rounded(cost: Decimal) -> Decimal:
+    return cost.quantize(PLACES)
+
+
+def text(cost: Decimal) -> str:
+    """A cost as api.md writes it: a decimal string with at most 6 places, no trailing zeros, "0" for nothing."""
+    value = rounded(cost).normalize()
+    return "0" if value == 0 else format(value, "f")
+
+
+@dataclass(frozen=True, slots=True)
+class Bill:
+    """Usage summed over model calls and priced (api.md's `usage` object): counts by kind, the models in order of
+    first use, the priced part's cost, and the models that could not be priced (`(no model)` for none named)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    models: tuple[str, ...] = ()
+    cost: Decimal = Decimal(0)
+    unpriced: tuple[str, ...] = ()
+
+    @property
+    def priced(self) -> bool:
+        return not self.unpriced
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def as_api(self) -> dict:
+        return {
+            "input_tokens": self.input_tokens, "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens, "cache_write_tokens": self.cache_write_tokens,
+            "reasoning_tokens": self.reasoning_tokens, "models": list(self.models),
+            "cost": text(self.cost), "currency": CURRENCY, "priced": self.priced, "unpriced": list(self.unpriced),
+        }  # fmt: skip
+
+
+def bill(calls: Iterable[tuple[Usage, datetime]], pricer: Pricer) -> Bill:
+    """Sum and price usages, each at its own time (in order of use: the models keep the order they were first used)."""
+    counts = dict.fromkeys(("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens"), 0)
+    models: dict[str, None] = {}
+    unpriced: dict[str, None] = {}
+    cost = Decimal(0)
+    for usage, at in calls:
+        for kind in counts:
+            counts[kind] += getattr(usage, kind)
+        if usage.model:
+            models.setdefault(usage.model)
+        price = pricer.cost(usage, at)
+        if price is None:
+            unpriced.setdefault(usage.model or NO_MODEL)
+        else:
+            cost += price
+    return Bill(**counts, models=tuple(models), cost=rounded(cost), unpriced=tuple(unpriced))

@@ -1,0 +1,140 @@
+"""Usage sums kept at append time (api.md, "Usage and cost"), and stored costs recomputed when prices change.
+
+`track` runs inside `store_events`, so every write path (the API, OTLP, imports, the client) counts the
+same way, in the append's transaction, from the rows it is inserting: no log is ever read again.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import connection, transaction
+
+from sessions_app.lib import statements
+from sessions_app.log import pricing
+from sessions_app.log import usage as log_usage
+from sessions_app.models import AgentModelHour, Project, Session, UsageSum
+from sessions_app.selectors import usage as usage_reads
+
+KINDS = ("calls", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+# Session fields `track` may change (store_events saves them with the summary).
+SESSION_FIELDS = (
+    "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens", "tokens",
+    "models_used", "cost", "priced", "unpriced", "cost_basis",
+)  # fmt: skip
+
+
+def hour_of(moment: datetime) -> datetime:
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def track(session: Session, rows: Sequence, *, received_at: datetime | None) -> list[str]:
+    """Add the usage of the assistant messages among `rows` (StoredEvents being inserted) to the session's,
+    its turns' and its agent's sums; the session fields it changed (the caller saves them)."""
+    calls = [(row, found) for row in rows if row.type == "assistant_message" and (found := log_usage.of_message(row.data))]
+    if not calls:
+        return []
+    version = usage_reads.prices_version(session.project_id)
+    pricer = usage_reads.pricer_for(session.project_id)
+    per_turn: dict[tuple, Counter] = {}
+    per_agent: dict[tuple, Counter] = {}
+    models = list(session.models_used)
+    unpriced = list(session.unpriced)
+    cost = Decimal(0)
+    for row, found in calls:
+        counts = Counter(calls=1, **found.counts())
+        model, provider = found.model or "", found.provider or ""
+        turn = row.turn_seq if row.turn_seq is not None else row.seq
+        per_turn.setdefault((turn, model, provider, hour_of(row.time)), Counter()).update(counts)
+        per_agent.setdefault((model, provider, hour_of(received_at or row.time)), Counter()).update(counts)
+        for kind in log_usage.KINDS:
+            setattr(session, kind, getattr(session, kind) + getattr(found, kind))
+        if model and model not in models:
+            models.append(model)
+        price = pricer.cost(found, row.time)
+        if price is None:
+            if (model or pricing.NO_MODEL) not in unpriced:
+                unpriced.append(model or pricing.NO_MODEL)
+        else:
+            cost += price
+    session.tokens = session.input_tokens + session.output_tokens
+    session.models_used = models
+    session.unpriced = unpriced
+    session.priced = not unpriced
+    if session.cost_basis in ("", usage_reads.basis(version)):
+        # Priced at the same prices as before: add. Otherwise the worker prices the whole session again.
+        session.cost = pricing.rounded(Decimal(session.cost) + cost)
+        session.cost_basis = usage_reads.basis(version)
+    _add(UsageSum, ("session_id", "turn_seq", "model", "provider", "hour"),
+         [((session.pk, *key), counts) for key, counts in sorted(per_turn.items(), key=lambda item: item[0])])
+    _add(AgentModelHour, ("project_id", "agent_name", "model", "provider", "hour"),
+         [((session.project_id, session.agent_name, *key), counts) for key, counts in sorted(per_agent.items(), key=lambda item: item[0])])  # fmt: skip
+    return list(SESSION_FIELDS)
+
+
+def _add(model, key_columns: tuple[str, ...], rows: list[tuple[tuple, Counter]]) -> None:
+    """Upsert-add counts, one statement per row, in key order (concurrent writers queue, never deadlock)."""
+    quote = connection.ops.quote_name
+    table = quote(model._meta.db_table)
+    columns = [model._meta.get_field(name.removesuffix("_id")).column if name.endswith("_id") else name for name in key_columns]
+    hour = model._meta.get_field("hour")
+    additions = ", ".join(f"{quote(kind)} = {table}.{quote(kind)} + excluded.{quote(kind)}" for kind in KINDS)
+    sql = (
+        f"INSERT INTO {table} ({', '.join(map(quote, [*columns, *KINDS]))})"
+        f" VALUES ({', '.join(['%s'] * (len(columns) + len(KINDS)))})"
+        f" ON CONFLICT ({', '.join(map(quote, columns))}) DO UPDATE SET {additions}"
+    )
+    for key, counts in rows:
+        values = [hour.get_db_prep_value(value, connection) if name == "hour" else value for name, value in zip(key_columns, key)]
+        statements.execute(sql, [*values, *(counts.get(kind, 0) for kind in KINDS)])
+
+
+def copy_prefix(parent: Session, child: Session) -> None:
+    """A fork's usage: its parent's sums below the seed length (a fork is cut outside every turn, so whole turns),
+    and the child's totals from them, in the fork's transaction."""
+    fields = ("turn_seq", "model", "provider", "hour", *KINDS)
+    inherited = list(UsageSum.objects.filter(session_id=parent.pk, turn_seq__lt=child.seed_length).order_by("turn_seq", "hour").values(*fields))
+    if not inherited:
+        return
+    UsageSum.objects.bulk_create(UsageSum(session_id=child.pk, **row) for row in inherited)
+    _store_bill(child, inherited)
+
+
+def _store_bill(session: Session, rows: list[dict]) -> None:
+    version = usage_reads.prices_version(session.project_id)
+    bill = pricing.bill(((usage_reads.usage_of_row(row), row["hour"]) for row in rows), usage_reads.pricer_for(session.project_id))
+    for kind in log_usage.KINDS:
+        setattr(session, kind, getattr(bill, kind))
+    session.tokens = bill.tokens
+    session.models_used = list(bill.models)
+    session.cost = bill.cost
+    session.unpriced = list(bill.unpriced)
+    session.priced = bill.priced
+    session.cost_basis = usage_reads.basis(version)
+    statements.save_fields(session, list(SESSION_FIELDS))
+
+
+def recompute_costs(*, limit: int = 500) -> int:
+    """Price again, at today's prices, the stored cost of sessions priced before a price change (a project's
+    own, or a new bundled price list); how many were recomputed. The worker runs it every round."""
+    done = 0
+    for project_id, version in Project.objects.order_by("pk").values_list("pk", "prices_version"):
+        stale = (
+            Session.objects.filter(project_id=project_id, tokens__gt=0)
+            .exclude(cost_basis=usage_reads.basis(version))
+            .order_by("pk").values_list("pk", flat=True)[: limit - done]
+        )  # fmt: skip
+        for session_id in stale:
+            with transaction.atomic():
+                session = statements.get_for_update(Session, session_id)
+                if session is None:
+                    continue
+                fields = ("turn_seq", "model", "provider", "hour", *KINDS)
+                _store_bill(session, list(UsageSum.objects.filter(session_id=session_id).order_by("turn_seq", "hour").values(*fields)))
+            done += 1
+        if done >= limit:
+            break
+    return done
