@@ -43,6 +43,7 @@ class Cell:
 class RowView:
     cells: tuple[Cell, Cell]  # left, right
     same: bool
+    anchor: bool = False  # the first row holding a first difference (the page's #first-difference)
 
     @property
     def first(self) -> bool:
@@ -101,11 +102,20 @@ def compare_context(found: comparing.SessionComparison) -> dict:
             return None
         return EffectView(value, one_line(value.arguments, ARGUMENTS_CHARS), SIDE_EFFECT_LABELS.get(value.side_effect, value.side_effect))
 
+    anchored = False
+
+    def row_view(row) -> RowView:
+        nonlocal anchored
+        view = RowView((Cell(left_id, line(row.left)), Cell(right_id, line(row.right))), row.same)
+        if view.first and not anchored:
+            anchored = True
+            return RowView(view.cells, view.same, anchor=True)
+        return view
+
     turns = [
-        TurnView(pair.left.label if pair.left else None, pair.right.label if pair.right else None,
-                 [RowView((Cell(left_id, line(row.left)), Cell(right_id, line(row.right))), row.same) for row in pair.rows])
+        TurnView(pair.left.label if pair.left else None, pair.right.label if pair.right else None, [row_view(row) for row in pair.rows])
         for pair in comparison.turns
-    ]  # fmt: skip
+    ]
     effects = [
         EffectRowView((effect(row.left), effect(row.right)), row.in_both, row.repeat_note(found.left.name, found.right.name))
         for row in comparison.effects

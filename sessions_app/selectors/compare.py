@@ -87,9 +87,13 @@ def compare_sessions(left: Session, right: Session) -> SessionComparison:
     right_events = events_since(right, since=prefix, limit=WINDOW)
     # A prefix the lineage vouches for ends where a fork may: outside every turn (log.fork).
     open_turns = 0 if prefix == inherited else len(open_turn_starts_before(right, prefix))
-    left_effects, left_cut = continuation_effects(left, prefix)
-    right_effects, right_cut = continuation_effects(right, prefix)
-    comparison = log_compare.compare(prefix, left_events, right_events, open_turns=open_turns, left_effects=left_effects, right_effects=right_effects)
+    # Every call either wrote itself happened in it, even past the lineage while the logs still agree (a fork
+    # that made its parent's call again): only the inherited calls, made once, are left out.
+    left_effects, left_cut = continuation_effects(left, inherited)
+    right_effects, right_cut = continuation_effects(right, inherited)
+    comparison = log_compare.compare(
+        prefix, left_events, right_events, open_turns=open_turns, left_effects=left_effects, right_effects=right_effects
+    )
     names = side_names(left, right)
     sides = [
         Side(session, name, len(events), max(0, session.event_count - prefix - len(events)), cut)
