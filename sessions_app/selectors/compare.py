@@ -22,8 +22,8 @@ from sessions_app.selectors.policies import project_policies
 
 CHUNK = 500  # events of each log read at a time while looking for where they part
 SCAN_LIMIT = 20_000  # events compared past what the lineage vouches for
-WINDOW = 1000  # events of each continuation shown
-EFFECTS = 500  # calls of each continuation listed
+WINDOW = 500  # events of each continuation shown
+EFFECTS = 200  # calls of each continuation listed
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ def test_a_forks_comparison_collapses_the_prefix_marks_the_first_difference_and_
 def test_the_turns_of_each_continuation_stand_side_by_side(viewer):
     fork_and_diverge()
     page = text(viewer.get("/sessions/f/compare"))
-    heads = re.findall(r'<tr class="turn-head"><th scope="colgroup" colspan="2">([^<]*)</th><th scope="colgroup" colspan="2">([^<]*)</th>', page)
+    heads = re.findall(r'<tr class="compare-turn"><th scope="colgroup" colspan="2">([^<]*)</th><th scope="colgroup" colspan="2">([^<]*)</th>', page)
     assert heads == [("turn 2", "turn 2")]  # the fork's "try again" goes with the turn it asked for
 
 
