@@ -82,9 +82,8 @@ def side_names(left: Session, right: Session) -> tuple[str, str]:
 def compare_sessions(left: Session, right: Session) -> SessionComparison:
     """`right` (the page's session) compared with `left` (its parent, or the session asked for)."""
     inherited = inherited_length(left, right)
-    prefix, capped = _parting(left, right, inherited)
-    left_events = events_since(left, since=prefix, limit=WINDOW)
-    right_events = events_since(right, since=prefix, limit=WINDOW)
+    prefix, capped, left_read, right_read = _parting(left, right, inherited)
+    left_events, right_events = _window(left, prefix, left_read), _window(right, prefix, right_read)
     # A prefix the lineage vouches for ends where a fork may: outside every turn (log.fork).
     open_turns = 0 if prefix == inherited else len(open_turn_starts_before(right, prefix))
     # Every call either wrote itself happened in it, even past the lineage while the logs still agree (a fork
@@ -102,20 +101,29 @@ def compare_sessions(left: Session, right: Session) -> SessionComparison:
     return SessionComparison(sides[0], sides[1], inherited, capped, comparison)
 
 
-def _parting(left: Session, right: Session, start: int) -> tuple[int, bool]:
+def _parting(left: Session, right: Session, start: int) -> tuple[int, bool, list, list]:
     """Where the two logs part, from `start` on: read CHUNK events of each at a time (never both logs
-    whole), stopping at the first difference, at the end of either, or after SCAN_LIMIT events (capped)."""
+    whole), stopping at the first difference, at the end of either, or after SCAN_LIMIT events (capped).
+    With the events of each already read from there on (the start of each continuation)."""
     position = start
     while True:
         if position - start >= SCAN_LIMIT:
-            return position, True
+            return position, True, [], []
         size = min(CHUNK, start + SCAN_LIMIT - position)
         a = events_since(left, since=position, limit=size)
         b = events_since(right, since=position, limit=size)
         same = log_compare.common_length(a, b)
         position += same
         if same < size or len(a) < size or len(b) < size:
-            return position, False
+            return position, False, a[same:], b[same:]
+
+
+def _window(session: Session, since: int, read: list) -> list:
+    """WINDOW events of the session from `since`, those already read first."""
+    rest = since + len(read)
+    if len(read) >= WINDOW or rest >= session.event_count:
+        return read[:WINDOW]
+    return read + events_since(session, since=rest, limit=WINDOW - len(read))
 
 
 def continuation_effects(session: Session, since: int) -> tuple[list[log_compare.Effect], bool]:
