@@ -149,3 +149,17 @@ def test_a_cost_has_at_most_six_decimal_places(api):
     usage = usage_of(api, "s", [call({"input_tokens": 3, "output_tokens": 1}, model="o4-mini")])
     assert re.fullmatch(r"\d+(\.\d{1,6})?", usage["cost"]) and usage["cost"] == "0.000008"
     assert usage_of(api, "t", [call(ANTHROPIC_RAW, model="claude-sonnet-4-5")])["cost"] == "0.008025"
+
+
+def test_a_fork_inherits_its_parent_s_usage_before_the_boundary_with_the_models_in_the_parent_s_order(api):
+    usage_of(api, "parent", [
+        f.user(), f.event("turn_start", turn=1),
+        call(OPENAI_CHAT, model="gpt-4o-2024-08-06"), call(ANTHROPIC_RAW, model="claude-sonnet-4-5"),
+        f.event("turn_end", turn=1, steps=0, reason="complete"),
+        f.user("more"), call({**OPENAI_RESPONSES, "model": "o4-mini"}),
+    ])  # fmt: skip
+    forked = api.post("/api/v1/sessions/parent/fork", {"boundary": 5, "id": "child"})
+    assert forked.status_code == 201, forked.content
+    assert forked.json()["usage"] == expected(5025 + 1200, 200 + 340, 4000 + 800, 1000, 64, models=["gpt-4o-2024-08-06", "claude-sonnet-4-5"],
+                                              cost=ANTHROPIC_RAW_COST + OPENAI_CHAT_COST)  # fmt: skip
+    assert api.get("/api/v1/sessions/child").json()["usage"] == forked.json()["usage"]
