@@ -62,7 +62,8 @@ GENAI_USAGE = {
     "cache_read_input_tokens": ("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens"),
     "cache_creation_input_tokens": ("gen_ai.usage.cache_creation.input_tokens",
                                     "gen_ai.usage.cache_creation_input_tokens"),
-    "reasoning_tokens": ("gen_ai.usage.reasoning.output_tokens",),
+    # OpenLLMetry's semantic conventions name it gen_ai.usage.reasoning_tokens.
+    "reasoning_tokens": ("gen_ai.usage.reasoning.output_tokens", "gen_ai.usage.reasoning_tokens"),
 }
 
 
@@ -384,7 +385,8 @@ OPENINFERENCE = Family(
 
 OPENLLMETRY_USAGE = {**GENAI_USAGE,
                      "input_tokens": (*GENAI_USAGE["input_tokens"], "llm.usage.prompt_tokens"),
-                     "output_tokens": (*GENAI_USAGE["output_tokens"], "llm.usage.completion_tokens")}
+                     "output_tokens": (*GENAI_USAGE["output_tokens"], "llm.usage.completion_tokens"),
+                     "reasoning_tokens": (*GENAI_USAGE["reasoning_tokens"], "llm.usage.reasoning_tokens")}
 
 OPENLLMETRY = replace(
     GENAI,

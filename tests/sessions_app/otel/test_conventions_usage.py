@@ -37,6 +37,19 @@ FORMS = {
          "gen_ai.usage.cache_read_input_tokens": 4000, "gen_ai.usage.cache_creation_input_tokens": 1000},
         Usage(5025, 200, 4000, 1000, 0, "claude-sonnet-4-5"),
     ),
+    "OpenLLMetry's reasoning count": (
+        "openai.chat",
+        {"gen_ai.operation.name": "chat", "gen_ai.request.model": "o4-mini", "gen_ai.system": "openai", "llm.request.type": "chat",
+         "gen_ai.usage.input_tokens": 900, "gen_ai.usage.output_tokens": 120, "gen_ai.usage.cache_read_input_tokens": 512,
+         "gen_ai.usage.reasoning_tokens": 96},
+        Usage(900, 120, 512, 0, 96, "o4-mini"),
+    ),
+    "OpenLLMetry's llm.usage names": (
+        "openai.chat",
+        {"llm.request.type": "chat", "llm.request.model": "o4-mini", "gen_ai.request.model": "o4-mini",
+         "llm.usage.prompt_tokens": 900, "llm.usage.completion_tokens": 120, "llm.usage.reasoning_tokens": 96},
+        Usage(900, 120, 0, 0, 96, "o4-mini"),
+    ),
     "Pydantic AI's details: cache writes and reasoning": (
         "chat gpt-5",
         {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-5", "gen_ai.system": "openai",
