@@ -76,9 +76,10 @@ def normalised(usage: Any, metadata: Mapping[str, Any] | None = None) -> Usage |
     model = _text(usage.get("model")) or _text(metadata.get("model"))
     provider = _text(usage.get("provider")) or _text(metadata.get("provider"))
     input_tokens = given_input or 0
-    if _anthropic_raw(usage, metadata, model, provider):
-        # Anthropic's own form counts the cache beside input_tokens, not in it.
-        input_tokens += (cache_read or 0) + (cache_write or 0)
+    if _count(usage.get("input_tokens")) is not None and _anthropic_raw(usage, metadata, model, provider):
+        # Anthropic's own form counts the cache beside input_tokens, not in it; only its own cache fields are
+        # added (a chat form's prompt_tokens, or a library's cache_read_tokens, already hold the cache).
+        input_tokens += (_count(usage.get("cache_read_input_tokens")) or 0) + (_count(usage.get("cache_creation_input_tokens")) or 0)
     return Usage(
         input_tokens=input_tokens,
         output_tokens=given_output or 0,
@@ -104,9 +105,7 @@ def _anthropic_raw(usage: Mapping, metadata: Mapping, model: str | None, provide
     """Whether the object is Anthropic's own form: Anthropic's model, stored by no writer of Turnlog's."""
     if "source" in usage or "otel" in metadata:
         return False
-    if provider is not None:
-        return provider.lower() == ANTHROPIC
-    return model is not None and model.lower().startswith("claude")
+    return (provider or "").lower() == ANTHROPIC or (model or "").lower().startswith("claude")
 
 
 def _count(value: Any) -> int | None:

@@ -6,7 +6,8 @@ every page and in the API; the cost stored on `Session` for sorting follows with
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 
 from sessions_app.log import pricing
@@ -48,6 +49,18 @@ def _bill(rows: Iterable[dict], pricer: pricing.Pricer) -> pricing.Bill:
     return pricing.bill(((usage_of_row(row), row["hour"]) for row in rows), pricer)
 
 
+def in_first_use_order(bill: pricing.Bill, models_used: Sequence[str]) -> pricing.Bill:
+    """`bill` with its models (and unpriced ones) in the order the session first used them: the sums keep one row
+    per turn, model and hour, which says nothing of which model came first inside a turn; `Session.models_used`,
+    kept at append time, does. A name it lacks ("(no model)") keeps its place after those it has."""
+    rank = {model: index for index, model in enumerate(models_used)}
+
+    def ordered(names: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(names, key=lambda name: rank.get(name, len(rank))))
+
+    return replace(bill, models=ordered(bill.models), unpriced=ordered(bill.unpriced))
+
+
 def session_bills(sessions: Iterable) -> dict[str, pricing.Bill]:
     """Each session's usage, priced now: one query for all of them (a list's page), in order of first use."""
     sessions = list(sessions)
@@ -56,7 +69,7 @@ def session_bills(sessions: Iterable) -> dict[str, pricing.Bill]:
     for row in UsageSum.objects.filter(session_id__in=list(rows)).order_by("session_id", "turn_seq", "hour").values(*fields):
         rows[row["session_id"]].append(row)
     pricers = {project_id: pricer_for(project_id) for project_id in {s.project_id for s in sessions}}
-    return {s.pk: _bill(rows[s.pk], pricers[s.project_id]) for s in sessions}
+    return {s.pk: in_first_use_order(_bill(rows[s.pk], pricers[s.project_id]), s.models_used) for s in sessions}
 
 
 def session_bill(session) -> pricing.Bill:
@@ -71,7 +84,7 @@ def turn_bills(session, turn_seqs: Iterable[int]) -> dict[int, pricing.Bill]:
     for row in UsageSum.objects.filter(session_id=session.pk, turn_seq__in=turn_seqs).order_by("turn_seq", "hour").values(*fields):
         rows[row["turn_seq"]].append(row)
     pricer = pricer_for(session.project_id)
-    return {seq: _bill(found, pricer) for seq, found in rows.items()}
+    return {seq: in_first_use_order(_bill(found, pricer), session.models_used) for seq, found in rows.items()}
 
 
 def bill_of_calls(project_id: int, calls: Iterable[tuple[Usage, datetime]]) -> pricing.Bill:

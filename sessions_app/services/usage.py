@@ -100,12 +100,13 @@ def copy_prefix(parent: Session, child: Session) -> None:
     if not inherited:
         return
     UsageSum.objects.bulk_create(UsageSum(session_id=child.pk, **row) for row in inherited)
-    _store_bill(child, inherited)
+    _store_bill(child, inherited, models_used=parent.models_used)
 
 
-def _store_bill(session: Session, rows: list[dict]) -> None:
+def _store_bill(session: Session, rows: list[dict], *, models_used: list[str]) -> None:
     version = usage_reads.prices_version(session.project_id)
     bill = pricing.bill(((usage_reads.usage_of_row(row), row["hour"]) for row in rows), usage_reads.pricer_for(session.project_id))
+    bill = usage_reads.in_first_use_order(bill, models_used)
     for kind in log_usage.KINDS:
         setattr(session, kind, getattr(bill, kind))
     session.tokens = bill.tokens
@@ -133,7 +134,8 @@ def recompute_costs(*, limit: int = 500) -> int:
                 if session is None:
                     continue
                 fields = ("turn_seq", "model", "provider", "hour", *KINDS)
-                _store_bill(session, list(UsageSum.objects.filter(session_id=session_id).order_by("turn_seq", "hour").values(*fields)))
+                rows = list(UsageSum.objects.filter(session_id=session_id).order_by("turn_seq", "hour").values(*fields))
+                _store_bill(session, rows, models_used=session.models_used)
             done += 1
         if done >= limit:
             break

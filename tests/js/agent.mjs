@@ -89,9 +89,10 @@ const tracer = provider.getTracer('ai');
 
 const orders = options.orders.split(',');
 const callId = (order) => `${options['call-prefix']}_${order.toLowerCase()}`;
-const usage = (input, output, cached) => ({
-  inputTokens: { total: input, noCache: input - cached, cacheRead: cached, cacheWrite: undefined },
-  outputTokens: { total: output, text: output, reasoning: undefined },
+// The provider's usage in the V3 specification's form: totals that count the cache and the reasoning.
+const usage = (input, output, cached, written, reasoning) => ({
+  inputTokens: { total: input, noCache: input - cached - written, cacheRead: cached, cacheWrite: written },
+  outputTokens: { total: output, text: output - reasoning, reasoning },
 });
 const steps = [
   {
@@ -102,12 +103,12 @@ const steps = [
       })),
     ],
     finishReason: { unified: 'tool-calls', raw: 'tool_calls' },
-    usage: usage(30, 12, 8),
+    usage: usage(30, 12, 8, 4, 5),
   },
   {
     content: [{ type: 'text', text: 'Both orders are refunded.' }],
     finishReason: { unified: 'stop', raw: 'stop' },
-    usage: usage(60, 9, 0),
+    usage: usage(60, 9, 20, 0, 0),
   },
 ];
 let step = 0;

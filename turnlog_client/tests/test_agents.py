@@ -106,6 +106,11 @@ def test_a_finished_run_reads_back_as_a_turn_of_steps_with_calls_results_and_usa
         "input_tokens": 300, "output_tokens": 30, "total_tokens": 330, "cache_read_input_tokens": 90, "cache_creation_input_tokens": 3,
         "source": "openai-agents",
     }  # fmt: skip
+    # The session's usage: the two steps' (the processor's marked objects already count the cache), not the totals.
+    assert client.get_session("conv-1")["usage"] == {
+        "input_tokens": 300, "output_tokens": 30, "cache_read_tokens": 90, "cache_write_tokens": 3, "reasoning_tokens": 12,
+        "models": [MODEL], "cost": "0", "currency": "USD", "priced": False, "unpriced": [MODEL],
+    }  # fmt: skip
     plan = client.recovery_plan("conv-1")
     assert plan["interrupted"] is False and plan["repairs"] == []
 

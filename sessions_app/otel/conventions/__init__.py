@@ -83,7 +83,7 @@ def usage_of(attributes: dict, keys: dict[str, tuple[str, ...]]) -> dict[str, An
 def agent_fields(family: Family, span: Span) -> dict[str, Any]:
     return {
         "agent_name": first(span.attributes, family.agent_name) or family.agent_name_from_span(span.name),
-        "aggregated_usage": usage_of(span.attributes, family.aggregated_usage),
+        "aggregated_usage": family.usage_inclusive(span.attributes, usage_of(span.attributes, family.aggregated_usage)),
     }
 
 
@@ -91,7 +91,7 @@ def model_fields(family: Family, span: Span) -> dict[str, Any]:
     attributes = span.attributes
     model = first(attributes, family.model) or family.model_from_span(span.name)
     instructions, inputs, outputs = family.content(span)
-    usage = usage_of(attributes, family.usage)
+    usage = family.usage_inclusive(attributes, usage_of(attributes, family.usage))
     if usage and model is not None:
         usage["model"] = model  # which model the counts are of; alone it would be no usage
     return {

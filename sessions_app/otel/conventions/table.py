@@ -28,7 +28,7 @@ from .messages import (
     semconv_run_inputs,
     system_instructions,
 )
-from .values import parsed, parsed_structure, text, unflatten
+from .values import count, first, parsed, parsed_structure, text, unflatten
 
 # A role that depends on the span's place: a framework's root span around its agent (LangGraph's
 # root CHAIN under OpenInference) is the turn; the same kind nested is plumbing.
@@ -62,7 +62,8 @@ GENAI_USAGE = {
     "cache_read_input_tokens": ("gen_ai.usage.cache_read.input_tokens", "gen_ai.usage.cache_read_input_tokens"),
     "cache_creation_input_tokens": ("gen_ai.usage.cache_creation.input_tokens",
                                     "gen_ai.usage.cache_creation_input_tokens"),
-    "reasoning_tokens": ("gen_ai.usage.reasoning.output_tokens",),
+    # OpenLLMetry's semantic conventions name it gen_ai.usage.reasoning_tokens.
+    "reasoning_tokens": ("gen_ai.usage.reasoning.output_tokens", "gen_ai.usage.reasoning_tokens"),
 }
 
 
@@ -245,6 +246,8 @@ class Family:
     provider: tuple[str, ...] = ("gen_ai.provider.name", "gen_ai.system")
     usage: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: GENAI_USAGE)
     aggregated_usage: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: aggregated(GENAI_USAGE))
+    # The counts read under `usage` made to count the cache in input_tokens, where a family's form does not.
+    usage_inclusive: Callable[[Mapping[str, Any], dict[str, Any]], dict[str, Any]] = lambda attributes, usage: usage
     tool_name: tuple[str, ...] = ("gen_ai.tool.name",)
     tool_name_from_span: Callable[[str], str | None] = after_word(("execute_tool",))
     tool_call_id: tuple[str, ...] = ("gen_ai.tool.call.id",)
@@ -296,8 +299,9 @@ VERCEL_NAMES = (("ai.generateText.doGenerate", MODEL), ("ai.streamText.doStream"
                 ("ai.generateObject.doGenerate", MODEL), ("ai.streamObject.doStream", MODEL),
                 ("ai.generateText", AGENT), ("ai.streamText", AGENT), ("ai.generateObject", AGENT),
                 ("ai.streamObject", AGENT), ("ai.toolCall", TOOL))
-# Version 5+ names first; `promptTokens`/`completionTokens` are version 4's. `ai.usage.inputTokens`
-# counts cached input too, as the conventions' input_tokens does.
+# Version 5+ names first; `promptTokens`/`completionTokens` are version 4's. From version 6 (which sends
+# `ai.usage.inputTokenDetails.*`) `ai.usage.inputTokens` counts cached input too, as the conventions'
+# input_tokens does; before, it was the provider's own count (vercel_usage_inclusive).
 VERCEL_USAGE = {
     "input_tokens": ("ai.usage.inputTokens", "ai.usage.promptTokens", *GENAI_USAGE["input_tokens"]),
     "output_tokens": ("ai.usage.outputTokens", "ai.usage.completionTokens", *GENAI_USAGE["output_tokens"]),
@@ -305,6 +309,26 @@ VERCEL_USAGE = {
     "cache_creation_input_tokens": ("ai.usage.inputTokenDetails.cacheWriteTokens",),
     "reasoning_tokens": ("ai.usage.outputTokenDetails.reasoningTokens", "ai.usage.reasoningTokens"),
 }
+
+def vercel_usage_inclusive(attributes: Mapping[str, Any], usage: dict[str, Any]) -> dict[str, Any]:
+    """Versions 4 and 5 pass Anthropic's own input count through, which leaves the cache out: its reads are in
+    `ai.usage.cachedInputTokens` (or the provider metadata), its writes only in the provider metadata."""
+    if any(key.startswith("ai.usage.inputTokenDetails.") for key in attributes):
+        return usage  # version 6+: a total
+    if "anthropic" not in (text(attributes.get("ai.model.provider")) or "").lower():
+        return usage
+    given = first(attributes, ("ai.usage.inputTokens", "ai.usage.promptTokens"), count)
+    if given is None:
+        return usage
+    metadata = parsed(attributes.get("ai.response.providerMetadata"))
+    anthropic = metadata.get("anthropic") if isinstance(metadata, dict) else None
+    anthropic = anthropic if isinstance(anthropic, dict) else {}
+    read = usage.get("cache_read_input_tokens", count(anthropic.get("cacheReadInputTokens")))
+    written = count(anthropic.get("cacheCreationInputTokens"))
+    fixed = {**usage, "input_tokens": given + (read or 0) + (written or 0)}
+    fixed |= {key: value for key, value in (("cache_read_input_tokens", read), ("cache_creation_input_tokens", written)) if value}
+    return fixed
+
 
 VERCEL = Family(
     name="vercel",
@@ -318,6 +342,7 @@ VERCEL = Family(
     provider=("ai.model.provider", "gen_ai.system"),
     usage=VERCEL_USAGE,
     aggregated_usage=VERCEL_USAGE,  # the call's span holds the totals of its steps
+    usage_inclusive=vercel_usage_inclusive,
     tool_name=("ai.toolCall.name",),
     tool_name_from_span=lambda name: None,
     tool_call_id=("ai.toolCall.id",),
@@ -360,7 +385,8 @@ OPENINFERENCE = Family(
 
 OPENLLMETRY_USAGE = {**GENAI_USAGE,
                      "input_tokens": (*GENAI_USAGE["input_tokens"], "llm.usage.prompt_tokens"),
-                     "output_tokens": (*GENAI_USAGE["output_tokens"], "llm.usage.completion_tokens")}
+                     "output_tokens": (*GENAI_USAGE["output_tokens"], "llm.usage.completion_tokens"),
+                     "reasoning_tokens": (*GENAI_USAGE["reasoning_tokens"], "llm.usage.reasoning_tokens")}
 
 OPENLLMETRY = replace(
     GENAI,

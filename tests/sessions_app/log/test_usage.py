@@ -37,6 +37,24 @@ FORMS = [
         Usage(100, 5, 90, 0, 0, "some-alias", "Anthropic"),
     ),
     (
+        "Anthropic's raw form from another host of Claude (Vertex, Bedrock's InvokeModel): the model's name says it",
+        {"usage": {"input_tokens": 12, "output_tokens": 4, "cache_read_input_tokens": 300, "cache_creation_input_tokens": 40},
+         "model": "claude-3-5-haiku@20241022", "provider": "gcp.vertex_ai"},
+        Usage(352, 4, 300, 40, 0, "claude-3-5-haiku@20241022", "gcp.vertex_ai"),
+    ),
+    (
+        "Claude through an OpenAI-compatible endpoint: the chat form's prompt_tokens already counts the cached ones",
+        {"usage": {"prompt_tokens": 1000, "completion_tokens": 50, "prompt_tokens_details": {"cached_tokens": 800}},
+         "model": "claude-sonnet-4-5"},
+        Usage(1000, 50, 800, 0, 0, "claude-sonnet-4-5", None),
+    ),
+    (
+        "Claude in a library's own inclusive form (Pydantic AI's RequestUsage: cache_read_tokens, cache_write_tokens)",
+        {"usage": {"input_tokens": 1240, "output_tokens": 9, "cache_read_tokens": 1000, "cache_write_tokens": 200},
+         "model": "claude-sonnet-4-5"},
+        Usage(1240, 9, 1000, 200, 0, "claude-sonnet-4-5", None),
+    ),
+    (
         "Claude through Pydantic AI over OTLP: the mapping's input_tokens already counts the cache reads",
         {"usage": {"input_tokens": 4025, "output_tokens": 200, "cache_read_input_tokens": 4000, "model": "claude-sonnet-4-5"},
          "otel": {"span_id": "00000000000000a1"}},
@@ -90,11 +108,15 @@ KEYS = ["input_tokens", "output_tokens", "prompt_tokens", "completion_tokens", "
 @settings(deadline=None)
 @given(usage=st.dictionaries(st.sampled_from(KEYS), COUNT), model=st.sampled_from([None, "claude-3-5-haiku", "gpt-4o", ""]),
        marked=st.booleans())
-def test_any_usage_object_reads_as_counts_that_never_go_negative_and_never_lose_the_cache(usage, model, marked):
+def test_any_usage_object_reads_as_counts_that_never_go_negative_and_add_the_cache_once_in_anthropic_s_raw_form_only(usage, model, marked):
     metadata = {"usage": {**usage, **({"model": model} if model is not None else {})}, **({"otel": {}} if marked else {})}
     found = of_message({"metadata": metadata})
     if found is None:
         return
     assert all(getattr(found, kind) >= 0 for kind in KINDS)
-    if not marked and model == "claude-3-5-haiku":  # Anthropic's raw form: the cache is added to the input
-        assert found.input_tokens >= found.cache_read_tokens + found.cache_write_tokens
+    given = {key: value for key, value in usage.items() if type(value) is int and value >= 0}
+    if not marked and model == "claude-3-5-haiku" and "input_tokens" in given:
+        # Anthropic's raw form: its own cache fields are added to its input_tokens, and nothing else is.
+        assert found.input_tokens == given["input_tokens"] + given.get("cache_read_input_tokens", 0) + given.get("cache_creation_input_tokens", 0)
+    elif "input_tokens" in given or "prompt_tokens" in given:  # every other form: the input as given
+        assert found.input_tokens == given.get("input_tokens", given.get("prompt_tokens"))

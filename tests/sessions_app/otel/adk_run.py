@@ -27,7 +27,9 @@ USER = "customer-7"
 PROMPT = "Refund orders A1 and A2"
 ANSWER = "Both orders are refunded."
 # Token counts the scripted model reports, per step.
-USAGE = ({"prompt_token_count": 30, "candidates_token_count": 12}, {"prompt_token_count": 60, "candidates_token_count": 9})
+# Gemini's form: the prompt counts its cached part; the thoughts are beside the candidates, not in them.
+USAGE = ({"prompt_token_count": 30, "candidates_token_count": 12, "cached_content_token_count": 8, "thoughts_token_count": 5},
+         {"prompt_token_count": 60, "candidates_token_count": 9, "cached_content_token_count": 20})
 # Each call takes longer than the batch processor's delay (50 ms), as real tools do: A1's tool span goes out
 # alone, before any span that names the conversation has ended.
 TOOL_SECONDS = 0.2
@@ -62,7 +64,8 @@ def build_runner(*, call_prefix: str = "call", crash: Path | None = None):
             usage = USAGE[1 if answered else 0]
             yield LlmResponse(
                 content=types.Content(role="model", parts=parts),
-                usage_metadata=types.GenerateContentResponseUsageMetadata(**usage, total_token_count=sum(usage.values())),
+                usage_metadata=types.GenerateContentResponseUsageMetadata(
+                    **usage, total_token_count=usage["prompt_token_count"] + usage["candidates_token_count"] + usage.get("thoughts_token_count", 0)),
             )
 
     calls = []

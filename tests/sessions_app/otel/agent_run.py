@@ -2,10 +2,11 @@
 OTLP tests run in a process of its own, so that they can kill it in the middle of a tool.
 
     python agent_run.py URL TOKEN CONVERSATION [--crash MARKER] [--pending | --processor] [--simple | --schedule-delay MS]
-                        [--encoding json] [--no-content]
+                        [--encoding json] [--no-content] [--anthropic BASE_URL]
 
 The model is scripted (FunctionModel, no network): step 1 asks for `refund` of orders A1 and A2,
-step 2 answers in text. With --crash the tool writes MARKER on its second call and blocks
+step 2 answers in text. With --anthropic it is Pydantic AI's AnthropicModel (claude-sonnet-4-5) over the
+real `anthropic` SDK, asking the Messages API at BASE_URL (a local server the test scripts the same way). With --crash the tool writes MARKER on its second call and blocks
 until the process is killed. With --pending a span processor emits Logfire's pending spans: a
 zero-length twin of each span as it starts, child of the real span, with the real parent in
 `logfire.pending_parent_id` (logfire's PendingSpanProcessor does the same) through the batch processor;
@@ -73,6 +74,13 @@ def exporter(url: str, token: str, encoding: str):
     return OTLPSpanExporter(endpoint=f"{url}/otlp/v1/traces", headers=headers)
 
 
+def anthropic_model(base_url: str):
+    from pydantic_ai.models.anthropic import AnthropicModel
+    from pydantic_ai.providers.anthropic import AnthropicProvider
+
+    return AnthropicModel("claude-sonnet-4-5", provider=AnthropicProvider(base_url=base_url, api_key="sk-ant-test"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("url")
@@ -85,6 +93,7 @@ def main() -> None:
     parser.add_argument("--schedule-delay", type=int, default=50, help="the batch processor's delay, ms")
     parser.add_argument("--encoding", choices=["protobuf", "json"], default="protobuf")
     parser.add_argument("--no-content", action="store_true")
+    parser.add_argument("--anthropic", metavar="BASE_URL", help="Pydantic AI's AnthropicModel against this Messages API")
     parser.add_argument("--call-prefix", default="call", help="the scripted model's call ids: PREFIX_a1, PREFIX_a2")
     args = parser.parse_args()
 
@@ -105,7 +114,7 @@ def main() -> None:
             return ModelResponse(parts=[ToolCallPart("refund", {"order": order}, tool_call_id=f"{args.call_prefix}_{order.lower()}") for order in ("A1", "A2")])
         return ModelResponse(parts=[TextPart("Both orders are refunded.")])
 
-    agent = Agent(FunctionModel(model), name="support", instructions="You refund orders.")
+    agent = Agent(anthropic_model(args.anthropic) if args.anthropic else FunctionModel(model), name="support", instructions="You refund orders.")
     calls = []
 
     @agent.tool_plain(sequential=True)

@@ -48,8 +48,10 @@ def test_a_finished_adk_run_reads_back_as_the_conversations_session_with_every_c
     results = {e["data"]["tool_call_id"]: e["data"]["content"] for e in log if e["type"] == "tool_result"}
     assert calls == sorted(results) == ["call_a1", "call_a2"]  # ADK's merged-tools span is no call
     assistant = [e for e in log if e["type"] == "assistant_message"]
+    # ADK adds the thoughts to the output, as the conventions count it (adk_run.py's USAGE, Gemini's form).
     assert [m["data"]["metadata"]["usage"] for m in assistant] == [
-        {"input_tokens": 30, "output_tokens": 12, "model": "scripted"}, {"input_tokens": 60, "output_tokens": 9, "model": "scripted"}]
+        {"input_tokens": 30, "output_tokens": 12 + 5, "cache_read_input_tokens": 8, "reasoning_tokens": 5, "model": "scripted"},
+        {"input_tokens": 60, "output_tokens": 9, "cache_read_input_tokens": 20, "model": "scripted"}]  # fmt: skip
     if content:
         assert results == {"call_a1": '{"result": "refunded A1"}', "call_a2": '{"result": "refunded A2"}'}
         assert [c["id"] for c in assistant[0]["data"]["tool_calls"]] == ["call_a1", "call_a2"]
@@ -59,6 +61,10 @@ def test_a_finished_adk_run_reads_back_as_the_conversations_session_with_every_c
         assert set(results.values()) == {None}
     session = api(server, token, "/sessions/adk-42")
     assert session["agent_name"] == "support" and not session["interrupted"]
+    assert session["usage"] == {
+        "input_tokens": 90, "output_tokens": 26, "cache_read_tokens": 28, "cache_write_tokens": 0, "reasoning_tokens": 5,
+        "models": ["scripted"], "cost": "0", "currency": "USD", "priced": False, "unpriced": ["scripted"],
+    }  # fmt: skip
     assert api(server, token, "/sessions/adk-42/recovery-plan")["repairs"] == []
 
 

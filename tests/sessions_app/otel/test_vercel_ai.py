@@ -71,6 +71,14 @@ def test_a_finished_run_reads_back_as_one_turn_whose_calls_are_all_answered(serv
     assert "refunded A1" in str(results["call_a1"])
     assert api(server, token, "/sessions/v-42/recovery-plan")["repairs"] == []
     assert sessions(server, token) == ["v-42"]  # one session, named by the run's session id: no other
+    # The two calls' usage (agent.mjs), each once: not the run's totals on the turn_end. @ai-sdk/otel's GenAI
+    # spans carry no reasoning count (the reasoning tokens are still in the output tokens).
+    assert log[-1]["data"]["metadata"]["usage"]["input_tokens"] == 90
+    usage = api(server, token, "/sessions/v-42")["usage"]
+    assert {kind: usage[kind] for kind in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")} == {
+        "input_tokens": 30 + 60, "output_tokens": 12 + 9, "cache_read_tokens": 8 + 20, "cache_write_tokens": 4,
+        "reasoning_tokens": 0 if sdk == "v7" else 5}  # fmt: skip
+    assert (usage["models"], usage["priced"], usage["unpriced"]) == (["scripted"], False, ["scripted"])  # agent.mjs names its model "scripted": unpriced
 
 
 def start_killable(server, token, conversation: str, marker: Path, *options: str) -> subprocess.Popen:
