@@ -82,19 +82,19 @@ class Pricer:
 
 def bundled_cost(usage: Usage, at: datetime) -> Decimal | None:
     """The bundled data's price (genai-prices: input tokens count the cache, output counts reasoning, as ours)."""
-    try:
-        calculation = genai_prices.calc_price(
-            genai_prices.Usage(
-                input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                cache_read_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens,
-            ),
-            usage.model,
-            provider_id=(usage.provider or "").lower() or None,
-            genai_request_timestamp=at,
-        )
-    except (LookupError, ValueError):
-        return None
-    return Decimal(calculation.total_price)
+    counts = genai_prices.Usage(
+        input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.cache_read_tokens, cache_write_tokens=usage.cache_write_tokens,
+    )
+    provider = (usage.provider or "").lower() or None
+    # A provider the data does not know (a gateway, a cloud's own name) still leaves the model's own price.
+    for provider_id in dict.fromkeys((provider, None)):
+        try:
+            calculation = genai_prices.calc_price(counts, usage.model, provider_id=provider_id, genai_request_timestamp=at)
+        except (LookupError, ValueError):
+            continue
+        return Decimal(calculation.total_price)
+    return None
 
 
 def rounded(cost: Decimal) -> Decimal:

@@ -74,3 +74,9 @@ def test_a_bill_is_the_sum_of_its_calls_costs(counts):
     found = bill(calls, pricer)
     assert found.input_tokens == sum(i for i, _ in counts) and found.output_tokens == sum(o for _, o in counts)
     assert abs(found.cost - sum(pricer.cost(u, at) for u, at in calls)) <= Decimal("0.0000005")
+
+
+def test_a_provider_the_price_data_does_not_know_still_leaves_the_model_s_own_price():
+    pricer = Pricer()
+    through_gateway = Usage(input_tokens=1_000_000, model="gpt-4o", provider="some-gateway")
+    assert pricer.cost(through_gateway, HOUR) == pricer.cost(Usage(input_tokens=1_000_000, model="gpt-4o"), HOUR) == Decimal("2.5")
