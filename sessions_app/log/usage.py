@@ -13,7 +13,7 @@ cache whatever the model. Normalised:
 - `cache_read_tokens`, `cache_write_tokens`: the parts of it read from and written to a cache;
 - `output_tokens`: every output token, reasoning included; `reasoning_tokens` the part spent reasoning.
 
-A count that is not a non-negative integer is a count not given. A `turn_end`'s run totals are not a
+A count that is not an integer from 0 to MAX_COUNT is a count not given. A `turn_end`'s run totals are not a
 model call's and are never read here.
 """
 
@@ -108,8 +108,13 @@ def _anthropic_raw(usage: Mapping, metadata: Mapping, model: str | None, provide
     return (provider or "").lower() == ANTHROPIC or (model or "").lower().startswith("claude")
 
 
+# No model call spends a billion tokens; a larger count is a mistake, and sums of counts up to this never
+# pass a 64-bit column however long a session runs.
+MAX_COUNT = 1_000_000_000
+
+
 def _count(value: Any) -> int | None:
-    return value if type(value) is int and value >= 0 else None
+    return value if type(value) is int and 0 <= value <= MAX_COUNT else None
 
 
 def _first(*values: Any) -> int | None:

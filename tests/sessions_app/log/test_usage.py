@@ -89,6 +89,12 @@ def test_a_count_of_the_wrong_type_is_a_count_not_given():
     assert normalised({"input_tokens": -3, "output_tokens": 7.0, "prompt_tokens": 11, "completion_tokens": 2}) == Usage(11, 2)
 
 
+def test_a_count_past_a_billion_is_a_count_not_given_so_no_sum_can_pass_a_64_bit_column():
+    assert normalised({"input_tokens": 10**20, "output_tokens": 10**9 + 1, "cache_read_input_tokens": 5}) == Usage(
+        input_tokens=0, output_tokens=0, cache_read_tokens=5
+    )
+
+
 def test_a_message_without_metadata_has_no_usage():
     assert of_message({"content": "hi"}) is None and of_message({"metadata": "x"}) is None
 
@@ -100,7 +106,7 @@ def test_totals_add_each_kind_and_leave_the_model_out():
     assert summed.tokens == summed.input_tokens + summed.output_tokens
 
 
-COUNT = st.one_of(st.none(), st.integers(0, 10**9), st.integers(-5, -1), st.text(max_size=3), st.booleans(), st.floats())
+COUNT = st.one_of(st.none(), st.integers(0, 10**9), st.integers(-5, -1), st.integers(10**9 + 1, 2**70), st.text(max_size=3), st.booleans(), st.floats())
 KEYS = ["input_tokens", "output_tokens", "prompt_tokens", "completion_tokens", "cache_read_input_tokens",
         "cache_creation_input_tokens", "reasoning_tokens", "cache_read_tokens", "cache_write_tokens"]
 
@@ -114,7 +120,7 @@ def test_any_usage_object_reads_as_counts_that_never_go_negative_and_add_the_cac
     if found is None:
         return
     assert all(getattr(found, kind) >= 0 for kind in KINDS)
-    given = {key: value for key, value in usage.items() if type(value) is int and value >= 0}
+    given = {key: value for key, value in usage.items() if type(value) is int and 0 <= value <= 10**9}
     if not marked and model == "claude-3-5-haiku" and "input_tokens" in given:
         # Anthropic's raw form: its own cache fields are added to its input_tokens, and nothing else is.
         assert found.input_tokens == given["input_tokens"] + given.get("cache_read_input_tokens", 0) + given.get("cache_creation_input_tokens", 0)

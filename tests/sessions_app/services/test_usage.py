@@ -105,3 +105,9 @@ def test_duration_runs_from_the_first_to_the_last_event_received():
     services.append_events(session_id="s", events=validate_batch([f.user()]), received_at=first.replace(minute=2, second=3))
     session = Session.objects.get(pk="s")
     assert session.first_received_at == first and session.duration_ms == 123_000
+
+
+def test_counts_too_large_for_a_column_are_stored_as_sent_and_add_nothing():
+    huge = {"input_tokens": 2**63, "output_tokens": 10**20, "cache_read_input_tokens": 2**62}
+    session = write("s", [message(huge, model="claude-sonnet-4-5")] * 3 + [message({"input_tokens": 4, "output_tokens": 1}, model="gpt-4o")])
+    assert (session.input_tokens, session.output_tokens, session.cache_read_tokens, session.event_count) == (4, 1, 0, 4)
