@@ -34,7 +34,7 @@ def backfill_usage(apps, schema_editor):
             if found is None:
                 continue
             counts = Counter(calls=1, **found.counts())
-            model, provider = found.model or "", found.provider or ""
+            model, provider = (found.model or "")[:200], (found.provider or "")[:100]
             turns.setdefault((seq if turn_seq is None else turn_seq, model, provider, hour(time)), Counter()).update(counts)
             agents.setdefault((session.project_id, session.agent_name, model, provider, hour(received_at or time)), Counter()).update(counts)
             totals.update(found.counts())

@@ -19,6 +19,8 @@ from sessions_app.log import usage as log_usage
 from sessions_app.models import AgentModelHour, Project, Session, UsageSum
 from sessions_app.selectors import usage as usage_reads
 
+MODEL_MAX = UsageSum._meta.get_field("model").max_length
+PROVIDER_MAX = UsageSum._meta.get_field("provider").max_length
 KINDS = ("calls", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 # Session fields `track` may change (store_events saves them with the summary).
 SESSION_FIELDS = (
@@ -46,7 +48,8 @@ def track(session: Session, rows: Sequence, *, received_at: datetime | None) -> 
     cost = Decimal(0)
     for row, found in calls:
         counts = Counter(calls=1, **found.counts())
-        model, provider = found.model or "", found.provider or ""
+        # Names as long as their columns hold (PostgreSQL refuses longer ones; the price was found by the whole name).
+        model, provider = (found.model or "")[:MODEL_MAX], (found.provider or "")[:PROVIDER_MAX]
         turn = row.turn_seq if row.turn_seq is not None else row.seq
         per_turn.setdefault((turn, model, provider, hour_of(row.time)), Counter()).update(counts)
         per_agent.setdefault((model, provider, hour_of(received_at or row.time)), Counter()).update(counts)

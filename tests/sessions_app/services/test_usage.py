@@ -111,3 +111,9 @@ def test_counts_too_large_for_a_column_are_stored_as_sent_and_add_nothing():
     huge = {"input_tokens": 2**63, "output_tokens": 10**20, "cache_read_input_tokens": 2**62}
     session = write("s", [message(huge, model="claude-sonnet-4-5")] * 3 + [message({"input_tokens": 4, "output_tokens": 1}, model="gpt-4o")])
     assert (session.input_tokens, session.output_tokens, session.cache_read_tokens, session.event_count) == (4, 1, 0, 4)
+
+
+def test_a_model_name_longer_than_its_column_is_kept_to_the_column_s_length():
+    session = write("s", [message({"input_tokens": 4, "output_tokens": 1}, model="m" * 500, provider="p" * 300)])
+    [row] = UsageSum.objects.filter(session_id="s")
+    assert row.model == "m" * 200 and row.provider == "p" * 100 and session.models_used == ["m" * 200]
