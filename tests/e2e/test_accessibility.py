@@ -126,7 +126,8 @@ def test_every_page_has_no_axe_violations(browser, server, staff_user, scheme):
     reports.append(axe_report(axe, page, "admin recovery preview of several sessions"))
 
     page.goto(f"{server.url}/sessions/recovered/")
-    page.locator(".fork-here").first.click()
+    page.locator(".fork-here").first.focus()
+    page.locator(".fork-here").first.press("Enter")
     expect(page.locator("main .fork-form")).to_be_visible(timeout=LIVE)
     reports.append(axe_report(axe, page, "fork form opened in place"))
     page.goto(f"{server.url}/sessions/crashed/")

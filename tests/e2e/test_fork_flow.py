@@ -46,6 +46,7 @@ def test_fork_low_on_a_long_page_with_a_name_lands_on_the_fork_with_a_confirmati
     control = page.locator(f"#seq-{LAST_TURN_END} .fork-here")
     control.scroll_into_view_if_needed()
     assert page.evaluate("window.scrollY") > 2 * VIEWPORT_HEIGHT  # far down
+    page.locator(f"#seq-{LAST_TURN_END}").hover()  # "Fork here" shows on its line's hover
     control.click()
     form = page.locator(f"#seq-{LAST_TURN_END} .fork-form")
     expect(form).to_be_visible(timeout=LIVE)
@@ -70,8 +71,8 @@ def test_a_taken_name_is_explained_in_the_form_where_the_person_is(browser, serv
     services.create_session(session_id="taken")
     page = open_page(browser, server, plain_user, "/sessions/long/")
     control = page.locator(f"#seq-{LAST_TURN_END - 4} .fork-here")
-    control.scroll_into_view_if_needed()
-    control.click()
+    control.focus()  # the keyboard's way: "Fork here" shows on focus
+    control.press("Enter")
     form = page.locator(".fork-form")
     form.get_by_label("Name of the new session").fill("taken")
     # A slow settle: the Escape below comes before htmx's own autofocus, as it did in a loaded CI run.
@@ -106,6 +107,7 @@ def test_in_a_crashed_session_the_open_turn_says_recover_and_an_earlier_boundary
         "title", "Link to this event. No fork here: seq 6 is inside turn 1, opened at seq 1 and still open; recover the session first or pick an earlier boundary."
     )
     expect(page.locator(".session-head .fork-unavailable")).to_contain_text("Fork whole session: not now")
+    page.locator("#seq-0").hover()
     page.locator("#seq-0 .fork-here").click()
     page.locator("#seq-0 .fork-form").get_by_role("button", name="Create fork").click()
     page.wait_for_url(f"{server.url}/sessions/crashed-fork-0/", timeout=LIVE)
@@ -121,6 +123,7 @@ def test_without_javascript_the_control_is_a_form_page_that_still_forks(browser,
     page = open_page(browser, server, plain_user, "/sessions/long/")
     page.route(re.compile(r".*\.js$"), lambda route: route.abort())
     page.reload()
+    page.locator(f"#seq-{LAST_TURN_END}").hover()
     page.locator(f"#seq-{LAST_TURN_END} .fork-here").click()
     page.wait_for_url(f"{server.url}/sessions/long/fork?boundary={LAST_TURN_END}", timeout=LIVE)
     page.get_by_role("button", name="Create fork").click()
