@@ -8,8 +8,9 @@ import re
 import pytest
 from django.test import Client
 
-from sessions_app.models import Project, Role
+from sessions_app import services
 from sessions_app.lib.params import MAX_DIGITS
+from sessions_app.models import Project, Role
 from tests.access import member
 from tests.sessions_app.services.test_recovery import store
 
@@ -39,8 +40,6 @@ def admin_client(django_user_model):
     member(user, Role.ADMIN, team)
     member(user, Role.ADMIN)
     store([("user_message", {"content": "hi"})], session_id="s")
-    from sessions_app import services
-
     services.create_session(session_id="crashy", agent_name="billing-bot")
     client = Client()
     client.force_login(user)
