@@ -33,6 +33,7 @@ from django.utils.functional import SimpleLazyObject, empty
 
 from dashboard import json_logs, outage
 from dashboard.outage import CLOSE_UNAVAILABLE, DATABASE_UNAVAILABLE
+from dashboard.pages import refusals
 from sessions_app.lib.params import BadParameter
 
 logger = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ class BadParameterMiddleware(MiddlewareMixin):
     def process_exception(self, request, exception):
         if not isinstance(exception, BadParameter):
             return None
-        return HttpResponse(f"Bad request: {exception}.\n", status=400, content_type="text/plain; charset=utf-8")
+        return refusals.bad_request(request, parameter=exception.name, detail=str(exception))
 
 
 class WebsocketDatabaseGuard:

@@ -64,3 +64,5 @@ urlpatterns = [
 
 # A refused page is the site's styled page (JSON under /api/), not Django's bare 403.
 handler403 = "dashboard.pages.refusals.permission_denied"
+# A request Django itself finds bad (a SuspiciousOperation) reads as the site's styled 400 too.
+handler400 = "dashboard.pages.refusals.bad_request_handler"

@@ -10,10 +10,11 @@ any name, the empty one included.
 from __future__ import annotations
 
 from django.contrib.auth.decorators import login_required
-from django.http import Http404, HttpResponse
+from django.http import Http404
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from dashboard.pages import refusals
 from sessions_app import selectors
 from sessions_app.selectors import access
 
@@ -44,7 +45,7 @@ def agent_detail(request):
     try:
         crashes = selectors.agent_crashes(ids, name, before=request.GET.get("before") or None)
     except selectors.InvalidCursor as exc:
-        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+        return refusals.bad_request(request, parameter="before", detail=str(exc))
     summaries = selectors.agent_summaries(ids, agent_name=name)
     context = {
         "name": name,

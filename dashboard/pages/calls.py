@@ -8,12 +8,13 @@ so a live row is the row a reload shows.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+import re
+from datetime import UTC, datetime
 
 from django.contrib.auth.decorators import login_required
-from django.http import HttpResponse
 from django.shortcuts import render
 
+from dashboard.pages import refusals
 from sessions_app import selectors
 from sessions_app.log import events as log_events
 from sessions_app.log.ledger import STATES
@@ -24,6 +25,8 @@ PAGE_SIZE = 50
 DEFAULT_STATES_WORDS = "tool_outcome_unknown, superseded, pending past the stall window"
 # The "Settled" filter: its value in the query string -> fleet_calls' `settled` (to check: no current verdict).
 SETTLED_CHOICES = {"": ("To check", False), "true": ("Settled", True), "any": ("Both", None)}
+# What a date or datetime-local input sends: a date, or a date and time, with no zone (the page says it is UTC).
+NAIVE_INSTANT = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}(T[0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?)?", re.ASCII)
 
 
 @dataclass
@@ -63,10 +66,6 @@ class FleetQuery:
         }  # fmt: skip
 
 
-def _shown(moment: datetime | None) -> str:
-    return "" if moment is None else log_events.format_time(moment)
-
-
 def fleet_query(user, params) -> FleetQuery:
     """The filters in `params` (a QueryDict: state and class repeat) for `user`."""
     projects = list(access.projects(access.Actor(user=user)))
@@ -96,10 +95,23 @@ def fleet_query(user, params) -> FleetQuery:
     for name in ("since", "until"):
         if value := params.get(name, "").strip():
             try:
-                setattr(query, name, log_events.coerce_time(value))
+                setattr(query, name, read_instant(value))
             except ValueError:
-                query.ignored.append(f"{name} {value!r}: not an ISO 8601 time with a UTC offset or Z.")
+                query.ignored.append(f"{name} {value!r}: not a date and time (UTC), nor an ISO 8601 time with a UTC offset or Z.")
     return query
+
+
+def read_instant(value: str) -> datetime:
+    """An instant from the page's date input (a datetime-local's value, or a date alone), read as UTC, or from
+    an ISO 8601 time with its offset (as older links give it); ValueError otherwise."""
+    if NAIVE_INSTANT.fullmatch(value):
+        return datetime.fromisoformat(value).replace(tzinfo=UTC)
+    return log_events.coerce_time(value)
+
+
+def _shown(moment: datetime | None) -> str:
+    """The value of a datetime-local input: the instant in UTC, to the second, without its zone."""
+    return "" if moment is None else moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds")
 
 
 def without_cursor(params) -> str:
@@ -115,7 +127,7 @@ def fleet_page(request):
     try:
         page = query.listing(cursor=request.GET.get("cursor") or None)
     except selectors.InvalidCursor as exc:
-        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+        return refusals.bad_request(request, parameter="cursor", detail=str(exc))
     context = {"page": page, "base_query": without_cursor(request.GET), **query.context()}
     if request.htmx.target in ROWS_TARGETS:
         return render(request, "calls.html#rows", context)

@@ -17,7 +17,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.forms import UsernameField
 from django.contrib.auth.validators import UnicodeUsernameValidator
-from django.http import Http404, HttpResponse
+from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -25,7 +25,7 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.text import capfirst
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from dashboard.pages import audit_words
+from dashboard.pages import audit_words, refusals
 from sessions_app import selectors, services
 from sessions_app.lib.params import decimal_int
 from sessions_app.models import AuditEntry, Role, Scope
@@ -311,13 +311,11 @@ def revoke_token(request, project, token_id: int):
 def project_audit(request, project):
     action = request.GET.get("action") or None
     if action is not None and action not in dict(AuditEntry.ACTIONS):
-        return HttpResponse(
-            f"action {action!r} is not one of {', '.join(dict(AuditEntry.ACTIONS))}", status=400, content_type="text/plain; charset=utf-8"
-        )
+        return refusals.bad_request(request, parameter="action", detail=f"{action!r} is not one of {', '.join(dict(AuditEntry.ACTIONS))}")
     try:
         page = selectors.audit_entries(project, action=action, before=request.GET.get("cursor") or None)
     except selectors.InvalidCursor as exc:
-        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+        return refusals.bad_request(request, parameter="cursor", detail=str(exc))
     context = {"project": project, "tab": "audit", "entries": audit_words.audit_rows(project, page.items), "page": page, "action": action, "actions": AuditEntry.ACTIONS}
     return render(request, "projects/audit.html", context)
 

@@ -20,6 +20,7 @@ from dashboard.pages import (
     notes,
     plan_change,
     raw_log,
+    refusals,
     transcript,
 )
 from dashboard.pages import (
@@ -89,7 +90,7 @@ def session_list(request):
     try:
         hits = search_hits.hits_for(q, scope, request.GET.get("hits_cursor") or None)
     except search_hits.search.InvalidCursor as exc:
-        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+        return refusals.bad_request(request, parameter="hits_cursor", detail=str(exc))
     if request.htmx.target in HITS_TARGETS:
         return render(request, f"sessions/list.html#{HITS_TARGETS[request.htmx.target]}", {"hits": hits, "q": q, "project": project})
     try:
@@ -102,7 +103,7 @@ def session_list(request):
             labelled=True,
         )
     except selectors.InvalidCursor as exc:
-        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
+        return refusals.bad_request(request, parameter="cursor", detail=str(exc))
     selectors.mark_unknown_settled(page.items)  # the rows' "all unknown calls settled"
     context = {
         "page": page, "hits": hits, "status": status, "q": q, "statuses": selectors.STATUSES, "projects": projects, "project": project,
@@ -167,7 +168,7 @@ def session_turn_page(request, session_id: str):
     else:
         turn, number = decimal_int(request.GET.get("turn", ""), name="turn"), decimal_int(request.GET.get("page", ""), name="page")
         if turn is None or number is None:
-            return HttpResponse("Give ?turn= and ?page=, or ?seq=.", status=400, content_type="text/plain; charset=utf-8")
+            return refusals.bad_request(request, parameter="turn", detail="give ?turn= and ?page= (numbers), or ?seq=")
     block = transcript.turn_page(session, turn, number)
     if block is None:
         raise Http404(f"No page {number} of a turn at seq {turn} in session {session_id!r}")

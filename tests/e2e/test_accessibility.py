@@ -63,6 +63,8 @@ PAGES = [
     ("lineage of a lone session", "/sessions/running/lineage", ".lineage"),
     ("calls to check", "/calls/", "#call-rows tr.call"),
     ("calls, filtered, none matching", "/calls/?state=error&tag=nothing", "#no-calls"),
+    ("calls, every filter chosen", "/calls/?state=error&state=pending&class=read_only&settled=any&since=2026-01-01T00:00&until=2026-02-01T00:00", "#filter-state"),
+    ("a bad query parameter", "/calls/?cursor=garbage", ".bad-request"),
     ("agents", "/agents/", "table.agents tbody tr"),
     ("an agent with crashes", "/agents/agent?name=", "table.crashes tbody tr"),
     ("an agent without crashes", "/agents/agent?name=research-agent", "table.crashes td.empty"),
@@ -124,13 +126,25 @@ def test_every_page_has_no_axe_violations(browser, server, staff_user, scheme):
     reports.append(axe_report(axe, page, "admin recovery preview of several sessions"))
 
     page.goto(f"{server.url}/sessions/recovered/")
-    page.locator(".fork-here").first.click()
+    page.locator(".fork-here").first.focus()
+    page.locator(".fork-here").first.press("Enter")
     expect(page.locator("main .fork-form")).to_be_visible(timeout=LIVE)
     reports.append(axe_report(axe, page, "fork form opened in place"))
     page.goto(f"{server.url}/sessions/crashed/")
-    page.locator(".fork-unavailable").first.focus()
-    expect(page.locator(".fork-unavailable .fork-why").first).to_be_visible()
-    reports.append(axe_report(axe, page, "why there is no fork here"))
+    page.locator(".session-head .fork-unavailable").focus()
+    expect(page.locator(".session-head .fork-unavailable .fork-why")).to_be_visible()
+    reports.append(axe_report(axe, page, "why the whole session cannot be forked"))
+    page.locator("#seq-0 .permalink").focus()
+    page.keyboard.press("Tab")  # "Fork here" in sight on focus
+    expect(page.locator("#seq-0 .fork-here")).to_be_focused()
+    reports.append(axe_report(axe, page, "Fork here focused"))
+    page.locator("#seq-0 time").focus()  # an instant's UTC and local time
+    expect(page.locator("#seq-0 .time-local")).not_to_be_empty()
+    reports.append(axe_report(axe, page, "a time's exact instant shown"))
+    page.locator("body").press("?")
+    expect(page.locator("dialog#shortcuts")).to_be_visible()
+    reports.append(axe_report(axe, page, "the keyboard shortcuts"))
+    page.keyboard.press("Escape")
 
     context.close()
     failures = "\n".join(report for report in reports if report)

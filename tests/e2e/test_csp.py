@@ -79,6 +79,7 @@ def test_every_page_works_under_the_policy_without_a_violation(watched_page, ser
 
     # Fork here: htmx fetches the form into the page.
     page.goto(f"{server.url}/sessions/parent/")
+    page.locator("#seq-0").hover()
     page.locator("#seq-0 .fork-here").click()
     expect(page.locator("#seq-0 .fork-form")).to_be_visible(timeout=LIVE)
 

@@ -222,7 +222,7 @@ def test_a_live_session_page_reads_as_a_reload_after_every_step(browser, servers
     )  # fmt: skip
     pages.compare("a turn opening", 12)
     pages.check("a turn opening", lambda: expect(pages.transcript.locator("#session-head")).to_contain_text("Fork whole session: not now"))
-    pages.check("a turn opening", lambda: expect(pages.raw.locator("#seq-10")).to_contain_text("No fork here"))
+    pages.check("a turn opening", lambda: expect(pages.raw.locator("#seq-10 .permalink")).to_have_attribute("title", re.compile("^No fork here: ")))
 
     append(writes_server, staff_user,
         ("tool_result", {"tool_call_id": "c2", "content": "charged"}),

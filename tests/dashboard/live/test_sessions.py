@@ -358,7 +358,7 @@ async def test_raw_rows_arriving_live_carry_their_fork_labels_and_follow_their_t
     reloaded = await reload(user, sid, "?view=raw")
     for seq in (1, 2):
         row = element(frame, f"seq-{seq}", "div")
-        assert "No fork here" in row and "still open" in row
+        assert "No fork here: " in row and "still open" in row  # in the permalink's description
         assert row == element(reloaded, f"seq-{seq}", "div")
 
     await append_events(sid, [{"type": "turn_end", "data": {"turn": 1, "steps": 0, "reason": "complete"}}])

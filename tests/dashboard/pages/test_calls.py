@@ -1,7 +1,7 @@
 """The fleet page (/calls/): filters, paging, links to the card and the recovery preview, escaping, scoping."""
 
 import re
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.test import Client
@@ -99,3 +99,40 @@ def test_another_projects_calls_never_show(browser):
 
 def test_the_page_needs_a_login(client):
     assert client.get("/calls/")["Location"].startswith("/login/")
+
+
+def test_the_filters_are_checkbox_groups_and_utc_date_inputs_holding_what_was_chosen(browser):
+    page = browser.get("/calls/?state=pending&state=error&class=read_only&since=2026-01-02T03:04:05%2B02:00").content.decode()
+    assert "<select name=\"state\"" not in page and " multiple" not in page
+    checked = set(re.findall(r'<input type="checkbox" name="(state|class)" value="([^"]+)" checked>', page))
+    assert checked == {("state", "pending"), ("state", "error"), ("class", "read_only")}
+    assert re.search(r'<fieldset class="choices" id="filter-state"><legend>State</legend>', page)
+    # An older link's time with an offset still applies; the input shows it in UTC, as its legend says.
+    assert '<legend>First sighted, in UTC</legend>' in page
+    assert '<input type="datetime-local" name="since" value="2026-01-02T01:04:05" step="1">' in page
+    assert '<input type="datetime-local" name="until" value="" step="1">' in page
+    assert "Ignored the filter" not in page
+
+
+@pytest.mark.parametrize("value, moment", [
+    ("2026-01-02T03:04", "2026-01-02T03:04:00"),  # what a datetime-local input sends: read as UTC
+    ("2026-01-02T03:04:05", "2026-01-02T03:04:05"),
+    ("2026-01-02", "2026-01-02T00:00:00"),  # a date alone: its first instant, UTC
+    ("2026-01-02T03:04:05Z", "2026-01-02T03:04:05"),  # links made before: ISO 8601 with Z or an offset
+    ("2026-01-02T05:04:05+02:00", "2026-01-02T03:04:05"),
+])  # fmt: skip
+def test_since_and_until_read_a_date_inputs_value_as_utc_and_older_iso_links_alike(browser, value, moment):
+    page = browser.get("/calls/", {"since": value, "until": value}).content.decode()
+    assert f'name="since" value="{moment}"' in page and f'name="until" value="{moment}"' in page
+    assert "Ignored the filter" not in page
+
+
+def test_a_date_input_value_narrows_the_list_in_utc(browser):
+    store("old", CRASH)
+    LedgerCall.objects.filter(session_id="old").update(sighted_at=datetime(2026, 1, 2, 3, 0, tzinfo=UTC))
+    store("new", CRASH)
+    LedgerCall.objects.filter(session_id="new").update(sighted_at=datetime(2026, 1, 2, 5, 0, tzinfo=UTC))
+    assert rows(browser.get("/calls/?state=pending&since=2026-01-02T04:00").content.decode()) == ["new--p1"]
+    assert rows(browser.get("/calls/?state=pending&until=2026-01-02T04:00").content.decode()) == ["old--p1"]
+    page = browser.get("/calls/?since=2026-02-30T00:00").content.decode()
+    assert "Ignored the filter since &#x27;2026-02-30T00:00&#x27;" in page

@@ -33,7 +33,8 @@ def offered(page: str) -> set[str]:
 
 
 def unavailable(page: str) -> list[str]:
-    return re.findall(r'<span class="fork-unavailable" tabindex="0">[^<]*<span class="fork-why" role="tooltip">([^<]*)</span>', page)
+    """Why no fork may end at an event: said in its permalink's description, nothing printed on the line."""
+    return re.findall(r'<a class="permalink" href="#seq-\d+" title="(?:Link to this event\. )?No fork here: ([^"]*)"', page)
 
 
 @pytest.mark.parametrize("view", ["", "?view=raw"])
@@ -45,6 +46,7 @@ def test_fork_here_stands_only_where_a_fork_is_allowed_and_elsewhere_says_why(vi
     assert "seq 2 is inside turn 1, which opened at seq 1 and closes at seq 4; a fork must end outside every turn." in reasons
     assert "seq 7 is inside turn 2, opened at seq 6 and still open; recover the session first or pick an earlier boundary." in reasons
     assert not any("never closed" in reason for reason in reasons)
+    assert page.count("fork-unavailable") == 1 and "Fork whole session: not now" in page  # the header's, none on the lines
 
 
 def test_the_whole_session_is_offered_once_no_turn_is_open(viewer):
