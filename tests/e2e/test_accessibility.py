@@ -61,6 +61,8 @@ PAGES = [
     ("compacted session, raw log", "/sessions/compacted/?view=raw", "#live-state[data-state=open]"),
     ("lineage", "/sessions/forked/lineage", ".lineage"),
     ("lineage of a lone session", "/sessions/running/lineage", ".lineage"),
+    ("a fork compared with its parent", "/sessions/forked/compare", ".compare-prefix"),
+    ("two sessions compared", "/sessions/running/compare?with=crashed", ".compare-sides"),
     ("calls to check", "/calls/", "#call-rows tr.call"),
     ("calls, filtered, none matching", "/calls/?state=error&tag=nothing", "#no-calls"),
     ("calls, every filter chosen", "/calls/?state=error&state=pending&class=read_only&settled=any&since=2026-01-01T00:00&until=2026-02-01T00:00", "#filter-state"),
