@@ -31,6 +31,9 @@ from dashboard.pages import (
 from dashboard.pages import (
     session as session_page,
 )
+from dashboard.pages import (
+    session_list as list_view,
+)
 from sessions_app import selectors, services
 from sessions_app.lib import errors
 from sessions_app.lib.params import decimal_int
@@ -86,28 +89,25 @@ def session_list(request):
     if request.GET.get("project") and project is None:
         ignored.append(f"project {request.GET['project']!r} is not a project of yours: every project is shown.")
     scope = [project.pk] if project else [p.pk for p in projects]
-    try:
-        hits = search_hits.hits_for(q, scope, request.GET.get("hits_cursor") or None)
-    except search_hits.search.InvalidCursor as exc:
-        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
-    if request.htmx.target in HITS_TARGETS:
-        return render(request, f"sessions/list.html#{HITS_TARGETS[request.htmx.target]}", {"hits": hits, "q": q, "project": project})
-    try:
-        page = selectors.list_sessions(
-            status=status,
-            q=q,
-            projects=scope,
-            limit=50,
-            cursor=request.GET.get("cursor") or None,
-            labelled=True,
-        )
-    except selectors.InvalidCursor as exc:
-        return HttpResponse(str(exc), status=400, content_type="text/plain; charset=utf-8")
-    selectors.mark_unknown_settled(page.items)  # the rows' "all unknown calls settled"
     context = {
-        "page": page, "hits": hits, "status": status, "q": q, "statuses": selectors.STATUSES, "projects": projects, "project": project,
-        "ignored": ignored,
-    }
+        "status": status, "q": q, "statuses": selectors.STATUSES, "projects": projects, "project": project, "ignored": ignored,
+        "models": list_view.models_seen(scope), "ranges": list_view.RANGE_NAMES, "view": list_view.ListView(),
+        "sort_columns": list_view.SORT_COLUMNS, "base_query": list_view.base_query(status, q, project),
+    }  # fmt: skip
+    try:
+        context["view"] = view = list_view.read_view(request.GET)
+        hits = search_hits.hits_for(q, scope, request.GET.get("hits_cursor") or None)
+        if request.htmx.target in HITS_TARGETS:
+            return render(request, f"sessions/list.html#{HITS_TARGETS[request.htmx.target]}", {"hits": hits, "q": q, "project": project})
+        page = selectors.list_sessions(
+            status=status, q=q, projects=scope, limit=50, cursor=request.GET.get("cursor") or None, labelled=True,
+            sort=view.sort, narrow=view.narrow,
+        )  # fmt: skip
+    except (list_view.BadFilter, selectors.InvalidCursor, search_hits.search.InvalidCursor) as exc:
+        return render(request, "sessions/list.html", {**context, "bad_filter": str(exc), "page": None, "hits": None}, status=400)
+    selectors.mark_unknown_settled(page.items)  # the rows' "all unknown calls settled"
+    list_view.bill_rows(page.items)
+    context |= {"page": page, "hits": hits}
     # The rows alone for htmx swaps into the table (search, "Older sessions"), told by the
     # swap's target rather than a query parameter, so the URL pushed to the history reloads as the page.
     if request.htmx.target in ROWS_TARGETS:
