@@ -15,6 +15,7 @@ from urllib.parse import urlencode
 from django.utils import timezone
 
 from sessions_app import selectors
+from sessions_app.log import pricing
 from sessions_app.selectors import usage as usage_reads
 
 RANGES = {"hour": timedelta(hours=1), "day": timedelta(days=1), "week": timedelta(days=7)}
@@ -128,12 +129,23 @@ def instant(text: str, name: str, *, day_end: bool) -> datetime | None:
 
 
 def bill_rows(sessions) -> None:
-    """Each session's usage priced now (one query for the page), as `session.bill`, for the rows' cost column."""
-    bills = usage_reads.session_bills(sessions)
+    """Each session's usage as `session.bill`, for the rows: the totals kept on the session, the cost the list sorts
+    by (priced again by the worker within a round of a price change), so a row's cost agrees with its place."""
     for session in sessions:
-        session.bill = bills[session.pk]
+        session.bill = stored_bill(session)
+
+
+def stored_bill(session) -> pricing.Bill:
+    return pricing.Bill(
+        input_tokens=session.input_tokens, output_tokens=session.output_tokens, cache_read_tokens=session.cache_read_tokens,
+        cache_write_tokens=session.cache_write_tokens, reasoning_tokens=session.reasoning_tokens,
+        models=tuple(session.models_used or ()), cost=session.cost, unpriced=tuple(session.unpriced or ()),
+    )  # fmt: skip
+
+
+MODELS_SEEN_SINCE = timedelta(days=30)
 
 
 def models_seen(project_ids: list[int]) -> list[str]:
-    """The models the projects' agents used, for the model filter's suggestions."""
-    return usage_reads.models_used(project_ids)
+    """The models the projects' agents used lately, for the model filter's suggestions (any model can be typed)."""
+    return usage_reads.models_used(project_ids, since=timezone.now() - MODELS_SEEN_SINCE)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django import template
+from django.utils.html import format_html
 
 from sessions_app.log import pricing
 
@@ -45,3 +46,30 @@ def duration_ms(value: int | None) -> str:
         return f"{hours} h {minute} min"
     days, hour = divmod(hours, 24)
     return f"{days} d {hour} h"
+
+
+@register.simple_tag
+def cost_of(bill: pricing.Bill | None):
+    """A bill's cost; "partly priced" marked beside it when some model had no price, which ones in its title."""
+    if bill is None:
+        return ""
+    cost = format_html('<span class="cost">{}</span>', dollars(bill.cost))
+    if bill.priced:
+        return cost
+    missing = ", ".join(bill.unpriced)
+    return format_html(
+        '{} <span class="badge warn partly-priced" tabindex="0" title="No price for {}: the cost counts only the other models">partly priced</span>',
+        cost, missing,
+    )  # fmt: skip
+
+
+@register.simple_tag
+def tokens_of(bill: pricing.Bill | None):
+    """A bill's tokens (input + output), each kind in its title."""
+    if bill is None:
+        return ""
+    title = (
+        f"{bill.input_tokens:,} input ({bill.cache_read_tokens:,} cache read, {bill.cache_write_tokens:,} cache write), "
+        f"{bill.output_tokens:,} output ({bill.reasoning_tokens:,} reasoning)"
+    )
+    return format_html('<span class="tokens" title="{}">{}</span>', title, token_count(bill.tokens))

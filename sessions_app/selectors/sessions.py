@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Case, CharField, Count, Exists, F, OuterRef, Q, Value, When
+from django.db.models import Case, CharField, Count, Exists, F, OuterRef, Q, TextField, Value, When
+from django.db.models.functions import Cast
 from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
@@ -106,7 +107,7 @@ class SessionFilter:
         if self.tag:
             key, has_value, value = self.tag.partition(":")
             if has_value:  # compared as text, so `n:5` finds {"n": 5} as well as {"n": "5"}, on both backends
-                sessions = sessions.alias(tag_value=KeyTextTransform(key, "metadata")).filter(tag_value=value)
+                sessions = sessions.alias(tag_value=Cast(KeyTextTransform(key, "metadata"), TextField())).filter(tag_value=value)
             else:
                 sessions = sessions.filter(metadata__has_key=key)
         if self.note_tag:
@@ -152,7 +153,8 @@ def list_sessions(
         order = (f"-{column}" if sort.startswith("-") else column, "-last_activity_at", "-id")
     else:
         order = ("-last_activity_at", "-id")
-    sessions = Session.objects.select_related("project").order_by(*order)
+    # The project is read apart (prefetched): joined, it led SQLite to scan by project and sort every row.
+    sessions = Session.objects.prefetch_related("project").order_by(*order)
     if interrupted is not None:
         sessions = sessions.filter(interrupted=interrupted)
     if status:

@@ -79,7 +79,7 @@ def bill_of_calls(project_id: int, calls: Iterable[tuple[Usage, datetime]]) -> p
     return pricing.bill(calls, pricer_for(project_id))
 
 
-def models_used(project_ids: Iterable[int]) -> list[str]:
-    """The models these projects' agents used (from the hourly sums, not the sessions), by name."""
-    rows = AgentModelHour.objects.filter(project_id__in=list(project_ids)).exclude(model="")
+def models_used(project_ids: Iterable[int], since: datetime) -> list[str]:
+    """The models these projects' agents used since then (from the hourly sums, not the sessions), by name."""
+    rows = AgentModelHour.objects.filter(project_id__in=list(project_ids), hour__gte=since).exclude(model="")
     return sorted(set(rows.values_list("model", flat=True).distinct()))
