@@ -21,6 +21,7 @@ from dashboard.pages import transcript
 from dashboard.pages.blocks import Block
 from sessions_app import selectors
 from sessions_app.models import Session
+from sessions_app.selectors import usage as usage_reads
 
 TRANSCRIPT, RAW = "transcript", "raw"
 
@@ -39,6 +40,7 @@ def header_context(session: Session, *, can_fork: bool, tab: str) -> dict:
         "status": session.status,
         "header_state": fingerprint(session, len(forks)),
         "forks": forks,
+        "bill": usage_reads.session_bill(session),  # priced now: a project's new price shows at once
         "recoveries": selectors.recovery_history(session),
         "can_fork": can_fork,
         "view": tab,
