@@ -15,7 +15,7 @@ register = template.Library()
 @register.filter
 def token_count(value: int | None) -> str:
     """12, 4,310, 12.3k, 4.1M: short enough for a table column (the exact count goes in a title)."""
-    value = int(value or 0)
+    value = value or 0
     if value < 10_000:
         return f"{value:,}"
     if value < 1_000_000:
@@ -32,13 +32,12 @@ def dollars(cost: Decimal | None) -> str:
 @register.filter
 def duration_ms(value: int | None) -> str:
     """850 ms, 4.2 s, 3 min 20 s, 2 h 5 min, 3 d 4 h."""
-    ms = int(value or 0)
+    ms = value or 0
     if ms < 1000:
         return f"{ms} ms"
-    seconds = ms / 1000
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, second = divmod(int(seconds), 60)
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    minutes, second = divmod(ms // 1000, 60)
     if minutes < 60:
         return f"{minutes} min {second} s"
     hours, minute = divmod(minutes, 60)
