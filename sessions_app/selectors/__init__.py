@@ -12,6 +12,7 @@ from sessions_app.selectors.agents import (
     agent_exists,
     agent_stalled_sessions,
     agent_summaries,
+    agent_usage,
 )
 from sessions_app.selectors.audit import audit_entries, audit_targets
 from sessions_app.selectors.calls import CHECKED_CLASSES, CallRow, patch_seqs, session_calls
