@@ -12,9 +12,11 @@ from sessions_app.selectors import usage as usage_reads
 def bill_blocks(session, blocks) -> None:
     """Set `bill` on each turn block and each step container shown, and each step's `models` and `params`."""
     turns = [block for block in blocks if block.turn_start is not None]
-    bills = usage_reads.turn_bills(session, [block.turn_start.seq for block in turns]) if turns else {}
+    # A session without usage has none in any turn: nothing to read.
+    used = session.tokens or session.models_used
+    bills = usage_reads.turn_bills(session, [block.turn_start.seq for block in turns]) if turns and used else {}
     for block in turns:
-        block.bill = bills[block.turn_start.seq]
+        block.bill = bills.get(block.turn_start.seq)
     pricer = None
     for block in blocks:
         for step in steps_of(block):
