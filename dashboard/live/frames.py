@@ -196,7 +196,8 @@ def turn_changes(
     [block] = transcript.read(session, [turn], pages={turn: changed & shown_now}, layouts={turn: now}).blocks
     ended_steps = {step.start.seq for page in block.pages for step in page.parts if isinstance(step, Step) and step.end and step.end.seq in ended}
     # The head changes with a step started (its count); its badge with the status (the state frames), its end with the turn's.
-    pieces = [out.render("turn-head", block=block, head_oob=True)] if any(e.type == "step_start" for e in events) else []
+    # A message's usage changes the turn's tokens and cost, and its step's.
+    pieces = [out.render("turn-head", block=block, head_oob=True)] if any(e.type in ("step_start", "assistant_message") for e in events) else []
     pieces += [out.page_stub(block, block.pages[number]) for number in sorted(shown_before - shown_now)]
     cards: set[str] = set()
     new_pages = []
@@ -220,6 +221,8 @@ def turn_changes(
                 elif part.start.seq in ended_steps:
                     pieces += out.step(block, part, target=None)
                 else:
+                    if any(r.event.seq > shown_through and r.event.type == "assistant_message" for r in part.rows):
+                        pieces.append(out.render("step-head", block=block, step=part, step_head_oob=True))
                     pieces += appended(part.rows_id, [out.render("row", block=block, row=row) for row in part.rows if row.event.seq > shown_through])
                     continue
                 cards |= {card.id for row in part.rows for card in row.cards}

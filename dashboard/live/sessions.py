@@ -43,6 +43,7 @@ from dashboard.outage import DATABASE_UNAVAILABLE
 from dashboard.pages import ledger as ledger_panel
 from dashboard.pages import notes
 from dashboard.pages import session as session_page
+from dashboard.pages import session_list as list_view
 from dashboard.templatetags.turnlog import dom_id
 from sessions_app import selectors, services
 from sessions_app.lib import db_threads
@@ -318,6 +319,10 @@ class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocke
         self.status = status if status in selectors.STATUSES else None
         self.q = query.get("q", "").strip()
         self.projects = None
+        try:  # the page's model, tag, time and order filters, read as the page reads them
+            self.view = list_view.read_view(query)
+        except list_view.BadFilter as bad:
+            return await self.close(code=CLOSE_BAD_REQUEST, reason=str(bad)[:120])
         # Joined before the first read (a change during it is handled after connect() returns, as
         # messages are), and only once authenticated: a refused socket gets no updates.
         await self.channel_layer.group_add(services.SESSIONS_GROUP, self.channel_name)
@@ -356,7 +361,8 @@ class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocke
         self.row_context = {"projects": visible, "project": slug if chosen else None}
 
     def first_page_ids(self) -> set[str]:
-        return {s.id for s in selectors.list_sessions(status=self.status, q=self.q, projects=self.projects, limit=50).items}
+        page = selectors.list_sessions(status=self.status, q=self.q, projects=self.projects, limit=50, sort=self.view.sort, narrow=self.view.narrow)
+        return {s.id for s in page.items}
 
     async def session_changed(self, message):
         if self.shown is None:  # closed before its first read (4503): nothing to update
@@ -372,7 +378,7 @@ class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocke
     def render_row(self, session_id: str) -> str | None:
         """The row's frame: new, changed, or (a session deleted) its removal; None when it no longer matches."""
         matches = selectors.list_sessions(
-            status=self.status, q=self.q, projects=self.projects, limit=1, ids=[session_id], labelled=True
+            status=self.status, q=self.q, projects=self.projects, limit=1, ids=[session_id], labelled=True, narrow=self.view.narrow
         ).items
         if not matches:
             if session_id in self.shown and not selectors.event_counts([session_id]):  # deleted (sessions_app/services/retention)
@@ -382,9 +388,12 @@ class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocke
             return None
         session = matches[0]
         selectors.mark_unknown_settled([session])  # as the page's rows read it
+        list_view.bill_rows([session])
         self.statuses[session.id] = session.status
         if session.id in self.shown:
             return render_to_string("sessions/list.html#session-row", {"session": session, "oob": "true", **self.row_context}).strip()
+        if self.view.sort:  # a sorted list has no top for new sessions: they show on the next load
+            return None
         self.shown.add(session.id)
         row = render_to_string("sessions/list.html#session-row", {"session": session, **self.row_context}).strip()
         return f'<tbody hx-swap-oob="afterbegin:#session-rows">{row}</tbody>'

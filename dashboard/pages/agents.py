@@ -30,7 +30,7 @@ def readable_projects(request):
 @require_GET
 def agent_list(request):
     projects, project, ids = readable_projects(request)
-    context = {"agents": selectors.agent_summaries(ids), "projects": projects, "project": project}
+    context = {"agents": selectors.agent_summaries(ids), "usage": selectors.agent_usage(ids), "projects": projects, "project": project}
     return render(request, "agents/list.html", context)
 
 
@@ -51,6 +51,7 @@ def agent_detail(request):
         "name": name,
         "summary": summaries[0] if summaries else None,
         "stalled": selectors.agent_stalled_sessions(ids, name),
+        "usage": selectors.agent_usage(ids, agent_name=name),
         "crashes": crashes,
         "projects": projects,
         "project": project,

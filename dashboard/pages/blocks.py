@@ -234,6 +234,9 @@ class Step:
     interrupted: bool = False  # never closed, in a turn that recovery closed
     continued_on: int | None = None
     end_here: bool = False  # the step_end is on this page: its line closes this container
+    bill: object = None  # pricing.Bill of its assistant messages here, with their models and request parameters
+    models: list = field(default_factory=list)  # (model, provider or None)
+    params: list = field(default_factory=list)  # (name, value) (sessions_app.log.request_params)
 
     @property
     def outcome(self) -> str | None:
@@ -323,10 +326,16 @@ class Block:
     last_real: Event | None = None  # the turn's last event other than its turn_end and recovery's repairs
     steps: int | Callable[[], int] = 0  # a turn's step_starts, on every page (shown or not); a read made when first shown
     fork_spots: dict[int, ForkSpot] = field(default_factory=dict)  # by seq: may a fork end at that event
+    bill: object = None  # a turn's pricing.Bill (dashboard.pages.step_usage)
 
     @property
     def number(self) -> object:
         return self.turn_start.data.get("turn") if self.turn_start else None
+
+    @property
+    def plain_end(self) -> bool:
+        """A turn_end that says only that the turn completed: it folds into the turn's head."""
+        return self.turn_end is not None and self.reason == "complete" and not self.turn_end.data.get("content")
 
     @property
     def reason(self) -> str | None:

@@ -32,7 +32,7 @@ def bad_request(request, *, parameter: str, detail: str):
     """A page's answer to a query parameter it cannot use: the styled 400 naming it and why; nothing is done."""
     if is_api(request):
         return JsonResponse({"detail": detail, "error": "bad_request"}, status=400)
-    return render(request, "400.html", {"parameter": parameter, "detail": detail}, status=400)
+    return render(request, "400.html", {"parameter": parameter, "detail": detail.rstrip(".")}, status=400)
 
 
 def bad_request_handler(request, exception=None):

@@ -20,7 +20,9 @@ from django.template.loader import render_to_string
 from dashboard.pages import transcript
 from dashboard.pages.blocks import Block
 from sessions_app import selectors
+from sessions_app.log import pricing
 from sessions_app.models import Session
+from sessions_app.selectors import usage as usage_reads
 
 TRANSCRIPT, RAW = "transcript", "raw"
 
@@ -39,11 +41,19 @@ def header_context(session: Session, *, can_fork: bool, tab: str) -> dict:
         "status": session.status,
         "header_state": fingerprint(session, len(forks)),
         "forks": forks,
+        "bill": session_bill(session),
         "recoveries": selectors.recovery_history(session),
         "can_fork": can_fork,
         "view": tab,
         "tab": tab,
     }
+
+
+def session_bill(session: Session) -> pricing.Bill:
+    """The session's usage priced now (a project's new price shows at once); no read for a session without usage."""
+    if not session.tokens and not session.models_used:
+        return pricing.Bill()
+    return usage_reads.session_bill(session)
 
 
 def header_swaps(context: dict) -> str:

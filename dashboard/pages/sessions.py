@@ -32,6 +32,9 @@ from dashboard.pages import (
 from dashboard.pages import (
     session as session_page,
 )
+from dashboard.pages import (
+    session_list as list_view,
+)
 from sessions_app import selectors, services
 from sessions_app.lib import errors
 from sessions_app.lib.params import decimal_int
@@ -87,6 +90,15 @@ def session_list(request):
     if request.GET.get("project") and project is None:
         ignored.append(f"project {request.GET['project']!r} is not a project of yours: every project is shown.")
     scope = [project.pk] if project else [p.pk for p in projects]
+    context = {
+        "status": status, "q": q, "statuses": selectors.STATUSES, "projects": projects, "project": project, "ignored": ignored,
+        "models": list_view.models_seen(scope), "ranges": list_view.RANGE_NAMES, "view": list_view.ListView(),
+        "sort_columns": list_view.SORT_COLUMNS, "base_query": list_view.base_query(status, q, project),
+    }  # fmt: skip
+    try:
+        context["view"] = view = list_view.read_view(request.GET)
+    except list_view.BadFilter as exc:
+        return refusals.bad_request(request, parameter=exc.parameter, detail=str(exc))
     try:
         hits = search_hits.hits_for(q, scope, request.GET.get("hits_cursor") or None)
     except search_hits.search.InvalidCursor as exc:
@@ -95,20 +107,14 @@ def session_list(request):
         return render(request, f"sessions/list.html#{HITS_TARGETS[request.htmx.target]}", {"hits": hits, "q": q, "project": project})
     try:
         page = selectors.list_sessions(
-            status=status,
-            q=q,
-            projects=scope,
-            limit=50,
-            cursor=request.GET.get("cursor") or None,
-            labelled=True,
-        )
+            status=status, q=q, projects=scope, limit=50, cursor=request.GET.get("cursor") or None, labelled=True,
+            sort=view.sort, narrow=view.narrow,
+        )  # fmt: skip
     except selectors.InvalidCursor as exc:
         return refusals.bad_request(request, parameter="cursor", detail=str(exc))
     selectors.mark_unknown_settled(page.items)  # the rows' "all unknown calls settled"
-    context = {
-        "page": page, "hits": hits, "status": status, "q": q, "statuses": selectors.STATUSES, "projects": projects, "project": project,
-        "ignored": ignored,
-    }
+    list_view.bill_rows(page.items)
+    context |= {"page": page, "hits": hits}
     # The rows alone for htmx swaps into the table (search, "Older sessions"), told by the
     # swap's target rather than a query parameter, so the URL pushed to the history reloads as the page.
     if request.htmx.target in ROWS_TARGETS:

@@ -37,6 +37,7 @@ from dashboard.pages.blocks import (
     page_number,
     pages_shown,
 )
+from dashboard.pages import step_usage
 from dashboard.pages.fork_spots import fork_spots
 from sessions_app import selectors
 from sessions_app.lib.wording import json_text
@@ -222,6 +223,7 @@ class Builder:
         spots = fork_spots(self.session, {e.seq: (e.type, placement[e.seq][0]) for e in events}, known=events)
         for event in events:
             blocks[self.block_of[event.seq]].fork_spots[event.seq] = spots[event.seq]
+        step_usage.bill_blocks(self.session, blocks.values())
         return sorted(blocks.values(), key=lambda b: b.first_seq)
 
     def block_for(self, blocks: dict[str, Block], event: Event, turn_seq: int | None, pages: dict[int, set[int]] | None) -> Block:

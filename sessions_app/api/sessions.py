@@ -60,13 +60,20 @@ def list_sessions(
     project: str | None = Query(None, description="only this project's sessions (its slug)"),
     limit: int = Query(50, ge=1, le=200),
     cursor: str | None = None,
+    sort: Literal["cost", "-cost", "tokens", "-tokens", "duration", "-duration"] | None = Query(
+        None, description="by cost, tokens (input + output) or duration; '-' for the largest first; ties newest activity first"
+    ),
+    model: str | None = Query(None, description="only sessions that used this model"),
 ):
-    """The sessions of every project you may read, newest activity first."""
+    """The sessions of every project you may read, newest activity first (or by `sort`)."""
     projects = access.actor_of(request).project_ids(access.READ)
     if project is not None:
         projects = list(access.projects(access.actor_of(request)).filter(slug=project, pk__in=projects).values_list("pk", flat=True))
     try:
-        page = selectors.list_sessions(interrupted=interrupted, status=status, q=q, projects=projects, limit=limit, cursor=cursor)
+        page = selectors.list_sessions(
+            interrupted=interrupted, status=status, q=q, projects=projects, limit=limit, cursor=cursor, sort=sort,
+            narrow=selectors.SessionFilter(model=model or ""),
+        )  # fmt: skip
     except selectors.InvalidCursor as exc:
         raise ApiError(422, "invalid_cursor", str(exc)) from None
     bills = usage_reads.session_bills(page.items)

@@ -12,6 +12,7 @@ from sessions_app.selectors.agents import (
     agent_exists,
     agent_stalled_sessions,
     agent_summaries,
+    agent_usage,
 )
 from sessions_app.selectors.audit import audit_entries, audit_targets
 from sessions_app.selectors.calls import CHECKED_CLASSES, CallRow, patch_seqs, session_calls
@@ -65,7 +66,9 @@ from sessions_app.selectors.sessions import (
     RECOVERED,
     RUNNING,
     STALLED,
+    SORT_CHOICES,
     STATUSES,
+    SessionFilter,
     event_counts,
     get_session,
     label_open_turns,

@@ -6,12 +6,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 from statistics import median
 
 from django.db.models import Max, Q, Sum
 from django.utils import timezone
 
-from sessions_app.models import AgentHour, RecoveryRecord, Session
+from sessions_app.log import pricing
+from sessions_app.models import AgentHour, AgentModelHour, RecoveryRecord, Session
+from sessions_app.selectors import usage as usage_reads
 from sessions_app.selectors.audit import newest_first_page
 from sessions_app.selectors.sessions import STALLED, status_filter
 
@@ -174,3 +177,46 @@ def agent_crashes(project_ids: list[int], agent_name: str, *, before: str | None
     ).select_related("session__project", "policy")
     items, cursor = newest_first_page(records, before=before, limit=limit)
     return CrashPage(items=items, next_cursor=cursor)
+
+
+USAGE_DAYS = 7
+
+
+@dataclass(frozen=True)
+class AgentUsage:
+    """An agent's tokens and cost over the last USAGE_DAYS UTC days: the total, and each day's (oldest first)."""
+
+    agent_name: str
+    week: pricing.Bill
+    days: tuple  # (date, pricing.Bill)
+
+
+def agent_usage(project_ids: list[int], now: datetime | None = None, *, agent_name: str | None = None) -> list[AgentUsage]:
+    """Tokens and cost per agent and UTC day, from the hourly sums kept at append time (AgentModelHour), each row
+    priced at its own hour with its project's prices first; agents with usage, most expensive first."""
+    now = now or timezone.now()
+    first_day = (now - timedelta(days=USAGE_DAYS - 1)).date()
+    start = datetime.combine(first_day, datetime.min.time(), tzinfo=now.tzinfo)
+    named = {"agent_name": agent_name} if agent_name is not None else {}
+    rows = AgentModelHour.objects.filter(project_id__in=project_ids, hour__gte=start, **named).order_by("hour")
+    calls: dict[str, dict] = {}  # agent -> day -> [(usage, hour, pricer)]
+    pricers: dict[int, pricing.Pricer] = {}
+    for row in rows.values("project_id", "agent_name", "model", "provider", "hour", *usage_reads.KINDS):
+        if row["project_id"] not in pricers:
+            pricers[row["project_id"]] = usage_reads.pricer_for(row["project_id"])
+        day = calls.setdefault(row["agent_name"], {}).setdefault(row["hour"].date(), [])
+        day.append((usage_reads.usage_of_row(row), row["hour"], pricers[row["project_id"]]))
+    found = []
+    for name, by_day in calls.items():
+        days = tuple((first_day + timedelta(days=n), _priced(by_day.get(first_day + timedelta(days=n), []))) for n in range(USAGE_DAYS))
+        found.append(AgentUsage(name, _priced([c for day in by_day.values() for c in day]), days))
+    return sorted(found, key=lambda a: (-a.week.cost, a.agent_name))
+
+
+def _priced(calls: list) -> pricing.Bill:
+    """A Bill of (usage, hour, pricer) triples, each priced by its own project's pricer."""
+    bills = [pricing.bill([(usage, hour)], pricer) for usage, hour, pricer in calls]
+    counts = {kind: sum(getattr(b, kind) for b in bills) for kind in ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")}
+    models = tuple(dict.fromkeys(m for b in bills for m in b.models))
+    unpriced = tuple(dict.fromkeys(m for b in bills for m in b.unpriced))
+    return pricing.Bill(**counts, models=models, cost=sum((b.cost for b in bills), Decimal(0)), unpriced=unpriced)

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Case, CharField, Count, F, Q, Value, When
+from django.db.models import Case, CharField, Count, Exists, F, OuterRef, Q, TextField, Value, When
+from django.db.models.functions import Cast
+from django.db.models.fields.json import KeyTextTransform
 from django.utils import timezone
 
 from sessions_app.lib import cursors, statements
 from sessions_app.lib.errors import SessionNotFound
-from sessions_app.models import CallSighting, Event, Session, open_turn_labels_of
+from sessions_app.models import CallSighting, Event, Note, Session, UsageSum, open_turn_labels_of
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,50 @@ def sessions_by_status(now: datetime | None = None) -> list[tuple[str, str, int]
     return sorted(rows)
 
 
+# The orders the list can take beside its default (api.md): a name and its column; "-name" is descending.
+SORTS = {"cost": "cost", "tokens": "tokens", "duration": "duration_ms"}
+SORT_CHOICES = tuple(f"{sign}{name}" for name in SORTS for sign in ("", "-"))
+
+
+@dataclass(frozen=True)
+class SessionFilter:
+    """What the session list narrows to beyond status and search: a model used, a metadata tag (`key` present, or
+    `key:value`), a note's tag, and the sessions active within [since, until] (either end open)."""
+
+    model: str = ""
+    tag: str = ""
+    note_tag: str = ""
+    since: datetime | None = None
+    until: datetime | None = None
+
+    def apply(self, sessions, projects: list[int] | None):
+        if any("\x00" in text for text in (self.model, self.tag, self.note_tag)):  # no stored text holds NUL
+            return sessions.none()
+        if self.model:
+            sessions = sessions.filter(Exists(UsageSum.objects.filter(model=self.model, session_id=OuterRef("pk"))))
+        if self.tag:
+            key, has_value, value = self.tag.partition(":")
+            if has_value:  # compared as text, so `n:5` finds {"n": 5} as well as {"n": "5"}, on both backends
+                sessions = sessions.alias(tag_value=Cast(KeyTextTransform(key, "metadata"), TextField())).filter(tag_value=value)
+            else:
+                sessions = sessions.filter(metadata__has_key=key)
+        if self.note_tag:
+            sessions = sessions.filter(pk__in=sessions_with_note_tag(self.note_tag, projects))
+        if self.since is not None:
+            sessions = sessions.filter(last_activity_at__gte=self.since)
+        if self.until is not None:
+            sessions = sessions.filter(created_at__lte=self.until)
+        return sessions
+
+
+def sessions_with_note_tag(tag: str, projects: list[int] | None) -> list[str]:
+    """Sessions with a note tagged `tag`: read as the calls page reads note tags (a JSON list, on both backends)."""
+    notes = Note.objects.exclude(tags=[])
+    if projects is not None:
+        notes = notes.filter(session__project_id__in=projects)
+    return sorted({sid for sid, tags in notes.values_list("session_id", "tags") if isinstance(tags, list) and tag in tags})
+
+
 def list_sessions(
     *,
     interrupted: bool | None = None,
@@ -90,15 +137,24 @@ def list_sessions(
     limit: int = 50,
     cursor: str | None = None,
     labelled: bool = False,
+    sort: str | None = None,
+    narrow: SessionFilter | None = None,
 ) -> SessionPage:
-    """Sessions by newest activity first, keyset-paginated on (activity, id).
+    """Sessions by newest activity first, or by `sort` (one of SORT_CHOICES, ties newest activity first),
+    keyset-paginated on (activity, id), or (sorted column, activity, id).
 
     `q` matches the id, the agent name, or the name of a tool the session called.
     `projects` limits it to those projects' sessions (access.Actor.project_ids); None: all (commands).
     `labelled` fills the open-turn labels of the whole page in one query (for
     pages and tables that show them; the API and id lookups do not).
     """
-    sessions = Session.objects.select_related("project").order_by("-last_activity_at", "-id")
+    column = SORTS[sort.lstrip("-")] if sort else None
+    if column:
+        order = (f"-{column}" if sort.startswith("-") else column, "-last_activity_at", "-id")
+    else:
+        order = ("-last_activity_at", "-id")
+    # The project is read apart (prefetched): joined, it led SQLite to scan by project and sort every row.
+    sessions = Session.objects.prefetch_related("project").order_by(*order)
     if interrupted is not None:
         sessions = sessions.filter(interrupted=interrupted)
     if status:
@@ -112,7 +168,17 @@ def list_sessions(
     elif q:
         by_tool = CallSighting.objects.filter(tool_name__icontains=q).values("session_id")
         sessions = sessions.filter(Q(id__icontains=q) | Q(agent_name__icontains=q) | Q(pk__in=by_tool))
-    if cursor:
+    if narrow is not None:
+        sessions = narrow.apply(sessions, projects)
+    if cursor and column:
+        key, activity, last_id = decode_sorted_cursor(cursor, sort)
+        after_tie = Q(last_activity_at__lt=activity) | Q(last_activity_at=activity, id__lt=last_id)
+        # The bound on the column alone lets the index range-scan; the OR within it places the ties.
+        if sort.startswith("-"):
+            sessions = sessions.filter(Q(**{f"{column}__lte": key}) & (Q(**{f"{column}__lt": key}) | Q(**{column: key}) & after_tie))
+        else:
+            sessions = sessions.filter(Q(**{f"{column}__gte": key}) & (Q(**{f"{column}__gt": key}) | Q(**{column: key}) & after_tie))
+    elif cursor:
         activity, last_id = decode_cursor(cursor)
         sessions = sessions.filter(Q(last_activity_at__lt=activity) | Q(last_activity_at=activity, id__lt=last_id))
     items = list(sessions[: limit + 1])
@@ -120,7 +186,7 @@ def list_sessions(
     items = items[:limit]
     if labelled:
         label_open_turns(items)
-    next_cursor = encode_cursor(items[-1]) if has_more else None
+    next_cursor = (encode_sorted_cursor(items[-1], sort) if column else encode_cursor(items[-1])) if has_more else None
     return SessionPage(items=items, next_cursor=next_cursor)
 
 
@@ -143,3 +209,15 @@ def encode_cursor(session: Session) -> str:
 
 def decode_cursor(cursor: str) -> tuple[datetime, str]:
     return cursors.decode(cursor, id_kind=str, given_by="this API returned")
+
+
+def encode_sorted_cursor(session: Session, sort: str) -> str:
+    name = sort.lstrip("-")
+    key = format(session.cost, "f") if name == "cost" else getattr(session, SORTS[name])
+    return cursors.encode_sorted(sort, key, session.last_activity_at, session.id)
+
+
+def decode_sorted_cursor(cursor: str, sort: str) -> tuple[Decimal | int, datetime, str]:
+    kind = str if sort.lstrip("-") == "cost" else int
+    key, moment, session_id = cursors.decode_sorted(cursor, sort=sort, key_kind=kind, id_kind=str, given_by="this API returned")
+    return (Decimal(key) if kind is str else key), moment, session_id

@@ -12,7 +12,7 @@ from datetime import datetime
 
 from sessions_app.log import pricing
 from sessions_app.log.usage import Usage
-from sessions_app.models import ModelPrice, Project, UsageSum
+from sessions_app.models import AgentModelHour, ModelPrice, Project, UsageSum
 
 KINDS = ("calls", "input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
 
@@ -90,3 +90,9 @@ def turn_bills(session, turn_seqs: Iterable[int]) -> dict[int, pricing.Bill]:
 def bill_of_calls(project_id: int, calls: Iterable[tuple[Usage, datetime]]) -> pricing.Bill:
     """Usages read from events (a step's messages, a timeline bar), priced as the sums are."""
     return pricing.bill(calls, pricer_for(project_id))
+
+
+def models_used(project_ids: Iterable[int], since: datetime) -> list[str]:
+    """The models these projects' agents used since then (from the hourly sums, not the sessions), by name."""
+    rows = AgentModelHour.objects.filter(project_id__in=list(project_ids), hour__gte=since).exclude(model="")
+    return sorted(set(rows.values_list("model", flat=True).distinct()))
