@@ -43,6 +43,7 @@ class Mark:
     call_id: str | None = None  # a tool_call's or tool_result's
     name: str | None = None  # a tool_call's tool name
     usage: Usage | None = None  # an assistant_message's
+    model: str | None = None  # an assistant_message's, with or without usage
     calls: tuple[tuple[str, str | None], ...] = ()  # an assistant_message's tool_calls: (id, name)
     reason: str | None = None  # a turn_end's
     synthetic: bool = False  # a tool_result written by recovery
@@ -141,7 +142,7 @@ def model_bars(by_turn: dict[int | None, list[Mark]]) -> list[Bar]:
             if m.type == "assistant_message":
                 start = in_step.get(m.step) if m.step is not None else None
                 start = start or latest or m.at
-                name = (m.usage.model if m.usage else None) or "model call"
+                name = m.model or (m.usage.model if m.usage else None) or "model call"
                 bars.append(Bar(MODEL, m.seq, min(start, m.at), m.at, name, DONE, turn, [(m.usage, m.at)] if m.usage else []))
             if m.step is not None:
                 in_step[m.step] = m.at
