@@ -23,8 +23,10 @@ from sessions_app.selectors import timeline as timeline_reads
 from sessions_app.selectors import usage as usage_reads
 
 TAB = "timeline"
+DETAIL_EVENTS = 5_000  # a longer session is drawn turn by turn; a zoom into a turn shows each step and call
+CRASHED_READ = 20  # crashed turns whose last-heard moment is read (the latest ones)
 WIDTH = 1000.0  # the plot's width in SVG units (a column of aggregation is COLUMN of them)
-COLUMN = 4.0
+COLUMN = 4.0  # about a pixel at common widths
 PER_COLUMN = 2  # more bars of one lane starting in one column are drawn as one
 ROW = 22.0
 GUTTER = 110.0  # the track labels' room left of the plot
@@ -44,10 +46,14 @@ class Drawn:
 
 
 def timeline_context(session: Session, *, turn: int | None) -> dict:
-    """What the timeline partial shows: read now, laid out and priced now (a project's prices first)."""
-    marks = timeline_reads.timeline_marks(session, turn=turn)
+    """What the timeline partial shows: read now, laid out and priced now (a project's prices first). A session
+    longer than DETAIL_EVENTS is drawn turn by turn (each turn's usage from the kept sums); a zoom reads one turn."""
     now = timezone.now()
-    bars = log_timeline.bars_of(marks, now=now, running=session.status == "running") if marks else []
+    running = session.status == "running"
+    whole_turns = turn is None and session.event_count > DETAIL_EVENTS
+    bars = turns_only(session, now=now, running=running) if whole_turns else []
+    if not whole_turns and (marks := timeline_reads.timeline_marks(session, turn=turn)):
+        bars = log_timeline.bars_of(marks, now=now, running=running)
     price = log_timeline.priced(usage_reads.pricer_for(session.project_id))
     drawn = log_timeline.layout(bars, width=WIDTH, row=ROW, per_column=PER_COLUMN, column=COLUMN, price=price) if bars else None
     detail = reverse("session_detail", args=[session.id])
@@ -55,11 +61,34 @@ def timeline_context(session: Session, *, turn: int | None) -> dict:
     shown = [Drawn(b, dom_id(b), link(b, detail, here, zoomed=turn is not None), title(b)) for b in drawn.bars] if drawn else []
     turns = sorted(b.seq for b in bars if b.kind == "turn") if turn is None else []
     return {
-        "timeline": drawn, "drawn": shown, "zoom": turn, "zoom_turns": turns, "detail_url": detail, "timeline_url": here,
+        "whole_turns": whole_turns, "detail_events": DETAIL_EVENTS, "timeline": drawn, "drawn": shown, "zoom": turn, "zoom_turns": turns, "detail_url": detail, "timeline_url": here,
         "per_column": PER_COLUMN, "gutter": GUTTER, "plot_width": WIDTH, "svg_height": (drawn.height if drawn else 0) + AXIS,
         "bar_height": ROW - 6, "slowest": slowest_rows(drawn, detail) if drawn else {},
         "crash_marks": [(x, w - x, b) for x, w, b in drawn.crashes] if drawn else [],
     }  # fmt: skip
+
+
+def turns_only(session: Session, *, now, running: bool) -> list[log_timeline.Bar]:
+    """A bar per turn, with its usage from the kept sums and, for a turn recovery closed, when its agent was
+    last heard from (read from that turn's events: few turns crash)."""
+    rows = timeline_reads.turn_summaries(session)
+    reasons = timeline_reads.turn_end_reasons(session, [r["end_seq"] for r in rows if r["end_seq"] is not None])
+    summaries = [
+        log_timeline.TurnSummary(
+            r["turn_seq"], r["first"], r["last"], r["events"], r["steps"], r["calls"], r["ended"],
+            reason if isinstance(reason := reasons.get(r["end_seq"]), str) else None,
+        )
+        for r in rows
+    ]  # fmt: skip
+    bars = log_timeline.turn_bars(summaries, now=now, running=running)
+    usages = timeline_reads.turn_usages(session, [b.seq for b in bars])
+    for bar in bars:
+        bar.usages = usages.get(bar.seq, [])
+    crashed = [b for b in bars if b.state == log_timeline.CRASHED][-CRASHED_READ:]
+    for bar in crashed:
+        own = log_timeline.bars_of(timeline_reads.timeline_marks(session, turn=bar.seq), now=now, running=running)
+        bar.heard = next((b.heard for b in own if b.kind == log_timeline.TURN), None)
+    return bars
 
 
 def dom_id(bar: log_timeline.Bar) -> str:
@@ -111,7 +140,7 @@ def slowest_rows(drawn: log_timeline.Timeline, detail: str) -> dict:
     def rows(bars):
         return [(b, f"{detail}#seq-{b.seq}", log_timeline.duration_text(b.seconds)) for b in bars]
 
-    return {"steps": rows(drawn.slowest_steps), "tools": rows(drawn.slowest_tools)}
+    return {"steps": rows(drawn.slowest_steps), "tools": rows(drawn.slowest_tools), "turns": rows(drawn.slowest_turns)}
 
 
 @login_required

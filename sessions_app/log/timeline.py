@@ -12,6 +12,7 @@ bar that says how many it holds.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -88,6 +89,7 @@ class Timeline:
     crashes: list[tuple[float, float, Bar]]  # (x heard, x recovered or now, the turn)
     slowest_steps: list[Bar]
     slowest_tools: list[Bar]
+    slowest_turns: list[Bar]
     aggregated: int  # bars drawn inside aggregates
     total: int  # bars before aggregation
     height: float
@@ -129,6 +131,33 @@ def bars_of(marks: Sequence[Mark], *, now: datetime, running: bool = True) -> li
             bars.append(Bar(STEP, m.seq, m.at, max(end, m.at), "step", state, m.turn, usages))
     bars += model_bars(by_turn)
     bars += tool_bars(marks, turn_close)
+    return bars
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSummary:
+    """A turn read as a whole (a long session's overview): its times and what it holds."""
+
+    seq: int
+    first: datetime
+    last: datetime
+    events: int = 0
+    steps: int = 0
+    calls: int = 0
+    ended: datetime | None = None
+    reason: str | None = None
+
+
+def turn_bars(turns: Iterable[TurnSummary], *, now: datetime, running: bool = True) -> list[Bar]:
+    """A bar per turn from its summary, open turns to `now`, those closed by recovery crashed."""
+    bars = []
+    for t in turns:
+        if t.ended is None:
+            end, state = now, OPEN if running else STALLED
+        else:
+            end, state = t.ended, CRASHED if t.reason == "interrupted" else DONE
+        name = f"turn of {t.steps} step{'s' * (t.steps != 1)}, {t.calls} tool call{'s' * (t.calls != 1)}, {t.events} events"
+        bars.append(Bar(TURN, t.seq, t.first, max(end, t.first), name, state, t.seq))
     return bars
 
 
@@ -228,11 +257,11 @@ def layout(
             if bar.usages:
                 bar.bill = price(bar.usages)
     crashes = [(x_of(b.heard), x_of(b.end), b) for b in bars if b.kind == TURN and b.heard is not None]
-    singles = [b for b in bars if b.count == 1]
+    singles = bars
     return Timeline(
         start=start, end=end, width=width, bars=sorted(drawn, key=lambda b: (b.y, b.x)), tracks=tracks,
         ticks=ticks(span, width), gaps=gaps(bars, start, span, width), crashes=crashes,
-        slowest_steps=slowest(singles, STEP), slowest_tools=slowest(singles, TOOL),
+        slowest_steps=slowest(singles, STEP), slowest_tools=slowest(singles, TOOL), slowest_turns=slowest(singles, TURN),
         aggregated=aggregated, total=len(bars), height=y,
     )  # fmt: skip
 
@@ -245,14 +274,26 @@ def aggregate(found: list[Bar], y: float) -> Bar:
     states = {b.state for b in found}
     state = CRASHED if CRASHED in states else STALLED if STALLED in states else OPEN if OPEN in states else DONE
     usages = [u for b in found for u in b.usages]
+    kept = [b.bill for b in found if b.bill is not None and not b.usages]
     return replace(
         first, end=last_end, name=f"{len(found)} {LABELS[first.kind].lower()}", state=state, usages=usages, count=len(found),
-        width=max(round(right - first.x, 2), 1.0), y=y, heard=None,
+        width=max(round(right - first.x, 2), 1.0), y=y, heard=None, bill=combined(kept) if kept else None,
+    )  # fmt: skip
+
+
+def combined(bills: Iterable[Bill]) -> Bill:
+    """Bills added up (a turn's kept sums, priced, in an aggregate of turns)."""
+    bills = list(bills)
+    kinds = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
+    return Bill(
+        **{kind: sum(getattr(b, kind) for b in bills) for kind in kinds},
+        models=tuple(dict.fromkeys(m for b in bills for m in b.models)), cost=sum((b.cost for b in bills), Decimal(0)),
+        unpriced=tuple(dict.fromkeys(m for b in bills for m in b.unpriced)),
     )  # fmt: skip
 
 
 def slowest(bars: Iterable[Bar], kind: str, count: int = 5) -> list[Bar]:
-    return sorted((b for b in bars if b.kind == kind), key=lambda b: (-b.seconds, b.seq))[:count]
+    return heapq.nsmallest(count, (b for b in bars if b.kind == kind), key=lambda b: (b.start - b.end, b.seq))
 
 
 def ticks(span: float, width: float, wanted: int = 8) -> list[tuple[float, str]]:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.db.models import Count, Max, Min, Q
+
 from sessions_app.log.timeline import Mark
-from sessions_app.log.usage import normalised
-from sessions_app.models import CallSighting, Event, Session
+from sessions_app.log.usage import Usage, normalised
+from sessions_app.models import CallSighting, Event, Session, UsageSum
+from sessions_app.selectors.usage import KINDS, usage_of_row
 
 IN_BATCH = 500
 
@@ -62,3 +65,33 @@ def timeline_marks(session: Session, *, turn: int | None = None) -> list[Mark]:
 def turn_starts(session: Session) -> list[tuple[int, datetime]]:
     """(seq, time) of every turn_start of the session."""
     return list(Event.objects.filter(session=session, type="turn_start").order_by("seq").values_list("seq", "time"))
+
+
+def turn_summaries(session: Session) -> list[dict]:
+    """One row per turn, grouped along the (session, turn_seq, seq) index with no `data` read: its first and last
+    times, its turn_end's seq and time (None while open), how many events, steps and dispatches it holds."""
+    rows = Event.objects.filter(session=session, turn_seq__isnull=False).values("turn_seq").annotate(
+        first=Min("time"), last=Max("time"), events=Count("seq"),
+        end_seq=Max("seq", filter=Q(type="turn_end")), ended=Max("time", filter=Q(type="turn_end")),
+        steps=Count("seq", filter=Q(type="step_start")), calls=Count("seq", filter=Q(type="tool_call")),
+    )  # fmt: skip
+    return list(rows.order_by("turn_seq"))
+
+
+def turn_end_reasons(session: Session, seqs: list[int]) -> dict[int, object]:
+    """seq -> the `reason` of the turn_ends at `seqs`."""
+    found = {}
+    for i in range(0, len(seqs), IN_BATCH):
+        found.update(Event.objects.filter(session=session, seq__in=seqs[i : i + IN_BATCH]).values_list("seq", "data__reason"))
+    return found
+
+
+def turn_usages(session: Session, turns: list[int]) -> dict[int, list[tuple[Usage, datetime]]]:
+    """turn -> its usage kept at append time, by model, provider and hour (never a log re-read): priced by the
+    timeline only for the bars it draws."""
+    found: dict[int, list[tuple[Usage, datetime]]] = {}
+    fields = ("turn_seq", "model", "provider", "hour", *KINDS)
+    for i in range(0, len(turns), IN_BATCH):
+        for row in UsageSum.objects.filter(session_id=session.pk, turn_seq__in=turns[i : i + IN_BATCH]).order_by("turn_seq", "hour").values(*fields):
+            found.setdefault(row["turn_seq"], []).append((usage_of_row(row), row["hour"]))
+    return found

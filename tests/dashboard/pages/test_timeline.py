@@ -119,3 +119,16 @@ def test_too_many_bars_for_a_column_become_aggregates_and_the_page_says_so(viewe
 def test_an_empty_session_says_bars_will_come(viewer):
     services.create_session(session_id="empty")
     assert "No turns, steps or calls yet" in viewer.get("/sessions/empty/timeline").content.decode()
+
+
+def test_a_long_session_is_drawn_turn_by_turn_with_its_kept_usage_and_says_so(viewer, monkeypatch):
+    from dashboard.pages import timeline as timeline_page
+
+    parallel_session()
+    monkeypatch.setattr(timeline_page, "DETAIL_EVENTS", 3)
+    html = viewer.get("/sessions/tl/timeline").content.decode()
+    assert "each turn is drawn whole" in html and set(bars(html)) == {"tl-turn-1"}
+    title = re.search(r'id="tl-turn-1".*?<title>(.*?)</title>', html).group(1)
+    assert "turn of 1 step, 2 tool calls, 9 events" in title and "1,000 in, 50 out tokens" in title and "$0.003" in title
+    assert 'href="/sessions/tl/timeline?turn=1">turn at seq 1</a>' in html  # the slowest turns zoom in
+    assert set(bars(viewer.get("/sessions/tl/timeline?turn=1").content.decode())) >= {"tl-tool-4", "tl-tool-5"}
