@@ -24,6 +24,7 @@ from sessions_app.selectors import usage as usage_reads
 
 TAB = "timeline"
 DETAIL_EVENTS = 5_000  # a longer session is drawn turn by turn; a zoom into a turn shows each step and call
+ZOOM_LISTED = 200  # turns offered in the zoom's list; more are asked for by seq (the drawing's size stays bounded)
 CRASHED_READ = 20  # crashed turns whose last-heard moment is read (the latest ones)
 WIDTH = 1000.0  # the plot's width in SVG units (a column of aggregation is COLUMN of them)
 COLUMN = 4.0  # about a pixel at common widths
@@ -62,7 +63,7 @@ def timeline_context(session: Session, *, turn: int | None) -> dict:
     turns = sorted(b.seq for b in bars if b.kind == "turn") if turn is None else []
     return {
         "whole_turns": whole_turns, "detail_events": DETAIL_EVENTS, "timeline": drawn, "drawn": shown, "zoom": turn, "zoom_turns": turns, "detail_url": detail, "timeline_url": here,
-        "per_column": PER_COLUMN, "gutter": GUTTER, "plot_width": WIDTH, "svg_height": (drawn.height if drawn else 0) + AXIS,
+        "per_column": PER_COLUMN, "zoom_listed": ZOOM_LISTED, "gutter": GUTTER, "plot_width": WIDTH, "svg_height": (drawn.height if drawn else 0) + AXIS,
         "bar_height": ROW - 6, "slowest": slowest_rows(drawn, detail) if drawn else {},
         "crash_marks": [(x, w - x, b) for x, w, b in drawn.crashes] if drawn else [],
     }  # fmt: skip
