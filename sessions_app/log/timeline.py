@@ -105,8 +105,11 @@ def bars_of(marks: Sequence[Mark], *, now: datetime, running: bool = True) -> li
         if m.type == "step_end" and m.step is not None:
             step_ends.setdefault(m.step, m)
     by_turn: dict[int | None, list[Mark]] = defaultdict(list)
+    step_usages: dict[tuple[int | None, int], list[tuple[Usage, datetime]]] = defaultdict(list)
     for m in marks:
         by_turn[m.turn].append(m)
+        if m.usage is not None and m.step is not None:
+            step_usages[(m.turn, m.step)].append((m.usage, m.at))
 
     def turn_close(turn: int | None) -> tuple[datetime, str]:
         ended = turn_ends.get(turn)
@@ -127,8 +130,7 @@ def bars_of(marks: Sequence[Mark], *, now: datetime, running: bool = True) -> li
         elif m.type == "step_start":
             ended = step_ends.get(m.seq)
             end, state = (ended.at, DONE) if ended is not None else turn_close(m.turn)
-            usages = [(e.usage, e.at) for e in by_turn[m.turn] if e.step == m.seq and e.usage is not None]
-            bars.append(Bar(STEP, m.seq, m.at, max(end, m.at), "step", state, m.turn, usages))
+            bars.append(Bar(STEP, m.seq, m.at, max(end, m.at), "step", state, m.turn, step_usages.get((m.turn, m.seq), [])))
     bars += model_bars(by_turn)
     bars += tool_bars(marks, turn_close)
     return bars
