@@ -5,7 +5,7 @@ from django.urls import path, re_path
 from django.views.generic import RedirectView
 
 import sessions_app.api.converters  # noqa: F401  (registers the session_id and seq converters)
-from dashboard.pages import account, agents, calls, checks, compare, notes, project_settings, projects, retention, sessions, tools, verdicts, webhooks
+from dashboard.pages import account, agents, calls, checks, compare, notes, project_settings, projects, retention, sessions, timeline, tools, verdicts, webhooks
 from sessions_app.api import app as api
 from sessions_app.api import otlp
 from sessions_app.metrics import exposition as metrics
@@ -20,6 +20,7 @@ urlpatterns = [
     path("sessions/<session_id:session_id>/fork", sessions.fork_session, name="fork_session"),
     path("sessions/<session_id:session_id>/recovery", sessions.recovery_preview, name="recovery_preview"),
     path("sessions/<session_id:session_id>/delete", retention.delete_session, name="delete_session"),
+    path("sessions/<session_id:session_id>/timeline", timeline.session_timeline, name="session_timeline"),
     path("sessions/<session_id:session_id>/lineage", sessions.session_lineage, name="session_lineage"),
     path("sessions/<session_id:session_id>/compare", compare.session_compare, name="session_compare"),
     path("sessions/<session_id:session_id>/notes", notes.add_note, name="add_note"),

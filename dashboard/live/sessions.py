@@ -39,6 +39,7 @@ from dashboard.live.consumers import (
     close_without_database,
 )
 from dashboard.live.frames import render_notes_frame, render_page_frame, render_raw_frame, render_state_frame
+from dashboard.live.timeline import render_timeline_frame
 from dashboard.outage import DATABASE_UNAVAILABLE
 from dashboard.pages import ledger as ledger_panel
 from dashboard.pages import notes
@@ -108,6 +109,8 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         # The raw log view follows the log too; `first` is the first seq its page shows.
         try:
             first = decimal_int(query.get("first", ""), name="first")
+            # The timeline tab (of the whole session, or of one turn) follows the log as a whole drawing.
+            self.timeline, self.turn = query.get("view") == "timeline", decimal_int(query.get("turn", ""), name="turn")
         except BadParameter as bad:
             return await self.close(code=CLOSE_BAD_REQUEST, reason=str(bad))
         self.raw_from = (first or 0) if query.get("view") == "raw" else None
@@ -126,6 +129,10 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
 
     async def _send_events(self, wires: list[dict]) -> None:
         session_id, shown_through = self._stream.session_id, wires[0]["seq"] - 1
+        if self.timeline:
+            render = functools.partial(render_timeline_frame, session_id, wires, self.turn, self.can_fork)
+            key = ("timeline", session_id, self.turn, self.can_fork, wires[0]["seq"], wires[-1]["seq"])
+            return await self.send_messages(await shared_frames.get(key, render))
         if self.raw_from is None:
             render = functools.partial(render_page_frame, session_id, wires, shown_through, self.can_fork, self.all_calls, self.note_rights)
         else:
@@ -169,6 +176,8 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
                 with_blocks = follows and tab == session_page.TRANSCRIPT
                 render = functools.partial(render_state_frame, session_id, self.can_fork, tab, with_blocks, self.all_calls, follows, self.note_rights)
                 key = ("state", session_id, change, follows, tab, self.can_fork, self.all_calls, self.note_rights.key)
+                if self.timeline:  # an open turn's bar reads stalled, or running again
+                    render, key = functools.partial(render_timeline_frame, session_id, None, self.turn, self.can_fork), ("timeline-state", session_id, change, self.turn, self.can_fork)
                 await self.send_messages(await shared_frames.get(key, render))
         finally:
             shared_status.unfollow(session_id, changes)

@@ -61,6 +61,8 @@ PAGES = [
     ("compacted session, raw log", "/sessions/compacted/?view=raw", "#live-state[data-state=open]"),
     ("lineage", "/sessions/forked/lineage", ".lineage"),
     ("lineage of a lone session", "/sessions/running/lineage", ".lineage"),
+    ("timeline of a crashed session", "/sessions/crashed/timeline", "svg.timeline"),
+    ("timeline of a running session", "/sessions/running/timeline", "svg.timeline"),
     ("a fork compared with its parent", "/sessions/forked/compare", ".compare-prefix"),
     ("two sessions compared", "/sessions/running/compare?with=crashed", ".compare-sides"),
     ("calls to check", "/calls/", "#call-rows tr.call"),
@@ -201,6 +203,7 @@ def test_every_view_of_a_session_keeps_the_tab_bar(browser, server, plain_user):
     for path, tab in [
         ("/sessions/crashed/", "Transcript"),
         ("/sessions/crashed/?view=raw", "Raw log"),
+        ("/sessions/crashed/timeline", "Timeline"),
         ("/sessions/forked/lineage", "Lineage"),
         ("/sessions/recovered/lineage", "Lineage"),
         ("/sessions/crashed/recovery", "Recovery"),
@@ -208,7 +211,7 @@ def test_every_view_of_a_session_keeps_the_tab_bar(browser, server, plain_user):
     ]:
         page.goto(f"{server.url}{path}")
         tabs = page.get_by_role("navigation", name="Views of this log")
-        expect(tabs.get_by_role("link")).to_have_count(4)
+        expect(tabs.get_by_role("link")).to_have_count(5)
         expect(tabs.locator("[aria-current=page]")).to_have_text(tab)
 
 
