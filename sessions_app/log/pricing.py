@@ -97,6 +97,22 @@ def bundled_cost(usage: Usage, at: datetime) -> Decimal | None:
     return Decimal(calculation.total_price)
 
 
+def bundled_price(model: str, provider: str | None, at: datetime) -> Price | None:
+    """The bundled data's rates for the model at `at`, per million tokens of each kind (a tiered price: its rate at
+    a million tokens), as a Price for showing beside a project's own; None when the data does not know the model."""
+    million = 1_000_000
+    kinds = {"input": {"input_tokens": million}, "output": {"output_tokens": million},
+             "cache_read": {"input_tokens": million, "cache_read_tokens": million},
+             "cache_write": {"input_tokens": million, "cache_write_tokens": million}}  # fmt: skip
+    rates = {}
+    for kind, counts in kinds.items():
+        cost = bundled_cost(Usage(**counts, model=model, provider=provider), at)
+        if cost is None:
+            return None
+        rates[kind] = cost
+    return Price(model=model, provider=provider or "", valid_from=at, **rates)
+
+
 def rounded(cost: Decimal) -> Decimal:
     return cost.quantize(PLACES)
 
