@@ -140,8 +140,8 @@ api.add_router("/", notes.router)
 api.add_router("/", calls.router)
 api.add_router("/", search.router)
 api.add_router("/", tools.router)
-api.add_router("/", prices.router)
 api.add_router("/", verdicts.router)
+api.add_router("/", prices.router)
 
 
 def _json_method_not_allowed(view):
