@@ -13,7 +13,7 @@ from decimal import Decimal
 
 from django.db import connection, transaction
 
-from sessions_app.lib import statements
+from sessions_app.lib import instruments, statements
 from sessions_app.log import pricing
 from sessions_app.log import usage as log_usage
 from sessions_app.models import AgentModelHour, Project, Session, UsageSum
@@ -44,6 +44,8 @@ def track(session: Session, rows: Sequence, *, received_at: datetime | None) -> 
     models = list(session.models_used)
     unpriced = list(session.unpriced)
     cost = Decimal(0)
+    # (model, priced) -> calls, tokens by kind, cost: counted in the metrics on commit.
+    metered: dict[tuple[str, bool], tuple[int, list[int], float]] = {}
     for row, found in calls:
         counts = Counter(calls=1, **found.counts())
         model, provider = found.model or "", found.provider or ""
@@ -60,6 +62,8 @@ def track(session: Session, rows: Sequence, *, received_at: datetime | None) -> 
                 unpriced.append(model or pricing.NO_MODEL)
         else:
             cost += price
+        n, tokens, spent = metered.get((model, price is not None), (0, [0] * len(log_usage.KINDS), 0.0))
+        metered[(model, price is not None)] = (n + 1, [a + b for a, b in zip(tokens, found.counts().values())], spent + float(price or 0))
     session.tokens = session.input_tokens + session.output_tokens
     session.models_used = models
     session.unpriced = unpriced
@@ -72,6 +76,7 @@ def track(session: Session, rows: Sequence, *, received_at: datetime | None) -> 
          [((session.pk, *key), counts) for key, counts in sorted(per_turn.items(), key=lambda item: item[0])])
     _add(AgentModelHour, ("project_id", "agent_name", "model", "provider", "hour"),
          [((session.project_id, session.agent_name, *key), counts) for key, counts in sorted(per_agent.items(), key=lambda item: item[0])])  # fmt: skip
+    transaction.on_commit(lambda: instruments.count_usage(metered))
     return list(SESSION_FIELDS)
 
 
