@@ -37,8 +37,7 @@ def track(session: Session, rows: Sequence, *, received_at: datetime | None) -> 
     calls = [(row, found) for row in rows if row.type == "assistant_message" and (found := log_usage.of_message(row.data))]
     if not calls:
         return []
-    version = usage_reads.prices_version(session.project_id)
-    pricer = usage_reads.pricer_for(session.project_id)
+    version, pricer = usage_reads.pricer_at(session.project_id)
     per_turn: dict[tuple, Counter] = {}
     per_agent: dict[tuple, Counter] = {}
     models = list(session.models_used)
