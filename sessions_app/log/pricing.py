@@ -84,43 +84,41 @@ class Pricer:
 
 def bundled_cost(usage: Usage, at: datetime) -> Decimal | None:
     """The bundled data's price (genai-prices: input tokens count the cache, output counts reasoning, as ours), at
-    `at`'s hour. A model's untiered price is linear in the tokens: its rates are read once per model, provider and
-    hour (genai-prices' own calculation costs about 70 µs a call, on every append with usage)."""
+    `at`'s hour. Below a tiered price's first threshold, every price is linear in the tokens: its rates are read
+    once per model, provider and hour (genai-prices' own calculation costs 70 to 250 µs a call, on every append
+    with usage); past it, the call is calculated on its own."""
     hour = at.replace(minute=0, second=0, microsecond=0)
     found = _bundled_rates(usage.model or "", (usage.provider or "").lower(), hour)
     if found is None:
         return None
-    if found is TIERED:
+    base, price, tiered_above = found
+    if tiered_above is not None and usage.input_tokens > tiered_above:
         return _calc(usage, hour)
-    base, price = found
     return base + price.cost(usage)
 
 
-TIERED = object()  # a price whose rate moves with the tokens: calculated call by call
-
-
 @functools.lru_cache(maxsize=4096)
-def _bundled_rates(model: str, provider: str, hour: datetime):
-    """(a call's own price, per-token rates as a Price) of the model at the hour; TIERED; None when unknown."""
+def _bundled_rates(model: str, provider: str, hour: datetime) -> tuple[Decimal, Price, int | None] | None:
+    """The model's price at the hour: a call's own price, its rates per million tokens of each kind (of the first
+    tier), and the input tokens above which a tier applies (None: untiered); None when the data does not know it."""
     zero = _calculation(Usage(model=model, provider=provider), hour)
     if zero is None:
         return None
-    if any(isinstance(value, genai_prices.types.TieredPrices) for value in vars(zero.model_price).values()):
-        return TIERED
+    tiers = [tier.start for value in vars(zero.model_price).values() if isinstance(value, genai_prices.types.TieredPrices) for tier in value.tiers]
     base = Decimal(zero.total_price)
     rates = {}
     for kind, counts in _PROBES.items():
+        # One token of the kind: below every tier (a tier applies above its start in input tokens).
         found = _calculation(Usage(**counts, model=model, provider=provider), hour)
         if found is None:
             return None
-        rates[kind] = Decimal(found.total_price) - base
-    return base, Price(model=model, provider=provider, valid_from=hour, **rates)
+        rates[kind] = (Decimal(found.total_price) - base) * MILLION
+    return base, Price(model=model, provider=provider, valid_from=hour, **rates), min(tiers) if tiers else None
 
 
 _PROBES = {
-    "input": {"input_tokens": 1_000_000}, "output": {"output_tokens": 1_000_000},
-    "cache_read": {"input_tokens": 1_000_000, "cache_read_tokens": 1_000_000},
-    "cache_write": {"input_tokens": 1_000_000, "cache_write_tokens": 1_000_000},
+    "input": {"input_tokens": 1}, "output": {"output_tokens": 1},
+    "cache_read": {"input_tokens": 1, "cache_read_tokens": 1}, "cache_write": {"input_tokens": 1, "cache_write_tokens": 1},
 }  # fmt: skip
 
 
@@ -145,18 +143,10 @@ def _calculation(usage: Usage, at: datetime):
 
 
 def bundled_price(model: str, provider: str | None, at: datetime) -> Price | None:
-    """The bundled data's rates for the model at `at`'s hour, per million tokens of each kind (a tiered price: its
-    rate at a million tokens), as a Price for showing beside a project's own; None when the data does not know it."""
-    hour = at.replace(minute=0, second=0, microsecond=0)
-    found = _bundled_rates(model, (provider or "").lower(), hour)
-    if found is None:
-        return None
-    if found is not TIERED:
-        return replace(found[1], model=model, provider=provider or "")
-    rates = {kind: _calc(Usage(**counts, model=model, provider=provider), hour) for kind, counts in _PROBES.items()}
-    if None in rates.values():
-        return None
-    return Price(model=model, provider=provider or "", valid_from=hour, **rates)
+    """The bundled data's rates for the model at `at`'s hour, per million tokens of each kind (a tiered price's
+    first), as a Price for showing beside a project's own; None when the data does not know the model."""
+    found = _bundled_rates(model, (provider or "").lower(), at.replace(minute=0, second=0, microsecond=0))
+    return None if found is None else replace(found[1], model=model, provider=provider or "")
 
 
 def rounded(cost: Decimal) -> Decimal:
