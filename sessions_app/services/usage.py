@@ -6,7 +6,6 @@ same way, in the append's transaction, from the rows it is inserting: no log is 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -38,21 +37,25 @@ def track(session: Session, rows: Sequence, *, received_at: datetime | None) -> 
     if not calls:
         return []
     version, pricer = usage_reads.pricer_at(session.project_id)
-    per_turn: dict[tuple, Counter] = {}
-    per_agent: dict[tuple, Counter] = {}
+    # Sums as lists in KINDS' order (calls first): on every append with usage, so no Counter per call.
+    per_turn: dict[tuple, list[int]] = {}
+    per_agent: dict[tuple, list[int]] = {}
+    totals = [0] * len(log_usage.KINDS)
     models = list(session.models_used)
     unpriced = list(session.unpriced)
     cost = Decimal(0)
-    # (model, priced) -> calls, tokens by kind, cost: counted in the metrics on commit.
-    metered: dict[tuple[str, bool], tuple[int, list[int], float]] = {}
+    # (model, priced) -> [calls, tokens of each kind..., cost]: counted in the metrics on commit.
+    metered: dict[tuple[str, bool], list] = {}
     for row, found in calls:
-        counts = Counter(calls=1, **found.counts())
+        counts = (1, found.input_tokens, found.output_tokens, found.cache_read_tokens, found.cache_write_tokens, found.reasoning_tokens)
         model, provider = found.model or "", found.provider or ""
         turn = row.turn_seq if row.turn_seq is not None else row.seq
-        per_turn.setdefault((turn, model, provider, hour_of(row.time)), Counter()).update(counts)
-        per_agent.setdefault((model, provider, hour_of(received_at or row.time)), Counter()).update(counts)
-        for kind in log_usage.KINDS:
-            setattr(session, kind, getattr(session, kind) + getattr(found, kind))
+        for sums, key in ((per_turn, (turn, model, provider, hour_of(row.time))), (per_agent, (model, provider, hour_of(received_at or row.time)))):
+            if (found_sums := sums.get(key)) is None:
+                sums[key] = list(counts)
+            else:
+                sums[key] = [a + b for a, b in zip(found_sums, counts)]
+        totals = [a + b for a, b in zip(totals, counts[1:])]
         if model and model not in models:
             models.append(model)
         price = pricer.cost(found, row.time)
@@ -61,8 +64,10 @@ def track(session: Session, rows: Sequence, *, received_at: datetime | None) -> 
                 unpriced.append(model or pricing.NO_MODEL)
         else:
             cost += price
-        n, tokens, spent = metered.get((model, price is not None), (0, [0] * len(log_usage.KINDS), 0.0))
-        metered[(model, price is not None)] = (n + 1, [a + b for a, b in zip(tokens, found.counts().values())], spent + float(price or 0))
+        meter = metered.setdefault((model, price is not None), [0] * len(KINDS) + [0.0])
+        metered[(model, price is not None)] = [*(a + b for a, b in zip(meter, counts)), meter[-1] + float(price or 0)]
+    for kind, added in zip(log_usage.KINDS, totals):
+        setattr(session, kind, getattr(session, kind) + added)
     session.tokens = session.input_tokens + session.output_tokens
     session.models_used = models
     session.unpriced = unpriced
@@ -71,29 +76,28 @@ def track(session: Session, rows: Sequence, *, received_at: datetime | None) -> 
         # Priced at the same prices as before: add. Otherwise the worker prices the whole session again.
         session.cost = pricing.rounded(Decimal(session.cost) + cost)
         session.cost_basis = usage_reads.basis(version)
-    _add(UsageSum, ("session_id", "turn_seq", "model", "provider", "hour"),
-         [((session.pk, *key), counts) for key, counts in sorted(per_turn.items(), key=lambda item: item[0])])
+    _add(UsageSum, ("session_id", "turn_seq", "model", "provider", "hour"), [(session.pk, *key, *sums) for key, sums in sorted(per_turn.items())])
     _add(AgentModelHour, ("project_id", "agent_name", "model", "provider", "hour"),
-         [((session.project_id, session.agent_name, *key), counts) for key, counts in sorted(per_agent.items(), key=lambda item: item[0])])  # fmt: skip
-    transaction.on_commit(lambda: instruments.count_usage(metered))
+         [(session.project_id, session.agent_name, *key, *sums) for key, sums in sorted(per_agent.items())])  # fmt: skip
+    transaction.on_commit(lambda: instruments.count_usage({key: (m[0], m[1:-1], m[-1]) for key, m in metered.items()}))
     return list(SESSION_FIELDS)
 
 
-def _add(model, key_columns: tuple[str, ...], rows: list[tuple[tuple, Counter]]) -> None:
-    """Upsert-add counts, one statement per row, in key order (concurrent writers queue, never deadlock)."""
+def _add(model, key_columns: tuple[str, ...], rows: list[tuple]) -> None:
+    """Upsert-add counts (each row its key's values, then KINDS' counts), in key order (concurrent writers queue,
+    never deadlock)."""
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
     columns = [model._meta.get_field(name.removesuffix("_id")).column if name.endswith("_id") else name for name in key_columns]
-    hour = model._meta.get_field("hour")
     additions = ", ".join(f"{quote(kind)} = {table}.{quote(kind)} + excluded.{quote(kind)}" for kind in KINDS)
     sql = (
         f"INSERT INTO {table} ({', '.join(map(quote, [*columns, *KINDS]))})"
         f" VALUES ({', '.join(['%s'] * (len(columns) + len(KINDS)))})"
         f" ON CONFLICT ({', '.join(map(quote, columns))}) DO UPDATE SET {additions}"
     )
-    for key, counts in rows:
-        values = [hour.get_db_prep_value(value, connection) if name == "hour" else value for name, value in zip(key_columns, key)]
-        statements.execute(sql, [*values, *(counts.get(kind, 0) for kind in KINDS)])
+    at = key_columns.index("hour")
+    adapt_time = statements.datetime_adapter()
+    statements.execute_many(sql, [(*row[:at], adapt_time(row[at]), *row[at + 1 :]) for row in rows])
 
 
 def copy_prefix(parent: Session, child: Session) -> None:
