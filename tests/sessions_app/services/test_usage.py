@@ -105,3 +105,10 @@ def test_duration_runs_from_the_first_to_the_last_event_received():
     services.append_events(session_id="s", events=validate_batch([f.user()]), received_at=first.replace(minute=2, second=3))
     session = Session.objects.get(pk="s")
     assert session.first_received_at == first and session.duration_ms == 123_000
+
+
+def test_a_batch_with_more_turns_than_a_statement_holds_is_summed_whole(monkeypatch):
+    monkeypatch.setattr(usage, "ROWS_PER_STATEMENT", 3)
+    session = write("s", [message({"input_tokens": n, "output_tokens": 1}, model="gpt-4o") for n in range(1, 8)])
+    assert UsageSum.objects.filter(session_id="s").count() == 7 and session.input_tokens == 28
+    assert sum(UsageSum.objects.values_list("input_tokens", flat=True)) == 28
