@@ -5,7 +5,7 @@ from django.urls import path, re_path
 from django.views.generic import RedirectView
 
 import sessions_app.api.converters  # noqa: F401  (registers the session_id and seq converters)
-from dashboard.pages import account, agents, calls, checks, compare, notes, project_settings, projects, retention, sessions, timeline, tools, verdicts, webhooks
+from dashboard.pages import account, agents, calls, checks, compare, notes, prices, project_settings, projects, retention, sessions, timeline, tools, verdicts, webhooks
 from sessions_app.api import app as api
 from sessions_app.api import otlp
 from sessions_app.metrics import exposition as metrics
@@ -42,6 +42,7 @@ urlpatterns = [
     path("projects/<slug:slug>/webhooks/<int:endpoint_id>", webhooks.project_webhook, name="project_webhook"),
     path("projects/<slug:slug>/audit", projects.project_audit, name="project_audit"),
     path("projects/<slug:slug>/tools/", tools.project_tools, name="project_tools"),
+    path("projects/<slug:slug>/prices", prices.project_prices, name="project_prices"),
     path("projects/<slug:slug>/settings", project_settings.project_settings, name="project_settings"),
     # Browsers ask for /favicon.ico whatever the page links; base.html links the SVG itself.
     path("favicon.ico", RedirectView.as_view(url=static("turnlog/favicon.svg"))),

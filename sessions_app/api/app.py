@@ -16,7 +16,7 @@ from ninja.parser import Parser
 from ninja.security import HttpBearer, SessionAuth
 
 import sessions_app.api.converters  # noqa: F401  (registers the session_id path converter the routes use)
-from sessions_app.api import calls, errors, events, forks, notes, recovery, search, sessions, tools, transfer, verdicts
+from sessions_app.api import calls, errors, events, forks, notes, prices, recovery, search, sessions, tools, transfer, verdicts
 from sessions_app.api.checks import ApiError, json_object_body
 from sessions_app.lib import db_threads
 from sessions_app.lib.bearer import bearer_secret
@@ -141,6 +141,7 @@ api.add_router("/", calls.router)
 api.add_router("/", search.router)
 api.add_router("/", tools.router)
 api.add_router("/", verdicts.router)
+api.add_router("/", prices.router)
 
 
 def _json_method_not_allowed(view):

@@ -125,3 +125,18 @@ class InvalidPolicy(Exception):
     def __init__(self, field: str, reason: str, detail: str):
         super().__init__(detail)
         self.field, self.reason, self.detail = field, reason, detail
+
+
+class InvalidPrice(Exception):
+    """A project price's model, provider, hour or rate breaks the rules of docs/api.md (Prices): which field, and why."""
+
+    def __init__(self, field: str, reason: str, detail: str):
+        super().__init__(detail)
+        self.field, self.reason, self.detail = field, reason, detail
+
+
+class PriceNotFound(Exception):
+    def __init__(self, project_slug: str, model: str, provider: str, valid_from):
+        by = f" of provider {provider!r}" if provider else " (any provider)"
+        super().__init__(f"project {project_slug!r} has no price of model {model!r}{by} valid from {valid_from:%Y-%m-%d %H:00} UTC")
+        self.project_slug, self.model, self.provider, self.valid_from = project_slug, model, provider, valid_from

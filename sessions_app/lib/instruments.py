@@ -55,6 +55,14 @@ WEBHOOK_DELIVERIES = Counter(
     " failed (out of attempts), gone (a 410: the endpoint was disabled)",
     ["outcome"],
 )
+TOKENS = Counter(
+    "turnlog_tokens",
+    "Tokens of the model calls stored (assistant messages' usage), by kind (input counts its cache reads and writes,"
+    " output its reasoning) and model",
+    ["kind", "model"],
+)
+COST = Counter("turnlog_cost_usd", "USD cost of the model calls stored, at the prices when they were stored, by model", ["model"])
+MODEL_CALLS = Counter("turnlog_model_calls", "Model calls stored with usage, by model and whether their tokens were priced", ["model", "priced"])
 OTLP_SPANS = Counter("turnlog_otlp_spans", "OTLP spans received at /otlp/v1/traces, by outcome (accepted, rejected)", ["outcome"])
 
 MANUAL, AUTOMATIC, HELD = "manual", "automatic", "held"
@@ -74,6 +82,35 @@ def count_events(types: Tally) -> None:
     """Count a commit's events, from a Counter of their types (no work per event here)."""
     for type_, n in types.items():
         EVENTS_APPENDED.labels(type_).inc(n)
+
+
+# Model names are the agents' words: a label names a priced model, the first MODEL_LABELS_MAX of them a process
+# meets; the rest, and every model no price knows, count as "other" (the pages name them).
+MODEL_LABELS_MAX = 100
+OTHER_MODEL, NO_MODEL = "other", "(no model)"
+TOKEN_KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
+_model_labels: set[str] = set()
+
+
+def model_label(model: str, *, priced: bool) -> str:
+    if not model:
+        return NO_MODEL
+    if not priced or (model not in _model_labels and len(_model_labels) >= MODEL_LABELS_MAX):
+        return OTHER_MODEL
+    _model_labels.add(model)
+    return model
+
+
+def count_usage(calls: dict[tuple[str, bool], tuple[int, list[int], float]]) -> None:
+    """Count a commit's model calls: (model, priced) -> (calls, tokens of each of TOKEN_KINDS, cost in USD)."""
+    for (model, priced), (n, tokens, cost) in calls.items():
+        label = model_label(model, priced=priced)
+        MODEL_CALLS.labels(label, "true" if priced else "false").inc(n)
+        for kind, count in zip(TOKEN_KINDS, tokens):
+            if count:
+                TOKENS.labels(kind, label).inc(count)
+        if cost:
+            COST.labels(label).inc(cost)
 
 
 def count_append(*, seconds: float, events: int) -> None:

@@ -134,6 +134,9 @@ class Session(models.Model):
             models.Index(fields=["cost", "last_activity_at", "id"], name="session_cost_idx"),
             models.Index(fields=["tokens", "last_activity_at", "id"], name="session_tokens_idx"),
             models.Index(fields=["duration_ms", "last_activity_at", "id"], name="session_duration_idx"),
+            # The worker's read of costs priced before a price change: a project's sessions with tokens whose basis
+            # is below or above today's (two ranges of this index), so a round with nothing stale reads no row.
+            models.Index(fields=["project", "cost_basis"], name="session_cost_basis_idx", condition=Q(tokens__gt=0)),
         ]
 
     def __str__(self) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 
+from sessions_app.lib import statements
 from sessions_app.log import pricing
 from sessions_app.log.usage import Usage
 from sessions_app.models import AgentModelHour, ModelPrice, Project, UsageSum
@@ -18,6 +19,30 @@ KINDS = ("calls", "input_tokens", "output_tokens", "cache_read_tokens", "cache_w
 
 def prices_version(project_id: int) -> int:
     return Project.objects.filter(pk=project_id).values_list("prices_version", flat=True).first() or 0
+
+
+def _version_of(project_id: int):
+    return Project.objects.filter(pk=project_id).values_list("prices_version", "created_at")
+
+
+# (project id, its creation, prices version) -> its pricer: a price change moves the version, and a project's
+# creation tells a new one from a deleted one whose id SQLite gave again. Bounded: cleared past this many.
+_PRICERS: dict[tuple, pricing.Pricer] = {}
+PRICERS_KEPT = 256
+
+
+def pricer_at(project_id: int) -> tuple[int, pricing.Pricer]:
+    """The project's prices version and its pricer, for an append: one compiled read while its prices stay."""
+    found = statements.rows("prices_version", _version_of, [project_id])
+    if not found:
+        return 0, pricer_for(project_id)
+    version, created_at = found[0]
+    key = (project_id, created_at, version)
+    if (pricer := _PRICERS.get(key)) is None:
+        if len(_PRICERS) >= PRICERS_KEPT:
+            _PRICERS.clear()
+        pricer = _PRICERS[key] = pricer_for(project_id)
+    return version, pricer
 
 
 def basis(version: int) -> str:

@@ -6,14 +6,13 @@ same way, in the append's transaction, from the rows it is inserting: no log is 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
 
 from django.db import connection, transaction
 
-from sessions_app.lib import statements
+from sessions_app.lib import instruments, statements
 from sessions_app.log import pricing
 from sessions_app.log import usage as log_usage
 from sessions_app.models import AgentModelHour, Project, Session, UsageSum
@@ -29,6 +28,9 @@ SESSION_FIELDS = (
 )  # fmt: skip
 
 
+ROWS_PER_STATEMENT = 1000
+
+
 def hour_of(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
@@ -39,22 +41,27 @@ def track(session: Session, rows: Sequence, *, received_at: datetime | None) -> 
     calls = [(row, found) for row in rows if row.type == "assistant_message" and (found := log_usage.of_message(row.data))]
     if not calls:
         return []
-    version = usage_reads.prices_version(session.project_id)
-    pricer = usage_reads.pricer_for(session.project_id)
-    per_turn: dict[tuple, Counter] = {}
-    per_agent: dict[tuple, Counter] = {}
+    version, pricer = usage_reads.pricer_at(session.project_id)
+    # Sums as lists in KINDS' order (calls first): on every append with usage, so no Counter per call.
+    per_turn: dict[tuple, list[int]] = {}
+    per_agent: dict[tuple, list[int]] = {}
+    totals = [0] * len(log_usage.KINDS)
     models = list(session.models_used)
     unpriced = list(session.unpriced)
     cost = Decimal(0)
+    # (model, priced) -> [calls, tokens of each kind..., cost]: counted in the metrics on commit.
+    metered: dict[tuple[str, bool], list] = {}
     for row, found in calls:
-        counts = Counter(calls=1, **found.counts())
+        counts = (1, found.input_tokens, found.output_tokens, found.cache_read_tokens, found.cache_write_tokens, found.reasoning_tokens)
         # Names as long as their columns hold (PostgreSQL refuses longer ones; the price was found by the whole name).
         model, provider = (found.model or "")[:MODEL_MAX], (found.provider or "")[:PROVIDER_MAX]
         turn = row.turn_seq if row.turn_seq is not None else row.seq
-        per_turn.setdefault((turn, model, provider, hour_of(row.time)), Counter()).update(counts)
-        per_agent.setdefault((model, provider, hour_of(received_at or row.time)), Counter()).update(counts)
-        for kind in log_usage.KINDS:
-            setattr(session, kind, getattr(session, kind) + getattr(found, kind))
+        for sums, key in ((per_turn, (turn, model, provider, hour_of(row.time))), (per_agent, (model, provider, hour_of(received_at or row.time)))):
+            if (found_sums := sums.get(key)) is None:
+                sums[key] = list(counts)
+            else:
+                sums[key] = [a + b for a, b in zip(found_sums, counts)]
+        totals = [a + b for a, b in zip(totals, counts[1:])]
         if model and model not in models:
             models.append(model)
         price = pricer.cost(found, row.time)
@@ -63,6 +70,10 @@ def track(session: Session, rows: Sequence, *, received_at: datetime | None) -> 
                 unpriced.append(model or pricing.NO_MODEL)
         else:
             cost += price
+        meter = metered.setdefault((model, price is not None), [0] * len(KINDS) + [0.0])
+        metered[(model, price is not None)] = [*(a + b for a, b in zip(meter, counts)), meter[-1] + float(price or 0)]
+    for kind, added in zip(log_usage.KINDS, totals):
+        setattr(session, kind, getattr(session, kind) + added)
     session.tokens = session.input_tokens + session.output_tokens
     session.models_used = models
     session.unpriced = unpriced
@@ -71,28 +82,33 @@ def track(session: Session, rows: Sequence, *, received_at: datetime | None) -> 
         # Priced at the same prices as before: add. Otherwise the worker prices the whole session again.
         session.cost = pricing.rounded(Decimal(session.cost) + cost)
         session.cost_basis = usage_reads.basis(version)
-    _add(UsageSum, ("session_id", "turn_seq", "model", "provider", "hour"),
-         [((session.pk, *key), counts) for key, counts in sorted(per_turn.items(), key=lambda item: item[0])])
+    _add(UsageSum, ("session_id", "turn_seq", "model", "provider", "hour"), [(session.pk, *key, *sums) for key, sums in sorted(per_turn.items())])
     _add(AgentModelHour, ("project_id", "agent_name", "model", "provider", "hour"),
-         [((session.project_id, session.agent_name, *key), counts) for key, counts in sorted(per_agent.items(), key=lambda item: item[0])])  # fmt: skip
+         [(session.project_id, session.agent_name, *key, *sums) for key, sums in sorted(per_agent.items())])  # fmt: skip
+    transaction.on_commit(lambda: instruments.count_usage({key: (m[0], m[1:-1], m[-1]) for key, m in metered.items()}))
     return list(SESSION_FIELDS)
 
 
-def _add(model, key_columns: tuple[str, ...], rows: list[tuple[tuple, Counter]]) -> None:
-    """Upsert-add counts, one statement per row, in key order (concurrent writers queue, never deadlock)."""
+def _add(model, key_columns: tuple[str, ...], rows: list[tuple]) -> None:
+    """Upsert-add counts (each row its key's values, then KINDS' counts) in one statement, rows in key order
+    (concurrent writers queue, never deadlock; one round trip on PostgreSQL however many turns and models)."""
+    if not rows:
+        return
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
     columns = [model._meta.get_field(name.removesuffix("_id")).column if name.endswith("_id") else name for name in key_columns]
-    hour = model._meta.get_field("hour")
     additions = ", ".join(f"{quote(kind)} = {table}.{quote(kind)} + excluded.{quote(kind)}" for kind in KINDS)
-    sql = (
-        f"INSERT INTO {table} ({', '.join(map(quote, [*columns, *KINDS]))})"
-        f" VALUES ({', '.join(['%s'] * (len(columns) + len(KINDS)))})"
-        f" ON CONFLICT ({', '.join(map(quote, columns))}) DO UPDATE SET {additions}"
-    )
-    for key, counts in rows:
-        values = [hour.get_db_prep_value(value, connection) if name == "hour" else value for name, value in zip(key_columns, key)]
-        statements.execute(sql, [*values, *(counts.get(kind, 0) for kind in KINDS)])
+    one = f"({', '.join(['%s'] * (len(columns) + len(KINDS)))})"
+    at = key_columns.index("hour")
+    adapt_time = statements.datetime_adapter()
+    # At most ROWS_PER_STATEMENT rows a statement: SQLite takes 32,766 parameters, PostgreSQL 65,535.
+    for start in range(0, len(rows), ROWS_PER_STATEMENT):
+        chunk = rows[start : start + ROWS_PER_STATEMENT]
+        sql = (
+            f"INSERT INTO {table} ({', '.join(map(quote, [*columns, *KINDS]))}) VALUES {', '.join([one] * len(chunk))}"
+            f" ON CONFLICT ({', '.join(map(quote, columns))}) DO UPDATE SET {additions}"
+        )
+        statements.execute(sql, [value for row in chunk for value in (*row[:at], adapt_time(row[at]), *row[at + 1 :])])
 
 
 def copy_prefix(parent: Session, child: Session) -> None:
@@ -121,22 +137,29 @@ def _store_bill(session: Session, rows: list[dict], *, models_used: list[str]) -
     statements.save_fields(session, list(SESSION_FIELDS))
 
 
+def stale_costs(project_id: int, version: int, *, limit: int) -> list[str]:
+    """Up to `limit` of the project's sessions with tokens whose stored cost was priced at other prices than
+    today's: a range below and one above today's basis in session_cost_basis_idx, so none stale reads no row."""
+    today = usage_reads.basis(version)
+    with_tokens = Session.objects.filter(project_id=project_id, tokens__gt=0).order_by()
+    # Two ranges in a UNION: "!=" reads every session of the project on both backends, an OR does on SQLite.
+    below = with_tokens.filter(cost_basis__lt=today).values_list("pk", flat=True)
+    above = with_tokens.filter(cost_basis__gt=today).values_list("pk", flat=True)
+    return list(below.union(above, all=True)[:limit])
+
+
 def recompute_costs(*, limit: int = 500) -> int:
     """Price again, at today's prices, the stored cost of sessions priced before a price change (a project's
-    own, or a new bundled price list); how many were recomputed. The worker runs it every round."""
+    own, or a new bundled price list); how many were recomputed, at most `limit` a round (the rest wait for the
+    next). The worker runs it every round: with nothing stale it costs one indexed read per project."""
     done = 0
+    fields = ("turn_seq", "model", "provider", "hour", *KINDS)
     for project_id, version in Project.objects.order_by("pk").values_list("pk", "prices_version"):
-        stale = (
-            Session.objects.filter(project_id=project_id, tokens__gt=0)
-            .exclude(cost_basis=usage_reads.basis(version))
-            .order_by("pk").values_list("pk", flat=True)[: limit - done]
-        )  # fmt: skip
-        for session_id in stale:
+        for session_id in stale_costs(project_id, version, limit=limit - done):
             with transaction.atomic():
                 session = statements.get_for_update(Session, session_id)
                 if session is None:
                     continue
-                fields = ("turn_seq", "model", "provider", "hour", *KINDS)
                 rows = list(UsageSum.objects.filter(session_id=session_id).order_by("turn_seq", "hour").values(*fields))
                 _store_bill(session, rows, models_used=session.models_used)
             done += 1

@@ -137,7 +137,7 @@ def test_a_named_fork_lands_on_its_page_with_a_confirmation(viewer):
     response = viewer.post("/sessions/p/fork", {"boundary": "4", "id": "p-try-2"})
     assert response.status_code == 302 and response.url == "/sessions/p-try-2/"
     page = text_of(viewer.get(response.url))
-    assert re.search(r'<ul class="messages" role="status"><li class="success">Forked p at seq 4 into this session: events 0–4 are inherited.</li>', page)
+    assert re.search(r'<div role="status"><ul class="messages"><li class="success">Forked p at seq 4 into this session: events 0–4 are inherited.</li>', page)
     htmx = viewer.post("/sessions/p/fork", {"boundary": "0", "id": "p-first"}, HTTP_HX_REQUEST="true")
     assert htmx.status_code == 204 and htmx["HX-Redirect"] == "/sessions/p-first/"
     assert "Forked p at seq 0 into this session" in text_of(viewer.get("/sessions/p-first/"))

@@ -605,7 +605,7 @@ def test_the_openapi_document_keeps_its_path_order_and_operation_ids_across_the_
         "/api/v1/sessions/{session_id}/notes", "/api/v1/notes/{note_id}", "/api/v1/sessions/{session_id}/calls",
         "/api/v1/projects/{slug}/tools", "/api/v1/projects/{slug}/tools/policies/{pattern}",
         "/api/v1/sessions/{session_id}/calls/{call_id}/verdict", "/api/v1/sessions/{session_id}/calls/{call_id}/verdicts",
-        "/api/v1/sessions/{session_id}/calls/{call_id}/check",
+        "/api/v1/sessions/{session_id}/calls/{call_id}/check", "/api/v1/projects/{slug}/prices",
     ]  # fmt: skip
     assert [operation["operationId"] for path in paths.values() for operation in path.values()] == [
         f"sessions_app_api_{name}"
@@ -614,7 +614,7 @@ def test_the_openapi_document_keeps_its_path_order_and_operation_ids_across_the_
             "list_messages", "export_session", "get_recovery_plan", "get_dangling_calls", "recover_session",
             "patch_dangling_calls", "fork_session", "add_note", "list_notes", "edit_note", "delete_note",
             "list_calls", "project_tools", "save_policy", "delete_policy",
-            "record_verdict", "withdraw_verdict", "list_verdicts", "queue_check",
+            "record_verdict", "withdraw_verdict", "list_verdicts", "queue_check", "project_prices", "set_price", "remove_price",
         ]
     ]  # fmt: skip
     imported = api.post("/api/v1/sessions/import", {"version": 2, "events": []})

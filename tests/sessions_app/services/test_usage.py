@@ -117,3 +117,10 @@ def test_a_model_name_longer_than_its_column_is_kept_to_the_column_s_length():
     session = write("s", [message({"input_tokens": 4, "output_tokens": 1}, model="m" * 500, provider="p" * 300)])
     [row] = UsageSum.objects.filter(session_id="s")
     assert row.model == "m" * 200 and row.provider == "p" * 100 and session.models_used == ["m" * 200]
+
+
+def test_a_batch_with_more_turns_than_a_statement_holds_is_summed_whole(monkeypatch):
+    monkeypatch.setattr(usage, "ROWS_PER_STATEMENT", 3)
+    session = write("s", [message({"input_tokens": n, "output_tokens": 1}, model="gpt-4o") for n in range(1, 8)])
+    assert UsageSum.objects.filter(session_id="s").count() == 7 and session.input_tokens == 28
+    assert sum(UsageSum.objects.values_list("input_tokens", flat=True)) == 28
