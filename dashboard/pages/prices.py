@@ -11,15 +11,13 @@ from datetime import UTC, datetime, time
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods
 
-from dashboard.pages.projects import admins_only
+from dashboard.pages.projects import members_read_admins_change
 from sessions_app.lib.errors import InvalidPrice, PriceNotFound
 from sessions_app.log import pricing
 from sessions_app.log.events import format_time
-from sessions_app.selectors import access
 from sessions_app.selectors import prices as price_reads
 from sessions_app.services import prices
 
@@ -71,14 +69,10 @@ def line_of(price: pricing.Price) -> PriceLine:
 @require_http_methods(["GET", "POST"])
 def project_prices(request, slug: str):
     """GET: the page; POST (admins): add a price (replacing one of the same model, provider and hour) or remove one."""
-    actor = access.actor_of(request)
-    try:
-        project = access.project_for(actor, slug, access.ADMIN if request.method == "POST" else access.READ)
-    except access.ProjectNotFound as missing:
-        raise Http404(str(missing)) from None
-    except access.Forbidden:
-        return admins_only(request, slug)
-    is_admin = actor.can(project.pk, access.ADMIN)
+    found = members_read_admins_change(request, slug)
+    if not isinstance(found, tuple):
+        return found
+    actor, project, is_admin = found
     if request.method != "POST":
         return prices_page(request, project, is_admin, PriceForm(initial={"valid_from_date": datetime.now(UTC).date()}))
     if request.POST.get("action") == "remove":

@@ -68,6 +68,20 @@ def project_admin_page(view):
     return checked
 
 
+def members_read_admins_change(request, slug: str):
+    """A project page every member reads and its admins change (GET reads, POST changes): (the actor, the project,
+    whether the viewer is an admin), or the answer to give instead (the 403 page of a member who is not an admin).
+    Http404 when the viewer is not a member."""
+    actor = access.actor_of(request)
+    try:
+        project = access.project_for(actor, slug, access.ADMIN if request.method == "POST" else access.READ)
+    except access.ProjectNotFound as missing:
+        raise Http404(str(missing)) from None
+    except access.Forbidden:
+        return admins_only(request, slug)
+    return actor, project, actor.can(project.pk, access.ADMIN)
+
+
 def admins_only(request, slug: str):
     """The 403 page of a member who is not an admin: what they are, and whom to ask."""
     project = access.projects(access.actor_of(request)).filter(slug=slug).first()

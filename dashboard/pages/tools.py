@@ -11,20 +11,19 @@ from urllib.parse import urlencode
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import Http404
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers
 from django.views.decorators.http import require_http_methods
 
 from dashboard.pages.blocks import SIDE_EFFECT_LABELS, card_anchor
-from dashboard.pages.projects import admins_only
+from dashboard.pages.projects import members_read_admins_change
 from sessions_app.lib.errors import InvalidPolicy, PolicyNotFound
 from sessions_app.log import policies as log_policies
 from sessions_app.log.ledger import STATES
 from sessions_app.log.recovery import TOOL_OUTCOME_UNKNOWN
 from sessions_app.models import ToolPolicy
-from sessions_app.selectors import access, project_attempts
+from sessions_app.selectors import project_attempts
 from sessions_app.selectors import tools as tool_selectors
 from sessions_app.services import tool_policies
 
@@ -63,14 +62,10 @@ class ToolLine:
 @require_http_methods(["GET", "POST"])
 def project_tools(request, slug: str):
     """GET: the page (?edit=PATTERN fills the form with that policy); POST (admins): save or delete a policy."""
-    actor = access.actor_of(request)
-    try:
-        project = access.project_for(actor, slug, access.ADMIN if request.method == "POST" else access.READ)
-    except access.ProjectNotFound as missing:
-        raise Http404(str(missing)) from None
-    except access.Forbidden:
-        return admins_only(request, slug)
-    is_admin = actor.can(project.pk, access.ADMIN)
+    found = members_read_admins_change(request, slug)
+    if not isinstance(found, tuple):
+        return found
+    actor, project, is_admin = found
     if request.method != "POST":
         return tools_page(request, project, is_admin, PolicyForm(initial=_editing(project, request.GET.get("edit"))))
     if request.POST.get("action") == "delete":

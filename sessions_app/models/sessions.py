@@ -132,6 +132,8 @@ class Session(models.Model):
             models.Index(fields=["project", "retained_from", "id"], name="session_retention_idx"),
             # The list sorted by cost, tokens or duration (ties in the default order).
             models.Index(fields=["cost", "last_activity_at", "id"], name="session_cost_idx"),
+            # Cheapest first with ties newest first: the mixed order no scan of the one above gives.
+            models.Index(fields=["cost", "-last_activity_at", "-id"], name="session_cost_asc_idx"),
             models.Index(fields=["tokens", "last_activity_at", "id"], name="session_tokens_idx"),
             models.Index(fields=["duration_ms", "last_activity_at", "id"], name="session_duration_idx"),
             # The worker's read of costs priced before a price change: a project's sessions with tokens whose basis
