@@ -86,3 +86,11 @@ def test_a_cursor_of_another_order_or_forged_is_422(api):
     assert_error(api.get("/api/v1/sessions", {"sort": "-cost", "cursor": default}), 422, "invalid_cursor")
     assert_error(api.get("/api/v1/sessions", {"cursor": by_cost}), 422, "invalid_cursor")
     assert_error(api.get("/api/v1/sessions", {"sort": "-cost", "cursor": "garbage!"}), 422, "invalid_cursor")
+
+
+@pytest.mark.parametrize("name", ["sort", "model", "cursor", "status", "q", "project", "limit"])
+def test_no_hostile_value_of_the_list_s_parameters_gives_a_5xx(api, name):
+    spend(api, "s", 10, 2)
+    for value in ["", "\x00", "x" * 5000, "-1", "9" * 400, "1e309", "NaN", "😀", "-cost,cost", "%00", "cost\x00"]:
+        response = api.get("/api/v1/sessions", {name: value})
+        assert response.status_code in (200, 422), (name, value, response.status_code)
