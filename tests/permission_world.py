@@ -33,6 +33,7 @@ from sessions_app.models import (
     CallCheck,
     Event,
     Membership,
+    ModelPrice,
     Note,
     Project,
     RecoveryRecord,
@@ -61,7 +62,7 @@ def session_with(session_id: str, project: Project, events: list[dict]) -> Sessi
     return Session.objects.get(pk=session_id)
 
 
-COUNTED = (Session, Event, Note, RecoveryRecord, Verdict, ToolPolicy, AutoRecoveryPolicy, ApiToken, Membership, Project, WebhookEndpoint, Group, AccessAttempt, AccessLog, AccessFailureLog)
+COUNTED = (Session, Event, Note, RecoveryRecord, Verdict, ToolPolicy, ModelPrice, AutoRecoveryPolicy, ApiToken, Membership, Project, WebhookEndpoint, Group, AccessAttempt, AccessLog, AccessFailureLog)
 
 
 def stored_state() -> tuple:

@@ -132,6 +132,9 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     "session_ledger_rows": [page_read(CLOSED + "/ledger?rows=ledger-0000000000000000")],
     "event_json": [page_read(CLOSED + "/events/0.json")],
     "session_lineage": [page_read(CLOSED + "/lineage")],
+    "session_timeline": [page_read(CLOSED + "/timeline")],
+    # Two sessions compared: both must be readable (the other one's refusal reads as its absence).
+    "session_compare": [page_read(CLOSED + "/compare?with={open}")],
     # Agents: every world session's agent is "matrix", in alpha and in beta; each reader sees only their projects' failures.
     "agent_list": [Probe("GET", "/agents/", by_role(LOGIN, "200 -P", "200 +P"))],
     "fleet_calls": [Probe("GET", "/calls/?" + "&".join(f"state={s}" for s in STATES), by_role(LOGIN, "200 -P", "200 +P"))],
@@ -239,6 +242,14 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
         ),
         Probe("POST", "/projects/alpha/tools/", by_role(LOGIN, "404", "403", admin="302 /projects/alpha/tools/ stored"), data={"action": "delete", "pattern": "alpha_*"}),
     ],
+    # Prices (sessions_app.services.prices): every member reads the page; only admins set or remove the project's own.
+    "project_prices": [
+        page_read("/projects/alpha/prices"),
+        Probe(
+            "POST", "/projects/alpha/prices", by_role(LOGIN, "404", "403", admin="302 /projects/alpha/prices stored"),
+            data={"model": "matrix-model", "valid_from_date": "2026-11-02", "valid_from_hour": "10", "input": "1", "output": "2"},
+        ),
+    ],
     # Deleting a whole session (sessions_app.services.retention): the project's admins only.
     "delete_session": [
         Probe("GET", CLOSED + "/delete", by_role(LOGIN, "404", "403", admin="200")),
@@ -311,6 +322,20 @@ HTTP_MATRIX: dict[str, list[Probe]] = {
     ],
     # A project's tools: read as its sessions are; its policies changed by its admins' logins only (no token scope lends that).
     "api-v1:project_tools": [api_read("/api/v1/projects/alpha/tools")],
+    # A project's prices: read as its sessions are; set and removed by its admins' logins only (as policies).
+    "api-v1:project_prices": [api_read("/api/v1/projects/alpha/prices")],
+    "api-v1:set_price": [
+        Probe("PUT", "/api/v1/projects/alpha/prices", by_role("401", "404", "403", admin="200 stored"), api=True, credentials=("login",),
+              data={"model": "matrix-model", "valid_from": "2026-11-02T10:00:00Z", "input": "1", "output": "2"}),
+        Probe("PUT", "/api/v1/projects/alpha/prices", by_role("401", "404", "403"), api=True, credentials=("token",),
+              data={"model": "matrix-model", "valid_from": "2026-11-02T10:00:00Z", "input": "1", "output": "2"}),
+    ],  # fmt: skip
+    "api-v1:remove_price": [
+        Probe("DELETE", "/api/v1/projects/alpha/prices", by_role("401", "404", "403", admin="404"), api=True, credentials=("login",),
+              data={"model": "no-such-price", "valid_from": "2026-11-02T10:00:00Z"}),
+        Probe("DELETE", "/api/v1/projects/alpha/prices", by_role("401", "404", "403"), api=True, credentials=("token",),
+              data={"model": "no-such-price", "valid_from": "2026-11-02T10:00:00Z"}),
+    ],  # fmt: skip
     "api-v1:save_policy": [
         Probe("PUT", "/api/v1/projects/alpha/tools/policies/matrix%2Fnew", by_role("401", "404", "403", admin="200 stored"),
               data={"side_effect": "read_only"}, api=True, credentials=("login",)),

@@ -213,8 +213,9 @@ def test_no_enabled_policy_means_no_candidates(tools, django_assert_num_queries)
     crash("s", "bot", "lookup_customer")
     worker.run_round()  # notes the stall once (sessions_app/services/notify); no webhook to tell, so nothing to say
     # Projects with a retention, OTLP spans held for their conversation, finished OTLP runs to close, stalls not
-    # yet noted, tool policies naming a check endpoint, the policies, and crashes a reconciler settled.
-    with django_assert_num_queries(7):
+    # yet noted, tool policies naming a check endpoint, the projects' prices versions and their sessions priced before
+    # them (sessions_app/services/usage.py), the policies, and crashes a reconciler settled.
+    with django_assert_num_queries(9):
         assert worker.run_round() == []
 
 
