@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 KINDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens", "reasoning_tokens")
@@ -49,7 +50,7 @@ class Usage:
 def of_message(data: Mapping[str, Any]) -> Usage | None:
     """The usage of an assistant_message's data, normalised; None when it carries none."""
     metadata = data.get("metadata")
-    if not isinstance(metadata, Mapping):
+    if type(metadata) is not dict and not isinstance(metadata, Mapping):
         return None
     return normalised(metadata.get("usage"), metadata)
 
@@ -57,9 +58,9 @@ def of_message(data: Mapping[str, Any]) -> Usage | None:
 def normalised(usage: Any, metadata: Mapping[str, Any] | None = None) -> Usage | None:
     """`usage` (a message's `metadata.usage`) in the normalised meaning; `metadata` the message's, for
     the model, the provider and which writer stored it. None when `usage` holds no count at all."""
-    if not isinstance(usage, Mapping):
+    if type(usage) is not dict and not isinstance(usage, Mapping):
         return None
-    metadata = metadata if isinstance(metadata, Mapping) else {}
+    metadata = _mapping(metadata)
     prompt_details = _mapping(usage.get("prompt_tokens_details"))
     input_details = _mapping(usage.get("input_tokens_details"))
     completion_details = _mapping(usage.get("completion_tokens_details"))
@@ -118,11 +119,18 @@ def _count(value: Any) -> int | None:
 
 
 def _first(*values: Any) -> int | None:
-    return next((count for value in values if (count := _count(value)) is not None), None)
+    for value in values:
+        if type(value) is int and 0 <= value <= MAX_COUNT:
+            return value
+    return None
+
+
+_NOTHING: Mapping = MappingProxyType({})
 
 
 def _mapping(value: Any) -> Mapping:
-    return value if isinstance(value, Mapping) else {}
+    # A dict first: every stored message's is one, and the Mapping check is an ABC's (this runs on every append).
+    return value if type(value) is dict or isinstance(value, Mapping) else _NOTHING
 
 
 def _text(value: Any) -> str | None:

@@ -36,7 +36,8 @@ class UsageSum(TokenCounts):
     turn, so a fork (cut outside every turn) copies exactly the rows below its seed length.
     """
 
-    session = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="+", db_constraint=False)
+    # No index of its own: usage_sum_unique leads with the session (each index is written on every append with usage).
+    session = models.ForeignKey(Session, on_delete=models.PROTECT, related_name="+", db_constraint=False, db_index=False)
     turn_seq = models.PositiveIntegerField()
     model = models.CharField(max_length=200, blank=True, default="")
     provider = models.CharField(max_length=100, blank=True, default="")
@@ -52,7 +53,8 @@ class UsageSum(TokenCounts):
 class AgentModelHour(TokenCounts):
     """An agent's usage of one model in one hour (received), for the Agents page and metrics."""
 
-    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+")
+    # No index of its own: both indexes below lead with the project.
+    project = models.ForeignKey(Project, on_delete=models.CASCADE, related_name="+", db_index=False)
     agent_name = models.CharField(max_length=200, blank=True, default="")
     model = models.CharField(max_length=200, blank=True, default="")
     provider = models.CharField(max_length=100, blank=True, default="")

@@ -262,11 +262,13 @@ def store_events(
 
 def timed(session: Session, rows: Sequence[StoredEvent], *, received_at: datetime | None) -> list[str]:
     """The session's duration (api.md: first to last event as the server received them; an import's: as claimed)."""
+    changed = ["duration_ms"]
     if session.first_received_at is None:
         session.first_received_at = received_at or rows[0].time
+        changed.append("first_received_at")
     last = received_at or rows[-1].time
     session.duration_ms = max(session.duration_ms, int((last - session.first_received_at).total_seconds() * 1000))
-    return ["first_received_at", "duration_ms"]
+    return changed
 
 
 def sighting_rows(session: Session, rows: Sequence[StoredEvent]):

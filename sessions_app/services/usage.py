@@ -6,6 +6,8 @@ same way, in the append's transaction, from the rows it is inserting: no log is 
 
 from __future__ import annotations
 
+import functools
+import operator
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
@@ -45,70 +47,100 @@ def track(session: Session, rows: Sequence, *, received_at: datetime | None) -> 
     # Sums as lists in KINDS' order (calls first): on every append with usage, so no Counter per call.
     per_turn: dict[tuple, list[int]] = {}
     per_agent: dict[tuple, list[int]] = {}
-    totals = [0] * len(log_usage.KINDS)
+    totals = [0] * len(KINDS)
     models = list(session.models_used)
     unpriced = list(session.unpriced)
     cost = Decimal(0)
-    # (model, priced) -> [calls, tokens of each kind..., cost]: counted in the metrics on commit.
-    metered: dict[tuple[str, bool], list] = {}
+    # (model, priced) -> [calls, tokens of each kind...] and (model, priced) -> cost: counted in the metrics on commit.
+    metered: dict[tuple[str, bool], list[int]] = {}
+    metered_cost: dict[tuple[str, bool], float] = {}
+    received_hour = None if received_at is None else hour_of(received_at)
+    hours: dict[datetime, datetime] = {}  # a batch's events share a few hours: each floored once
     for row, found in calls:
         counts = (1, found.input_tokens, found.output_tokens, found.cache_read_tokens, found.cache_write_tokens, found.reasoning_tokens)
         # Names as long as their columns hold (PostgreSQL refuses longer ones; the price was found by the whole name).
         model, provider = (found.model or "")[:MODEL_MAX], (found.provider or "")[:PROVIDER_MAX]
         turn = row.turn_seq if row.turn_seq is not None else row.seq
-        for sums, key in ((per_turn, (turn, model, provider, hour_of(row.time))), (per_agent, (model, provider, hour_of(received_at or row.time)))):
-            if (found_sums := sums.get(key)) is None:
-                sums[key] = list(counts)
-            else:
-                sums[key] = [a + b for a, b in zip(found_sums, counts)]
-        totals = [a + b for a, b in zip(totals, counts[1:])]
+        if (hour := hours.get(row.time)) is None:
+            hour = hours[row.time] = hour_of(row.time)
+        price = pricer.cost(found, hour)
+        meter = (model, price is not None)
+        for sums, key in ((per_turn, (turn, model, provider, hour)), (per_agent, (model, provider, received_hour or hour)), (metered, meter)):
+            found_sums = sums.get(key)
+            sums[key] = list(counts) if found_sums is None else list(map(operator.add, found_sums, counts))
+        metered_cost[meter] = metered_cost.get(meter, 0.0) + float(price or 0)
+        totals = list(map(operator.add, totals, counts))
         if model and model not in models:
             models.append(model)
-        price = pricer.cost(found, row.time)
         if price is None:
             if (model or pricing.NO_MODEL) not in unpriced:
                 unpriced.append(model or pricing.NO_MODEL)
         else:
             cost += price
-        meter = metered.setdefault((model, price is not None), [0] * len(KINDS) + [0.0])
-        metered[(model, price is not None)] = [*(a + b for a, b in zip(meter, counts)), meter[-1] + float(price or 0)]
-    for kind, added in zip(log_usage.KINDS, totals):
+    changed = ["tokens", *log_usage.KINDS]
+    for kind, added in zip(log_usage.KINDS, totals[1:]):
         setattr(session, kind, getattr(session, kind) + added)
     session.tokens = session.input_tokens + session.output_tokens
-    session.models_used = models
-    session.unpriced = unpriced
-    session.priced = not unpriced
-    if session.cost_basis in ("", usage_reads.basis(version)):
+    # The other fields saved only when they change: JSON and decimals cost the most to send on every append.
+    if models != session.models_used:
+        session.models_used = models
+        changed.append("models_used")
+    if unpriced != session.unpriced:
+        session.unpriced = unpriced
+        session.priced = not unpriced
+        changed += ["unpriced", "priced"]
+    today = usage_reads.basis(version)
+    if session.cost_basis in ("", today):
         # Priced at the same prices as before: add. Otherwise the worker prices the whole session again.
-        session.cost = pricing.rounded(Decimal(session.cost) + cost)
-        session.cost_basis = usage_reads.basis(version)
-    _add(UsageSum, ("session_id", "turn_seq", "model", "provider", "hour"), [(session.pk, *key, *sums) for key, sums in sorted(per_turn.items())])
-    _add(AgentModelHour, ("project_id", "agent_name", "model", "provider", "hour"),
-         [(session.project_id, session.agent_name, *key, *sums) for key, sums in sorted(per_agent.items())])  # fmt: skip
-    transaction.on_commit(lambda: instruments.count_usage({key: (m[0], m[1:-1], m[-1]) for key, m in metered.items()}))
-    return list(SESSION_FIELDS)
+        if cost:
+            session.cost = pricing.rounded(Decimal(session.cost) + cost)
+            changed.append("cost")
+        if session.cost_basis != today:
+            session.cost_basis = today
+            changed.append("cost_basis")
+    _add(
+        (UsageSum, ("session_id", "turn_seq", "model", "provider", "hour"), [(session.pk, *key, *sums) for key, sums in sorted(per_turn.items())]),
+        (AgentModelHour, ("project_id", "agent_name", "model", "provider", "hour"),
+         [(session.project_id, session.agent_name, *key, *sums) for key, sums in sorted(per_agent.items())]),
+    )  # fmt: skip
+    transaction.on_commit(lambda: instruments.count_usage({key: (m[0], m[1:], metered_cost[key]) for key, m in metered.items()}))
+    return changed
 
 
-def _add(model, key_columns: tuple[str, ...], rows: list[tuple]) -> None:
-    """Upsert-add counts (each row its key's values, then KINDS' counts) in one statement, rows in key order
-    (concurrent writers queue, never deadlock; one round trip on PostgreSQL however many turns and models)."""
-    if not rows:
+def _add(*upserts: tuple[type, tuple[str, ...], list[tuple]]) -> None:
+    """Upsert-add counts: each of `upserts` a model, its key's fields, and rows (the key's values, then KINDS'
+    counts) in key order, so concurrent writers queue and never deadlock. On PostgreSQL all of them in one
+    statement (one round trip on every append with usage, however many turns and models); on SQLite, in the
+    process, one each."""
+    adapt_time = statements.datetime_adapter()
+    parts = []
+    for model, key_columns, rows in upserts:
+        at = key_columns.index("hour")
+        # At most ROWS_PER_STATEMENT rows a statement: SQLite takes 32,766 parameters, PostgreSQL 65,535.
+        for start in range(0, len(rows), ROWS_PER_STATEMENT):
+            chunk = rows[start : start + ROWS_PER_STATEMENT]
+            params = [value for row in chunk for value in (*row[:at], adapt_time(row[at]), *row[at + 1 :])]
+            parts.append((_upsert_sql(model, key_columns, len(chunk), connection.vendor), params))
+    if connection.vendor == "postgresql" and len(parts) > 1 and sum(len(params) for _, params in parts) <= 60000:
+        *first, last = parts
+        ctes = ", ".join(f"u{n} AS ({sql})" for n, (sql, _) in enumerate(first))
+        statements.execute(f"WITH {ctes} {last[0]}", [value for _, params in parts for value in params])
         return
+    for sql, params in parts:
+        statements.execute(sql, params)
+
+
+@functools.lru_cache(maxsize=256)
+def _upsert_sql(model, key_columns: tuple[str, ...], rows: int, vendor: str) -> str:
     quote = connection.ops.quote_name
     table = quote(model._meta.db_table)
     columns = [model._meta.get_field(name.removesuffix("_id")).column if name.endswith("_id") else name for name in key_columns]
     additions = ", ".join(f"{quote(kind)} = {table}.{quote(kind)} + excluded.{quote(kind)}" for kind in KINDS)
     one = f"({', '.join(['%s'] * (len(columns) + len(KINDS)))})"
-    at = key_columns.index("hour")
-    adapt_time = statements.datetime_adapter()
-    # At most ROWS_PER_STATEMENT rows a statement: SQLite takes 32,766 parameters, PostgreSQL 65,535.
-    for start in range(0, len(rows), ROWS_PER_STATEMENT):
-        chunk = rows[start : start + ROWS_PER_STATEMENT]
-        sql = (
-            f"INSERT INTO {table} ({', '.join(map(quote, [*columns, *KINDS]))}) VALUES {', '.join([one] * len(chunk))}"
-            f" ON CONFLICT ({', '.join(map(quote, columns))}) DO UPDATE SET {additions}"
-        )
-        statements.execute(sql, [value for row in chunk for value in (*row[:at], adapt_time(row[at]), *row[at + 1 :])])
+    return (
+        f"INSERT INTO {table} ({', '.join(map(quote, [*columns, *KINDS]))}) VALUES {', '.join([one] * rows)}"
+        f" ON CONFLICT ({', '.join(map(quote, columns))}) DO UPDATE SET {additions}"
+    )
 
 
 def copy_prefix(parent: Session, child: Session) -> None:
