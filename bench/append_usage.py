@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,6 +49,25 @@ def with_usage(events: list[dict]) -> list[dict]:
     return events
 
 
+def cpu_clock(connection) -> Callable[[], float]:
+    """A clock of CPU seconds: this process's and, on PostgreSQL, its connection's backend's (from /proc)."""
+    connection.ensure_connection()
+    backend = None
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            backend = cursor.fetchone()[0]
+
+    def cpu() -> float:
+        mine = time.process_time()
+        if backend is None:
+            return mine
+        fields = Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()
+        return mine + (int(fields[11]) + int(fields[12])) / TICK
+
+    return cpu
+
+
 def child(db: str) -> None:
     """In a tree's own directory: its modules, its database; print {batch: ms of CPU per append}."""
     tree = Path.cwd()
@@ -67,19 +87,7 @@ def child(db: str) -> None:
         from sessions_app.log import events as log_events
 
         assert Path(sessions_app.__file__).resolve().is_relative_to(tree.resolve()), sessions_app.__file__
-        connection.ensure_connection()
-        backend = None
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                backend = cursor.fetchone()[0]
-
-        def cpu() -> float:
-            mine = time.process_time()
-            if backend is None:
-                return mine
-            fields = Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()
-            return mine + (int(fields[11]) + int(fields[12])) / TICK
+        cpu = cpu_clock(connection)
 
         out = {}
         for size, n in SIZES:

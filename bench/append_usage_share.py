@@ -11,13 +11,12 @@ import argparse
 import os
 import statistics
 import sys
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import Target, batches, make_events  # noqa: E402
-from append_usage import TICK, with_usage  # noqa: E402
+from append_usage import cpu_clock, with_usage  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -41,19 +40,7 @@ def main(argv=None) -> int:
         from sessions_app.log import events as log_events
         from sessions_app.services import event_rows
 
-        connection.ensure_connection()
-        backend = None
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_backend_pid()")
-                backend = cursor.fetchone()[0]
-
-        def cpu() -> float:
-            mine = time.process_time()
-            if backend is None:
-                return mine
-            fields = Path(f"/proc/{backend}/stat").read_text().rsplit(")", 1)[1].split()
-            return mine + (int(fields[11]) + int(fields[12])) / TICK
+        cpu = cpu_clock(connection)
 
         track = event_rows.usage.track
         variants = {"on": track, "off": lambda *args, **kwargs: []}
