@@ -24,6 +24,7 @@ from dashboard.health import HealthProbes  # noqa: E402
 from dashboard.lanes import AppendLane, EventsLane  # noqa: E402
 from dashboard.middleware import WebsocketDatabaseGuard  # noqa: E402
 from dashboard.routing import websocket_urlpatterns  # noqa: E402
+from sessions_app.lib import notify_systemd  # noqa: E402
 
 
 class StaticFiles(ASGIStaticFilesHandler):
@@ -49,6 +50,26 @@ def cache_twisted_content_type_parsing() -> None:
 cache_twisted_content_type_parsing()
 # Daphne's command reads its websocket limits from its options alone: started without ours, it is refused here.
 refuse_a_small_daphne_limit(sys.argv)
+
+
+
+def tell_the_supervisor_from_the_event_loop() -> None:
+    """Under Daphne with $NOTIFY_SOCKET (systemd's Type=notify, the scale-out launcher): READY=1 once the reactor
+    runs (Daphne listens before it starts it), then WATCHDOG=1 every few seconds from the reactor itself, so a loop
+    that is frozen or blocked goes silent and the supervisor restarts the process (WatchdogSec=)."""
+    if not notify_systemd.enabled() or "twisted.internet.reactor" not in sys.modules:
+        return  # not supervised so, or not under Daphne (importing the reactor here would install the wrong one)
+    from twisted.internet import reactor, task
+
+    def running():
+        notify_systemd.notify(notify_systemd.READY)
+        task.LoopingCall(notify_systemd.notify, notify_systemd.WATCHDOG).start(notify_systemd.watchdog_seconds(), now=True)
+
+    reactor.callWhenRunning(running)
+    reactor.addSystemEventTrigger("before", "shutdown", notify_systemd.notify, notify_systemd.STOPPING)
+
+
+tell_the_supervisor_from_the_event_loop()
 
 GC_YOUNG_THRESHOLD = 10_000
 

@@ -13,9 +13,13 @@ from django.db import Error as DatabaseError
 from django.db import connections
 
 from sessions_app import services, worker
+from sessions_app.lib import notify_systemd
 from sessions_app.metrics import listener
 
 INDEX_EVERY_SECONDS = 1.0  # how far the search index may trail the log when nobody searches (a search catches it up)
+# The watchdog (systemd's WatchdogSec, the launcher's) is told before each step, at most this often: a long step (a
+# webhook pass: up to 5 s and one attempt's timeout) then has nearly the whole watchdog time.
+WATCHDOG_EVERY_SECONDS = 1.0
 
 
 class Command(BaseCommand):
@@ -51,18 +55,27 @@ class Command(BaseCommand):
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, lambda *_: stop.set())
         self.stdout.write(f"recovery worker: a round every {interval:g} s")
+        # From this loop itself, so a frozen or stuck worker goes silent and its supervisor restarts it.
+        watchdog = notify_systemd.Watchdog(every=WATCHDOG_EVERY_SECONDS)
+        notify_systemd.notify(notify_systemd.READY)
         try:
             next_round = time.monotonic()
             while not stop.is_set():
+                watchdog.ping()
                 if time.monotonic() >= next_round:
                     self.round(verbose)
                     next_round = time.monotonic() + interval
+                    watchdog.ping()
                 self.deliver(verbose)
+                watchdog.ping()
                 self.index()
+                watchdog.ping()
                 self.sweep()
+                # Never asleep longer than a second (INDEX_EVERY_SECONDS), well inside the watchdog's time.
                 stop.wait(max(0.0, min(next_round - time.monotonic(), INDEX_EVERY_SECONDS)))
         except KeyboardInterrupt:
             pass
+        notify_systemd.notify(notify_systemd.STOPPING)
         for action in worker.finish_checks():  # a check being asked is finished (each at most its timeout)
             self.stdout.write(action.line())
         self.stdout.write("recovery worker: stopped")
