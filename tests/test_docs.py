@@ -301,7 +301,7 @@ def test_every_documented_way_of_starting_daphne_gives_it_the_websocket_limit():
         for line in (ROOT / doc).read_text().splitlines():
             if re.search(r"\bdaphne\b[^`]*dashboard\.asgi:application", line):
                 assert "--websocket-max-message-size" in line, (doc, line)
-    assert "ExecStart=/srv/turnlog/.venv/bin/turnlog daphne -b 127.0.0.1 -p %i" in (ROOT / "docs" / "guide" / "deploy.md").read_text()
+    assert "ExecStart=/opt/turnlog/venv/bin/turnlog daphne -b 127.0.0.1 -p %i" in (ROOT / "deploy" / "systemd" / "turnlog-daphne@.service").read_text()
     assert "manage.py runserver $(HOST):$(PORT)" in (ROOT / "Makefile").read_text()
     assert settings.DAPHNE_WEBSOCKET_MAX_MESSAGE_SIZE == settings.DAPHNE_WEBSOCKET_MAX_FRAME_SIZE == settings.TURNLOG_WS_MAX_MESSAGE_BYTES
 

@@ -153,7 +153,11 @@ def test_the_metrics_directory_is_made_on_the_tmpfs_at_boot_for_turnlog(root):
 
 
 def systemctl_lines(text: str) -> list[str]:
-    return [match.group(0) for match in re.finditer(r"systemctl [^\n`]*", text)]
+    """The guide's `systemctl ...` commands: lines of its code blocks, and inline code (which may wrap)."""
+    blocks = re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.M | re.S)
+    lines = [line.strip() for block in blocks for line in block.splitlines() if line.strip().startswith("systemctl ")]
+    prose = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.M | re.S)
+    return lines + [" ".join(span.split()) for span in re.findall(r"`(systemctl [^`]*)`", prose)]
 
 
 def units_named(line: str) -> list[str]:
