@@ -5,7 +5,9 @@ worker on one PostgreSQL database and one Redis, behind nginx with the
 configuration generated from deploy/nginx.conf.template, each on a free port
 (never the shared 6379 or 8000). Like a process supervisor (systemd's Restart=always), it starts any
 of them again a second after it dies; nginx sends requests to the other
-Daphnes meanwhile. Ctrl-C (or SIGTERM) stops everything.
+Daphnes meanwhile. Like systemd's watchdog (deploy/systemd/: Type=notify, WatchdogSec=15), it gives each
+Daphne and the worker a NOTIFY_SOCKET of its own and kills (SIGKILL) one that sends no WATCHDOG=1 for 15 s,
+so a frozen process is started again too. Ctrl-C (or SIGTERM) stops everything.
 
     .venv/bin/python deploy/run_scaleout.py [--daphnes 2] [--port PORT] [--run-dir DIR] [--setup]
 
@@ -39,6 +41,10 @@ TEMPLATE = PROJECT_DIR / "deploy" / "nginx.conf.template"
 TURNLOG = Path(sys.executable).parent / "turnlog"
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/turnlog_scaleout"
 RESTART_DELAY = 1.0  # seconds before a process that died is started again
+# The units' WatchdogSec: a watched child silent this long after its last message is killed and started again.
+WATCHDOG_SECONDS = 15.0
+# Before its READY=1, a watched child has this long (systemd's TimeoutStartSec default) after it was started.
+START_SECONDS = 90.0
 # nginx keeps a quiet socket open this much longer than the app's renewal of it (TURNLOG_SOCKET_RENEW_SECONDS).
 SOCKET_TIMEOUT_MARGIN = 300
 
@@ -86,15 +92,60 @@ def nginx_config(*, run_dir: Path, port: int, daphne_ports: list[int], static_ro
     return re.sub(r"\{\{(\w+)\}\}", lambda field: str(fields[field.group(1)]), TEMPLATE.read_text())
 
 
-class Child:
-    """One supervised process: its command, its log, and its current Popen."""
+class Notifications:
+    """A child's own NOTIFY_SOCKET (sd_notify(3), sessions_app/lib/notify_systemd.py): an abstract datagram socket
+    this launcher reads, and when the child last said anything (READY=1, WATCHDOG=1)."""
 
-    def __init__(self, name: str, command: list[str], log_path: Path, env: dict, *, port: int | None = None):
-        self.name, self.command, self.log_path, self.env, self.port = name, command, log_path, env, port
+    def __init__(self, name: str):
+        self.name = f"@turnlog-scaleout-{os.getpid()}-{name}"  # abstract: no path to clean up, none too long
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC)
+        self.sock.bind("\0" + self.name[1:])
+        self.ready = False
+        self.heard_at = time.monotonic()
+
+    def restart(self) -> None:
+        """A new process: what its predecessor sent is dropped, and it has its start time to say READY=1."""
+        self.read()
+        self.ready = False
+        self.heard_at = time.monotonic()
+
+    def read(self) -> None:
+        while True:
+            try:
+                message = self.sock.recv(4096).decode(errors="replace")
+            except BlockingIOError:
+                return
+            lines = message.split("\n")
+            self.ready = self.ready or "READY=1" in lines
+            if "READY=1" in lines or "WATCHDOG=1" in lines:
+                self.heard_at = time.monotonic()
+
+    def silent(self) -> float | None:
+        """The seconds past its limit the child has been silent, or None while it is within it."""
+        self.read()
+        past = time.monotonic() - self.heard_at - (WATCHDOG_SECONDS if self.ready else START_SECONDS)
+        return past if past > 0 else None
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class Child:
+    """One supervised process: its command, its log, its current Popen, and its watchdog if it speaks sd_notify."""
+
+    def __init__(self, name: str, command: list[str], log_path: Path, env: dict, *, port: int | None = None, watched: bool = False):
+        self.name, self.command, self.log_path, self.port = name, command, log_path, port
+        self.notifications = Notifications(name) if watched else None
+        # Only a watched child gets a NOTIFY_SOCKET: redis-server speaks the protocol too, and must not tell ours.
+        self.env = {key: value for key, value in env.items() if key not in ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")}
+        if self.notifications is not None:
+            self.env["NOTIFY_SOCKET"] = self.notifications.name
         self.process: subprocess.Popen | None = None
         self.died_at: float | None = None
 
     def start(self) -> Child:
+        if self.notifications is not None:
+            self.notifications.restart()
         with self.log_path.open("a") as log:
             # A session of its own: Ctrl-C reaches the launcher alone, which stops the children in order.
             self.process = subprocess.Popen(
@@ -104,6 +155,17 @@ class Child:
             wait_for_port(self.port, self.process, self.name)
         self.died_at = None
         return self
+
+    def kill_if_silent(self) -> None:
+        """SIGKILL for a running watched child silent past its watchdog (frozen, or its loop blocked): the
+        supervision then starts it again as any child that died. SIGKILL: a stopped process takes no other."""
+        if self.notifications is None or self.process is None or self.process.poll() is not None:
+            return
+        if self.notifications.silent() is not None:
+            said = "sent no WATCHDOG=1" if self.notifications.ready else "sent no READY=1"
+            limit = WATCHDOG_SECONDS if self.notifications.ready else START_SECONDS
+            print(f"{self.name} (pid {self.process.pid}) {said} for {limit:.0f} s: killing it (SIGKILL)", flush=True)
+            self.process.kill()
 
     def terminate(self) -> None:
         if self.process is not None and self.process.poll() is None:
@@ -169,11 +231,11 @@ class ScaleOut:
     def start(self) -> None:
         env = self.prepare()
         logs = self.run_dir / "logs"
-        self.children.append(Child("worker", [sys.executable, "manage.py", "recovery_worker"], logs / "worker.log", env).start())
+        self.children.append(Child("worker", [sys.executable, "manage.py", "recovery_worker"], logs / "worker.log", env, watched=True).start())
         daphne_ports = [free_port() for _ in range(self.daphne_count)]
         for index, port in enumerate(daphne_ports):
             command = [str(TURNLOG), "daphne", "-b", "127.0.0.1", "-p", str(port)]
-            self.children.append(Child(f"daphne-{index}", command, logs / f"daphne-{index}.log", env, port=port).start())
+            self.children.append(Child(f"daphne-{index}", command, logs / f"daphne-{index}.log", env, port=port, watched=True).start())
         renew = float(env.get("TURNLOG_SOCKET_RENEW_SECONDS") or 3600)
         config = nginx_config(
             run_dir=self.run_dir, port=self.port, daphne_ports=daphne_ports,
@@ -200,6 +262,7 @@ class ScaleOut:
         while not self.stopping:
             changed = False
             for child in self.children:
+                child.kill_if_silent()
                 code = child.process.poll() if child.process else None
                 if code is not None and child.died_at is None:
                     child.died_at = time.monotonic()
@@ -219,6 +282,8 @@ class ScaleOut:
             child.terminate()
         for child in self.children:
             child.wait()
+            if child.notifications is not None:
+                child.notifications.close()
 
 
 def main(argv: list[str] | None = None) -> int:

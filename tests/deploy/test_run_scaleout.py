@@ -273,3 +273,38 @@ def test_ctrl_c_stops_every_process_it_started(scaleout):
     assert scaleout.stop() == 0
     assert not [pid for pid in pids if alive(pid)]
     assert not port_open(int(scaleout.url.rsplit(":", 1)[1]))
+
+
+WATCHDOG_RESTART = 30  # s: a frozen process replaced within this (the launcher's watchdog is 15 s, as the units')
+
+
+def test_a_frozen_daphne_and_a_frozen_worker_are_killed_and_started_again_within_30_s_and_the_site_answers(scaleout, plain_user):
+    token = token_for(plain_user)
+    frozen = {"daphne-0": scaleout.daphne(0)["pid"], "worker": scaleout.state()["processes"]["worker"]["pid"]}
+    for pid in frozen.values():
+        os.kill(pid, signal.SIGSTOP)  # alive to a supervisor that only waits for an exit: only the watchdog sees it
+    stopped_at = time.monotonic()
+    try:
+        replaced = {}
+        while len(replaced) < len(frozen):
+            assert time.monotonic() - stopped_at < WATCHDOG_RESTART, (f"not replaced within {WATCHDOG_RESTART} s: {sorted(set(frozen) - set(replaced))}", scaleout.log_path.read_text())
+            processes = scaleout.state()["processes"]
+            for name, old_pid in frozen.items():
+                now = processes[name]
+                if name not in replaced and now["pid"] != old_pid and (now["port"] is None or port_open(now["port"])):
+                    replaced[name] = time.monotonic() - stopped_at
+            time.sleep(0.2)
+    finally:
+        for pid in frozen.values():
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert min(replaced.values()) >= 14  # by the watchdog, not before it
+    assert not [pid for pid in frozen.values() if alive(pid)]
+    launcher = scaleout.log_path.read_text()
+    for name, pid in frozen.items():
+        assert f"{name} (pid {pid}) sent no WATCHDOG=1 for 15 s: killing it (SIGKILL)" in launcher
+    # The new Daphne serves, and so does the site through nginx.
+    assert request(f"{scaleout.daphne_url(0)}/readyz")[0] == 200
+    assert request(f"{scaleout.url}/api/v1/sessions", method="POST", body={"id": "after-the-freeze"}, token=token)[0] == 201
+    status, body = request(f"{scaleout.daphne_url(0)}/api/v1/sessions/after-the-freeze/events", method="POST", body={"events": [{"type": "user_message", "data": {"content": "after the freeze"}}]}, token=token)
+    assert status == 201, body
