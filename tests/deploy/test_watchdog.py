@@ -1,5 +1,5 @@
-"""The watchdog (sessions_app/lib/notify_systemd.py): `turnlog worker` and `turnlog daphne`, real processes with
-NOTIFY_SOCKET naming a datagram socket of this test, say READY=1 and then WATCHDOG=1 every few seconds, as systemd's
+"""The watchdog (sessions_app/lib/notify_systemd.py): `turnlog worker` and `turnlog daphne`, real processes started by
+their units' ExecStart lines (deploy/systemd/) with NOTIFY_SOCKET naming a datagram socket of this test, say READY=1 and then WATCHDOG=1 every few seconds, as systemd's
 Type=notify and WatchdogSec= expect (deploy/systemd/); frozen (SIGSTOP) they fall silent, and resume on SIGCONT."""
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pytest
 from django.db import connection
 
 from sessions_app.lib import notify_systemd
+from tests.deploy.test_units import INSTALLED_TURNLOG, values
 from tests.servers import PROJECT_DIR, TURNLOG, database_url, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -60,6 +61,12 @@ class Listener:
         self.sock.close()
 
 
+def unit_command(unit: str, instance: str = "") -> list[str]:
+    """The unit's ExecStart line, with this virtualenv's `turnlog` for the installed one."""
+    (line,) = values(unit, "Service", "ExecStart")
+    return line.replace(INSTALLED_TURNLOG, str(TURNLOG)).replace("%i", instance).split()
+
+
 def start(command: list[str], notify_socket: str, log_path) -> subprocess.Popen:
     env = {**os.environ, "DATABASE_URL": database_url(connection.settings_dict), "NOTIFY_SOCKET": notify_socket}
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
@@ -95,7 +102,7 @@ def assert_it_pings_stops_when_frozen_and_resumes(process: subprocess.Popen, lis
 def test_the_worker_says_it_is_ready_then_pings_from_its_loop_until_frozen(tmp_path):
     listener = Listener(str(tmp_path / "notify.sock"))  # a socket file, as systemd's own
     log_path = tmp_path / "worker.log"
-    process = start([str(TURNLOG), "worker", "--interval", "60"], listener.name, log_path)
+    process = start(unit_command("turnlog-worker.service"), listener.name, log_path)
     assert_it_pings_stops_when_frozen_and_resumes(process, listener, log_path)
 
 
@@ -103,7 +110,7 @@ def test_daphne_says_it_is_ready_once_listening_then_pings_from_its_event_loop_u
     listener = Listener(f"@turnlog-test-{os.getpid()}-{time.monotonic_ns()}")  # an abstract name, as the launcher's
     port = free_port()
     log_path = tmp_path / "daphne.log"
-    process = start([str(TURNLOG), "daphne", "-b", "127.0.0.1", "-p", str(port)], listener.name, log_path)
+    process = start(unit_command("turnlog-daphne@.service", str(port)), listener.name, log_path)
     try:
         listener.wait_for(notify_systemd.READY, START)
     except BaseException:
