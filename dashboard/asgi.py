@@ -52,7 +52,6 @@ cache_twisted_content_type_parsing()
 refuse_a_small_daphne_limit(sys.argv)
 
 
-
 def tell_the_supervisor_from_the_event_loop() -> None:
     """Under Daphne with $NOTIFY_SOCKET (systemd's Type=notify, the scale-out launcher): READY=1 once the reactor
     runs (Daphne listens before it starts it), then WATCHDOG=1 every few seconds from the reactor itself, so a loop
