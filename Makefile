@@ -49,7 +49,7 @@ run: migrate
 	trap 'kill $$worker 2>/dev/null; wait $$worker' EXIT; trap 'exit 130' INT TERM; \
 	$(BIN)/python manage.py runserver $(HOST):$(PORT)
 
-# nginx's port: SCALEOUT_PORT=8080 (default a free one, printed); Ctrl-C stops everything (deploy/run_scaleout.py).
+# nginx's HTTPS port: SCALEOUT_PORT=8443 (default a free one, printed); Ctrl-C stops everything (deploy/run_scaleout.py).
 SCALEOUT_PORT ?= 0
 run-scaleout: $(VENV)/.installed-run
 	$(BIN)/python deploy/run_scaleout.py --setup --port $(SCALEOUT_PORT)

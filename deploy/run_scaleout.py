@@ -1,8 +1,9 @@
 """`make run-scaleout`: the deployment of docs/guide/deploy.md on one machine, to try and to test.
 
 Starts N Daphne processes (2 by default, each `turnlog daphne`) and the
-worker on one PostgreSQL database and one Redis, behind nginx with the
-configuration generated from deploy/nginx.conf.template, each on a free port
+worker on one PostgreSQL database and one Redis, behind nginx running the
+deployment's site file, deploy/nginx-site.conf (HTTPS with a self-signed
+certificate of its own, and the plain-HTTP redirect), each on a free port
 (never the shared 6379 or 8000). Like a process supervisor (systemd's Restart=always), it starts any
 of them again a second after it dies; nginx sends requests to the other
 Daphnes meanwhile. Like systemd's watchdog (deploy/systemd/: Type=notify, WatchdogSec=15), it gives each
@@ -14,7 +15,7 @@ so a frozen process is started again too. Ctrl-C (or SIGTERM) stops everything.
 DATABASE_URL names the database (default: postgres://postgres@127.0.0.1:5432/turnlog_scaleout,
 created if missing). REDIS_URL names a Redis to use; without it a redis-server of its
 own is started on a free port. Everything it writes (configuration, logs, the
-metrics directory, the secret key, collected static files) is under the run
+metrics directory, the secret key, collected static files, the certificate) is under the run
 directory (default var/scaleout); `scaleout.json` there lists the processes,
 their ports and pids, for the tests (tests/deploy/test_run_scaleout.py).
 """
@@ -36,7 +37,7 @@ from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
-TEMPLATE = PROJECT_DIR / "deploy" / "nginx.conf.template"
+SITE = PROJECT_DIR / "deploy" / "nginx-site.conf"
 # Each Daphne as docs/guide/deploy.md's unit starts it: `turnlog daphne` passes the site's websocket limits.
 TURNLOG = Path(sys.executable).parent / "turnlog"
 DEFAULT_DATABASE_URL = "postgres://postgres@127.0.0.1:5432/turnlog_scaleout"
@@ -45,8 +46,10 @@ RESTART_DELAY = 1.0  # seconds before a process that died is started again
 WATCHDOG_SECONDS = 15.0
 # Before its READY=1, a watched child has this long (systemd's TimeoutStartSec default) after it was started.
 START_SECONDS = 90.0
-# nginx keeps a quiet socket open this much longer than the app's renewal of it (TURNLOG_SOCKET_RENEW_SECONDS).
+# nginx keeps a quiet socket open this much longer than the app's renewal of it (TURNLOG_SOCKET_RENEW_SECONDS):
+# the site file's 3900 s, for the default renewal.
 SOCKET_TIMEOUT_MARGIN = 300
+SITE_SOCKET_TIMEOUT = 3900
 
 
 def free_port() -> int:
@@ -80,16 +83,66 @@ def create_database_if_missing(url: str) -> None:
             connection.execute(f'CREATE DATABASE "{name}"')
 
 
-def nginx_config(*, run_dir: Path, port: int, daphne_ports: list[int], static_root: Path, socket_timeout: int) -> str:
-    servers = "\n".join(f"        server 127.0.0.1:{p} max_fails=0;" for p in daphne_ports)
+def make_certificate(tls_dir: Path) -> None:
+    """A self-signed certificate for 127.0.0.1, as the guide's `openssl` command makes one for a host name; kept
+    across runs, so that a browser's exception for it stays valid."""
+    if (tls_dir / "fullchain.pem").exists() and (tls_dir / "privkey.pem").exists():
+        return
+    tls_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "365", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+         "-keyout", str(tls_dir / "privkey.pem"), "-out", str(tls_dir / "fullchain.pem")],
+        check=True, capture_output=True,
+    )  # fmt: skip
+
+
+def fill_in(text: str, fields: dict) -> str:
+    """The {{name}} fields of the directives filled in (the comments naming them stay). Not string.Template's
+    syntax: nginx's own variables are $name."""
+    return "".join(
+        line if line.lstrip().startswith("#") else re.sub(r"\{\{(\w+)\}\}", lambda field: str(fields[field.group(1)]), line)
+        for line in text.splitlines(keepends=True)
+    )
+
+
+def nginx_site(*, https_port: int, http_port: int, daphne_ports: list[int], static_root: Path, tls_dir: Path, socket_timeout: int) -> str:
+    """deploy/nginx-site.conf filled in for this machine, as docs/guide/deploy.md tells an operator to."""
+    fields = {
+        "upstream_servers": "\n".join(f"    server 127.0.0.1:{p} max_fails=0;" for p in daphne_ports),
+        "server_name": "_", "http_listen": f"127.0.0.1:{http_port}", "https_listen": f"127.0.0.1:{https_port}",
+        "ssl_certificate": tls_dir / "fullchain.pem", "ssl_certificate_key": tls_dir / "privkey.pem", "static_root": static_root,
+    }  # fmt: skip
+    site = fill_in(SITE.read_text(), fields)
+    if socket_timeout != SITE_SOCKET_TIMEOUT:  # a renewal other than the default
+        for directive in ("proxy_read_timeout", "proxy_send_timeout"):
+            site = site.replace(f"{directive} {SITE_SOCKET_TIMEOUT}s;", f"{directive} {socket_timeout}s;")
+    return site
+
+
+def nginx_main_config(*, run_dir: Path, site: Path) -> str:
+    """The least of a main configuration around the site file, with every path under the run directory."""
     # nginx started by root runs its workers as `nobody` unless told: they could not read the static files.
     user_line = f"user {getpass.getuser()};" if os.geteuid() == 0 else ""
-    fields = {
-        "user_line": user_line, "run_dir": run_dir, "listen": f"127.0.0.1:{port}", "upstream_servers": servers,
-        "static_root": static_root, "socket_timeout": socket_timeout,
-    }  # fmt: skip
-    # {{name}} fields: nginx's own variables are $name, so string.Template's syntax would clash.
-    return re.sub(r"\{\{(\w+)\}\}", lambda field: str(fields[field.group(1)]), TEMPLATE.read_text())
+    temporary = "\n".join(f"    {kind}_temp_path {run_dir}/nginx-tmp/{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    return f"""# Started in the foreground by deploy/run_scaleout.py: nginx -p {run_dir} -c nginx.conf
+{user_line}
+worker_processes 1;
+pid {run_dir}/nginx.pid;
+error_log {run_dir}/logs/nginx-error.log warn;
+
+events {{
+    worker_connections 4096;  # one per browser socket and one to its Daphne: 2 per open page
+}}
+
+http {{
+    include /etc/nginx/mime.types;
+    default_type application/octet-stream;
+    access_log {run_dir}/logs/nginx-access.log;
+{temporary}
+    include {site};
+}}
+"""
 
 
 class Notifications:
@@ -185,7 +238,9 @@ class ScaleOut:
 
     def __init__(self, options: argparse.Namespace):
         self.run_dir = Path(options.run_dir).resolve()
-        self.port = options.port or free_port()
+        self.port = options.port or free_port()  # nginx's HTTPS
+        self.http_port = free_port()  # its redirect to HTTPS
+        self.tls_dir = self.run_dir / "tls"
         self.daphne_count = options.daphnes
         self.setup = options.setup
         self.database_url = os.environ.get("DATABASE_URL") or DEFAULT_DATABASE_URL
@@ -225,7 +280,8 @@ class ScaleOut:
         subprocess.run([*manage, "collectstatic", "--noinput", "-v", "0"], cwd=PROJECT_DIR, env=env, check=True)
         if self.setup:
             subprocess.run([*manage, "seed_demo"], cwd=PROJECT_DIR, env=env, check=True)
-            subprocess.run([*manage, "local_setup", "--port", str(self.port)], cwd=PROJECT_DIR, env=env, check=True)
+            url = f"https://127.0.0.1:{self.port}"
+            subprocess.run([*manage, "local_setup", "--url", url], cwd=PROJECT_DIR, env=env, check=True)
         return env
 
     def start(self) -> None:
@@ -237,20 +293,26 @@ class ScaleOut:
             command = [str(TURNLOG), "daphne", "-b", "127.0.0.1", "-p", str(port)]
             self.children.append(Child(f"daphne-{index}", command, logs / f"daphne-{index}.log", env, port=port, watched=True).start())
         renew = float(env.get("TURNLOG_SOCKET_RENEW_SECONDS") or 3600)
-        config = nginx_config(
-            run_dir=self.run_dir, port=self.port, daphne_ports=daphne_ports,
-            static_root=Path(env["TURNLOG_DATA_DIR"]) / "static", socket_timeout=int(renew) + SOCKET_TIMEOUT_MARGIN,
+        make_certificate(self.tls_dir)
+        site = nginx_site(
+            https_port=self.port, http_port=self.http_port, daphne_ports=daphne_ports,
+            static_root=Path(env["TURNLOG_DATA_DIR"]) / "static", tls_dir=self.tls_dir,
+            socket_timeout=int(renew) + SOCKET_TIMEOUT_MARGIN,
         )  # fmt: skip
-        (self.run_dir / "nginx.conf").write_text(config)
+        (self.run_dir / "turnlog-site.conf").write_text(site)
+        (self.run_dir / "nginx.conf").write_text(nginx_main_config(run_dir=self.run_dir, site=self.run_dir / "turnlog-site.conf"))
         nginx = [shutil.which("nginx") or "/usr/sbin/nginx", "-p", str(self.run_dir), "-c", str(self.run_dir / "nginx.conf"), "-e", str(logs / "nginx-error.log"), "-g", "daemon off;"]
         self.children.append(Child("nginx", nginx, logs / "nginx.log", env, port=self.port).start())
         self.write_state()
-        print(f"Turnlog, {self.daphne_count} Daphne processes behind nginx: http://127.0.0.1:{self.port}/", flush=True)
+        print(f"Turnlog, {self.daphne_count} Daphne processes behind nginx: https://127.0.0.1:{self.port}/", flush=True)
+        print(f"  its certificate is self-signed: {self.tls_dir / 'fullchain.pem'} (curl --cacert it; a browser asks once)", flush=True)
         print(f"  database {self.database_url}, Redis {self.redis_url}; logs in {logs}. Ctrl-C stops everything.", flush=True)
 
     def write_state(self) -> None:
         state = {
-            "url": f"http://127.0.0.1:{self.port}",
+            "url": f"https://127.0.0.1:{self.port}",
+            "http_url": f"http://127.0.0.1:{self.http_port}",
+            "ca_file": str(self.tls_dir / "fullchain.pem"),
             "redis_url": self.redis_url,
             "processes": {c.name: {"pid": c.process.pid if c.process else None, "port": c.port} for c in self.children},
         }
@@ -289,7 +351,7 @@ class ScaleOut:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--daphnes", type=int, default=2, help="how many Daphne processes (default 2)")
-    parser.add_argument("--port", type=int, default=0, help="nginx's port (default: a free one)")
+    parser.add_argument("--port", type=int, default=0, help="nginx's HTTPS port (default: a free one)")
     parser.add_argument("--run-dir", default=str(PROJECT_DIR / "var" / "scaleout"), help="where configuration, logs and state go")
     parser.add_argument("--setup", action="store_true", help="also seed the demo sessions and create the local admin (as make run does)")
     scaleout = ScaleOut(parser.parse_args(argv))

@@ -2,7 +2,9 @@
 
 The launcher runs as `make run-scaleout` does, on the test database and on a
 redis-server of this test (tests.servers.RedisServer) so that the test can
-stop and start it. Appends go to each Daphne directly; a browser page, logged
+stop and start it. nginx runs the deployment's site file (deploy/nginx-site.conf)
+over HTTPS with the launcher's self-signed certificate, which the test trusts.
+Appends go to each Daphne directly; a browser page, logged
 in and served through nginx, must show every one of them, through a Redis
 restart and through each Daphne being killed in turn (the launcher starts it
 again, as systemd would): nginx sends requests to the other one meanwhile, the
@@ -20,6 +22,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -28,6 +31,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import httpx
 import pytest
 from axes.models import AccessAttempt
 from django.conf import settings
@@ -86,6 +90,8 @@ class ScaleOut:
             assert time.monotonic() < deadline, f"not started within {START} s: {self.log_path.read_text()}"
             time.sleep(0.2)
         self.url = self.state()["url"]
+        # The launcher's certificate, for 127.0.0.1: verified in full (its name too).
+        self.tls = ssl.create_default_context(cafile=self.state()["ca_file"])
 
     def state(self) -> dict:
         return json.loads((self.run_dir / "scaleout.json").read_text())
@@ -141,17 +147,33 @@ def scaleout(requirements, transactional_db, tmp_path):
     env.pop("TURNLOG_DATA_DIR", None)
     run = ScaleOut(tmp_path / "run", redis, env)
     run.redis = redis
+    TLS["context"] = run.tls
     yield run
+    TLS.clear()
     if run.process.poll() is None:
         run.stop()
     redis.kill()
+
+
+# Set by the scaleout fixture: HTTPS to nginx trusts the launcher's certificate.
+TLS: dict[str, ssl.SSLContext] = {}
+
+
+class TrustingBrowser:
+    """Pages of a browser that accepts the launcher's self-signed certificate (open_page asks for new_page)."""
+
+    def __init__(self, browser):
+        self.browser = browser
+
+    def new_page(self, **options):
+        return self.browser.new_page(ignore_https_errors=True, **options)
 
 
 def request(url: str, *, method: str = "GET", body: dict | None = None, token: str | None = None) -> tuple[int, dict]:
     headers = {"Content-Type": "application/json", **({"Authorization": f"Bearer {token}"} if token else {})}
     data = json.dumps(body).encode() if body is not None else None
     try:
-        with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method, headers=headers), timeout=30) as response:
+        with urllib.request.urlopen(urllib.request.Request(url, data=data, method=method, headers=headers), timeout=30, context=TLS.get("context")) as response:
             return response.status, json.loads(response.read() or b"{}")
     except urllib.error.HTTPError as error:
         return error.code, {"body": error.read().decode()}
@@ -165,7 +187,7 @@ def append(base_url: str, token: str, text: str) -> None:
 def appended_counts(base_url: str, token: str) -> float:
     """turnlog_events_appended_total over every process, as /metrics adds them up from the shared directory."""
     request = urllib.request.Request(f"{base_url}/metrics", headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=30) as response:
+    with urllib.request.urlopen(request, timeout=30, context=TLS.get("context")) as response:
         text = response.read().decode()
     families = text_string_to_metric_families(text)
     return sum(s.value for family in families for s in family.samples if s.name == "turnlog_events_appended_total")
@@ -184,7 +206,7 @@ def test_two_daphnes_behind_nginx_serve_one_page_through_a_redis_restart_and_eac
     assert request(f"{scaleout.url}/api/v1/sessions", method="POST", body={"id": "scaled"}, token=token)[0] == 201
     append(scaleout.daphne_url(0), token, "before")
 
-    page = open_page(browser, scaleout, plain_user, "/")
+    page = open_page(TrustingBrowser(browser), scaleout, plain_user, "/")
     page.add_init_script(RECORD_SOCKETS)
     page.goto(f"{scaleout.url}/sessions/scaled/")
     wait_until(page, "window.socketOpens >= 1", timeout=LIVE)
@@ -236,7 +258,7 @@ def test_two_daphnes_behind_nginx_serve_one_page_through_a_redis_restart_and_eac
     assert not [name for name, text in logs.items() if "Traceback" in text], logs
 
 
-def test_a_message_larger_than_daphnes_default_websocket_limit_reaches_streams_on_the_other_daphne_and_through_nginx(scaleout, plain_user):
+def test_a_message_larger_than_daphnes_default_websocket_limit_reaches_streams_on_the_other_daphne_and_through_nginx(scaleout, plain_user, monkeypatch):
     """Each Daphne the launcher starts carries a frame above Daphne's default 1 MiB, as the deployment's units do."""
     token = token_for(plain_user)
     assert request(f"{scaleout.url}/api/v1/sessions", method="POST", body={"id": "large"}, token=token)[0] == 201
@@ -248,7 +270,8 @@ def test_a_message_larger_than_daphnes_default_websocket_limit_reaches_streams_o
         status, listed = request(f"{scaleout.url}/api/v1/sessions/large/events", token=token)
         assert status == 200 and [event["data"]["content"] for event in listed["events"]] == ["before", LARGE_MESSAGE]
         assert [json.loads(live.recv(timeout=60))["event"] for _ in range(2)] == listed["events"]
-    with Client(scaleout.url, token) as client:  # through nginx
+    monkeypatch.setenv("SSL_CERT_FILE", scaleout.state()["ca_file"])  # the stream's websocket trusts the default paths
+    with Client(scaleout.url, token, transport=httpx.HTTPTransport(verify=scaleout.tls)) as client:  # through nginx
         stream = client.stream("large", open_timeout=60)
         assert [next(stream), next(stream)] == listed["events"]
         stream.close()
@@ -257,14 +280,24 @@ def test_a_message_larger_than_daphnes_default_websocket_limit_reaches_streams_o
 
 def test_throttling_counts_failed_logins_under_the_address_nginx_saw_not_one_the_client_wrote(scaleout, plain_user):
     jar = http.cookiejar.CookieJar()
-    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar), urllib.request.HTTPSHandler(context=scaleout.tls))
     with opener.open(f"{scaleout.url}/login/", timeout=30) as response:
         form_token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', response.read().decode()).group(1)
     body = urllib.parse.urlencode({"csrfmiddlewaretoken": form_token, "username": plain_user.username, "password": "wrong"}).encode()
-    login = urllib.request.Request(f"{scaleout.url}/login/", data=body, headers={"X-Forwarded-For": "203.0.113.9"})
+    # Over HTTPS Django's CSRF check wants the page the form came from, as a browser sends it.
+    headers = {"X-Forwarded-For": "203.0.113.9", "Referer": f"{scaleout.url}/login/"}
+    login = urllib.request.Request(f"{scaleout.url}/login/", data=body, headers=headers)
     with opener.open(login, timeout=30) as response:
         assert response.status == 200  # the form again, with its error
     assert list(AccessAttempt.objects.values_list("username", "ip_address")) == [(plain_user.username, "127.0.0.1")]
+
+
+def test_the_launcher_serves_https_and_redirects_plain_http_as_the_site_file_does(scaleout):
+    with urllib.request.urlopen(f"{scaleout.url}/healthz", timeout=30, context=scaleout.tls) as response:
+        assert response.status == 200
+    plain = httpx.get(f"{scaleout.state()['http_url']}/sessions/?x=1", timeout=30)
+    assert plain.status_code == 308 and plain.headers["location"] == "https://127.0.0.1/sessions/?x=1"
+    assert "include " in (scaleout.run_dir / "nginx.conf").read_text()  # a minimal main configuration around the site
 
 
 def test_ctrl_c_stops_every_process_it_started(scaleout):

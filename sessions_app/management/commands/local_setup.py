@@ -27,14 +27,15 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--host", default="127.0.0.1", help="the address the server listens on (default 127.0.0.1)")
         parser.add_argument("--port", type=int, default=8000, help="the port it listens on (default 8000)")
+        parser.add_argument("--url", default="", help="the address to print, when not http://HOST:PORT (make run-scaleout: nginx's https)")
         parser.add_argument(
             "--manage-command",
             default=".venv/bin/python manage.py",
             help="how the messages spell manage.py (`turnlog serve` says `turnlog manage`)",
         )
 
-    def handle(self, *args, host: str, port: int, manage_command: str, **options):
-        url = served_url(host, port)
+    def handle(self, *args, host: str, port: int, url: str, manage_command: str, **options):
+        url = url.rstrip("/") or served_url(host, port)
         created = self.create_admin()
         if created is not None:
             password, token = created

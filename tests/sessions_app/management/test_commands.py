@@ -111,6 +111,12 @@ def test_local_setup_prints_the_address_actually_served():
     assert "starting on http://127.0.0.1:8001\n" in run("local_setup", "--host", "0.0.0.0", "--port", "8001")
 
 
+def test_local_setup_prints_the_address_it_is_given_behind_nginx():
+    output = run("local_setup", "--url", "https://127.0.0.1:8443/")  # as make run-scaleout runs it
+    assert "Turnlog is starting on https://127.0.0.1:8443\n" in output
+    assert "https://127.0.0.1:8443/api/v1/sessions" in output and "http://" not in output
+
+
 def test_make_run_passes_host_and_port_to_the_printed_address_and_the_server():
     dry_run = subprocess.run(
         ["make", "--dry-run", "run", "HOST=127.0.0.2", "PORT=8123"],
