@@ -7,10 +7,6 @@ from pytest_timeout import get_env_settings
 
 from tests.access import token_for
 
-# The tests never read an operator's configuration file (/etc/turnlog.env, or one TURNLOG_CONFIG names), nor do the
-# `turnlog` and `manage.py` processes they start: empty, it names no file. A test that wants one sets it for its process.
-os.environ["TURNLOG_CONFIG"] = ""
-
 # Per-test budgets of the slow suites, so a hang fails its run within minutes
 # instead of eating CI's time; every other test gets pyproject's `timeout`. All of them, and the tests' own
 # timeout marks, are stretched by load_factor when pytest-xdist's workers outnumber the cores.

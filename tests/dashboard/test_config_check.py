@@ -4,6 +4,7 @@ clean; never a crash on bad values."""
 from __future__ import annotations
 
 import os
+import re
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -126,3 +127,39 @@ def test_without_a_file_the_environment_alone_is_checked(env, tmp_path):
         f"problem: the database {tmp_path / 'absent.sqlite3'} does not exist: `turnlog manage migrate` creates it",
     ]
     assert not (tmp_path / "absent.sqlite3").exists()
+
+
+GUIDES = [PROJECT_DIR / "docs" / "guide" / "deploy.md", PROJECT_DIR / "docs" / "guide" / "running.md"]
+FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", flags=re.MULTILINE | re.DOTALL)
+
+
+def guide_check_commands() -> list[str]:
+    """Every `turnlog check` line of the guides' code blocks, its comment dropped."""
+    found = []
+    for guide in GUIDES:
+        for block in FENCE.findall(guide.read_text()):
+            for line in block.splitlines():
+                command = line.split(" #")[0].strip()
+                if re.fullmatch(r"(?:[A-Z_]+=\S+ )*turnlog check", command):
+                    found.append(command)
+    return found
+
+
+def test_every_turnlog_check_command_of_the_guides_runs_clean(env, tmp_path):
+    """Run as written, with the guide's files made in tmp_path: /etc/turnlog.env is the file TURNLOG_CONFIG names
+    (the tests never read the machine's own), /srv/turnlog/staging.env another."""
+    commands = guide_check_commands()
+    assert "turnlog check" in commands and "TURNLOG_CONFIG=/srv/turnlog/staging.env turnlog check" in commands
+    database = tmp_path / "db.sqlite3"
+    migrated = subprocess.run([TURNLOG, "manage", "migrate", "-v", "0"], env={**env, "TURNLOG_CONFIG": "", "DATABASE_URL": f"sqlite:///{database}"},
+                              cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert migrated.returncode == 0, migrated.stderr
+    for name in ("turnlog.env", "staging.env"):
+        (tmp_path / name).write_text(f"TURNLOG_ENV=production\nDJANGO_SECRET_KEY={KEY}\nDATABASE_URL=sqlite:///{database}\n")
+        (tmp_path / name).chmod(0o640)
+    shell_env = {**env, "PATH": f"{TURNLOG.parent}:{env['PATH']}"}
+    for command in commands:
+        run = subprocess.run(["bash", "-c", command.replace("/srv/turnlog/staging.env", str(tmp_path / "staging.env"))],
+                             env=shell_env, cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert run.returncode == 0, (command, run.stdout, run.stderr)
+        assert run.stdout.splitlines()[-1] == "turnlog check: no problems (0 warnings)", command
