@@ -141,11 +141,31 @@ def check_settings_and_database(refused: set[str], report: Report) -> None:
         report.notes.append(f"the database {shown} is reachable and migrated")
 
 
+def check_redis(report: Report) -> None:
+    """The channel layer's Redis, when REDIS_URL names one: without it no live event crosses processes."""
+    url = os.environ.get("REDIS_URL", "")
+    if not url:
+        return
+    import redis
+
+    try:
+        client = redis.Redis.from_url(url, socket_connect_timeout=3, socket_timeout=3)
+        try:
+            client.ping()
+        finally:
+            client.close()
+    except Exception as error:  # noqa: BLE001: a bad URL or an unreachable server alike
+        report.problems.append(f"REDIS_URL: Redis cannot be reached: {' '.join(str(error).split())}")
+    else:
+        report.notes.append("Redis (REDIS_URL) is reachable")
+
+
 def run(loaded: config_file.LoadedConfig) -> int:
     report = Report()
     check_file(loaded, report)
     refused = check_environment(loaded, report)
     check_settings_and_database(refused, report)
+    check_redis(report)
     for line in report.lines():
         print(line)
     if report.problems:

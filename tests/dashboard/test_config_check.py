@@ -72,14 +72,24 @@ def test_misspelled_name_non_numeric_pool_size_production_without_key_and_unmigr
 
 
 def test_a_clean_configuration_passes(env, db, settings):
-    """The test run's own database (migrated), on the backend the suite runs on."""
+    """The test run's own database (migrated) and Redis, on the backends the suite runs on."""
     from django.db import connection
 
     url = database_url(connection.settings_dict)
-    code, problems, lines = check(env, f"TURNLOG_ENV=production\nDJANGO_SECRET_KEY='{KEY}'\nDATABASE_URL={url}\nTURNLOG_DB_POOL_SIZE=8\n")
+    redis = f"REDIS_URL={os.environ['REDIS_URL']}\n" if os.environ.get("REDIS_URL") else ""
+    code, problems, lines = check(env, f"TURNLOG_ENV=production\nDJANGO_SECRET_KEY='{KEY}'\nDATABASE_URL={url}\nTURNLOG_DB_POOL_SIZE=8\n{redis}")
     assert (code, problems) == (0, []), lines
     assert lines[-1] == "turnlog check: no problems (0 warnings)"
     assert any(line.startswith("note: the database ") and line.endswith(" is reachable and migrated") for line in lines)
+    assert ("note: Redis (REDIS_URL) is reachable" in lines) == bool(redis)
+
+
+def test_an_unreachable_redis_is_listed(env, tmp_path):
+    database = tmp_path / "db.sqlite3"
+    sqlite3.connect(database).close()
+    code, problems, _ = check(env, f"DATABASE_URL=sqlite:///{database}\nREDIS_URL=redis://127.0.0.1:{free_port()}/0\n")
+    assert code == 1 and len(problems) == 2, problems
+    assert problems[1].startswith("problem: REDIS_URL: Redis cannot be reached: ") and "refused" in problems[1]
 
 
 def test_overrides_by_the_environment_and_a_file_readable_by_others_are_reported_without_failing(env, tmp_path):
