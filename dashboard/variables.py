@@ -128,7 +128,13 @@ VARIABLES = {variable.name: variable for _, group in GROUPS for variable in grou
 # Read, but not settings of the file: TURNLOG_CONFIG names the file itself, DJANGO_SETTINGS_MODULE is the
 # commands' own; the client examples read TURNLOG_URL and TURNLOG_TOKEN (docs/settings.md, "Not settings").
 NOT_SETTINGS = {"TURNLOG_CONFIG", "DJANGO_SETTINGS_MODULE", "TURNLOG_URL", "TURNLOG_TOKEN"}
-KNOWN = set(VARIABLES) | NOT_SETTINGS
+# Django's own (createsuperuser --noinput, the terminal's colours, the autoreloader...): not unknown to `turnlog check`.
+DJANGO_OWN = {
+    "DJANGO_SUPERUSER_USERNAME", "DJANGO_SUPERUSER_EMAIL", "DJANGO_SUPERUSER_PASSWORD", "DJANGO_COLORS",
+    "DJANGO_ALLOW_ASYNC_UNSAFE", "DJANGO_AUTORELOAD_ENV", "DJANGO_WATCHMAN_TIMEOUT", "DJANGO_RUNSERVER_HIDE_WARNING",
+    "DJANGO_TEST_PROCESSES", "DJANGO_AUTO_COMPLETE",
+}  # fmt: skip
+KNOWN = set(VARIABLES) | NOT_SETTINGS | DJANGO_OWN
 
 
 def value_problem(variable: Variable, value: str) -> str | None:

@@ -109,7 +109,8 @@ def test_overrides_by_the_environment_and_a_file_readable_by_others_are_reported
 
 
 def test_every_bad_value_is_listed_and_a_settings_refusal_the_table_cannot_see_is_caught(env):
-    env = {**env, "DJANGO_SECRETKEY": "x"}  # in the environment, not the file
+    # In the environment, not the file: a misspelling, and Django's own variable (not unknown).
+    env = {**env, "DJANGO_SECRETKEY": "x", "DJANGO_SUPERUSER_PASSWORD": "x"}
     code, problems, _ = check(env, (
         f"TURNLOG_ENV=production\nDJANGO_SECRET_KEY={KEY}\nDJANGO_DEBUG=1\nTURNLOG_DB_THREADS=-1\nTURNLOG_LOG_FORMAT=xml\n"
         "TURNLOG_OTLP_CLOSER=maybe\nexport TURNLOG_BASE_URL=https://x\nDATABSE_URL=sqlite:///x\n"
