@@ -97,7 +97,10 @@ def check_settings_and_database(refused: set[str], report: Report) -> None:
     for name in refused - {"DJANGO_SECRET_KEY"}:
         os.environ.pop(name, None)
     if "DJANGO_SECRET_KEY" in refused:
-        os.environ["DJANGO_SECRET_KEY"] = "turnlog-check-stand-in-key"  # only to get past the refusal reported above
+        import secrets
+
+        # Only to get past the refusal reported above (random, so that Django's check of its strength stays quiet).
+        os.environ["DJANGO_SECRET_KEY"] = secrets.token_urlsafe(50)
     try:
         import django
         from django.conf import settings
@@ -107,9 +110,14 @@ def check_settings_and_database(refused: set[str], report: Report) -> None:
         report.problems.append(f"the settings cannot be loaded: {type(error).__name__}: {error}")
         report.problems.append("the database was not checked (the settings did not load)")
         return
+    check_django(settings, report)
     database = settings.DATABASES["default"]
     sqlite = database["ENGINE"] == "django.db.backends.sqlite3"
-    shown = database["NAME"] if sqlite else f"{database['ENGINE'].rsplit('.', 1)[-1]} {database.get('HOST') or 'localhost'}:{database.get('PORT') or 5432}/{database['NAME']}"
+    if sqlite:
+        shown = database["NAME"]
+    else:
+        engine = database["ENGINE"].rsplit(".", 1)[-1]
+        shown = f"{engine} {database.get('HOST') or 'localhost'}:{database.get('PORT') or 5432}/{database['NAME']}"
     if sqlite and not os.path.exists(database["NAME"]):
         report.problems.append(f"the database {shown} does not exist: `turnlog manage migrate` creates it")
         return
@@ -141,6 +149,22 @@ def check_settings_and_database(refused: set[str], report: Report) -> None:
         report.notes.append(f"the database {shown} is reachable and migrated")
 
 
+def check_django(settings, report: Report) -> None:
+    """Django's system checks, its deployment checks too in production (what `manage.py check --deploy` says)."""
+    from django.core import checks
+
+    try:
+        messages = checks.run_checks(include_deployment_checks=settings.PRODUCTION)
+    except Exception as error:  # noqa: BLE001
+        report.problems.append(f"Django's checks failed: {type(error).__name__}: {error}")
+        return
+    for message in messages:
+        if message.is_silenced():
+            continue
+        text = f"{message.id}: {' '.join(str(message.msg).split())}"
+        (report.problems if message.is_serious() else report.warnings).append(f"Django's check {text}")
+
+
 def check_redis(report: Report) -> None:
     """The channel layer's Redis, when REDIS_URL names one: without it no live event crosses processes."""
     url = os.environ.get("REDIS_URL", "")
@@ -169,8 +193,12 @@ def run(loaded: config_file.LoadedConfig) -> int:
     for line in report.lines():
         print(line)
     if report.problems:
-        print(f"turnlog check: {len(report.problems)} problems", file=sys.stderr)
+        print(f"turnlog check: {counted(len(report.problems), 'problem')}", file=sys.stderr)
         return 1
-    print(f"turnlog check: no problems ({len(report.warnings)} warnings)")
+    print(f"turnlog check: no problems ({counted(len(report.warnings), 'warning')})")
     return 0
+
+
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 

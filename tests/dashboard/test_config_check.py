@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import sqlite3
 import subprocess
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from tests.servers import PROJECT_DIR, TURNLOG, database_url, free_port
 
-KEY = "k" * 50
+KEY = secrets.token_urlsafe(50)  # Django's deployment check warns about a weak one
 
 
 @pytest.fixture
@@ -105,7 +106,7 @@ def test_overrides_by_the_environment_and_a_file_readable_by_others_are_reported
     assert f"note: TURNLOG_LOG_FORMAT is set in the process environment, which wins over {path} (the same value)" in lines
     assert (f"warning: {path} is readable by every user (mode 0644): it may hold secrets; chown root:turnlog {path}"
             f" && chmod 0640 {path}") in lines  # fmt: skip
-    assert lines[-1] == "turnlog check: no problems (1 warnings)"
+    assert lines[-1] == "turnlog check: no problems (1 warning)"
 
 
 def test_every_bad_value_is_listed_and_a_settings_refusal_the_table_cannot_see_is_caught(env):
@@ -174,3 +175,15 @@ def test_every_turnlog_check_command_of_the_guides_runs_clean(env, tmp_path):
                              env=shell_env, cwd=tmp_path, capture_output=True, text=True, timeout=120)  # fmt: skip
         assert run.returncode == 0, (command, run.stdout, run.stderr)
         assert run.stdout.splitlines()[-1] == "turnlog check: no problems (0 warnings)", command
+
+
+def test_djangos_deployment_checks_run_in_production(env, tmp_path):
+    database = tmp_path / "db.sqlite3"
+    migrated = subprocess.run([TURNLOG, "manage", "migrate", "-v", "0"], env={**env, "TURNLOG_CONFIG": "", "DATABASE_URL": f"sqlite:///{database}"},
+                              cwd=PROJECT_DIR, capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert migrated.returncode == 0, migrated.stderr
+    code, problems, lines = check(env, f"TURNLOG_ENV=production\nDJANGO_SECRET_KEY={'k' * 50}\nDATABASE_URL=sqlite:///{database}\n")
+    assert (code, problems) == (0, []), lines
+    (weak,) = [line for line in lines if line.startswith("warning: Django's check ")]
+    assert weak.startswith("warning: Django's check security.W009: Your SECRET_KEY has less than 50 characters, less than 5 unique")
+    assert lines[-1] == "turnlog check: no problems (1 warning)"
