@@ -123,3 +123,18 @@ def test_a_missing_file_named_by_turnlog_config_stops_the_command(command, proce
     assert run.returncode == 2 and run.stdout == ""
     assert run.stderr == f"turnlog: the configuration file {tmp_path / 'nowhere.env'} does not exist\n"
     assert not (tmp_path / "data").exists()  # nothing ran
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="drops to another user: needs root")
+def test_a_file_the_user_cannot_read_stops_the_command_naming_it(tmp_path: Path):
+    """As the services' user would find a root-only file: the process drops to nobody once Python has started
+    (the interpreter itself may live where only root reads), then reads the configuration."""
+    path = tmp_path / "turnlog.env"
+    path.write_text("TURNLOG_STALL_SECONDS=60\n")
+    path.chmod(0o600)
+    tmp_path.chmod(0o755)
+    script = "import os; from dashboard import config_file; os.setgid(65534); os.setuid(65534); config_file.load_or_exit()"
+    run = subprocess.run([sys.executable, "-c", script], env={**os.environ, "TURNLOG_CONFIG": str(path)}, cwd=PROJECT_DIR,
+                         capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert run.returncode == 2
+    assert run.stderr == f"turnlog: the configuration file {path} cannot be read by this user (uid 65534): mode, owner or group\n"
