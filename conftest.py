@@ -25,6 +25,10 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from django.db.models.signals import post_migrate
 
+# The tests never read an operator's configuration file (/etc/turnlog.env, or one TURNLOG_CONFIG names), nor do the
+# `turnlog` and `manage.py` processes they start: empty, it names no file. A test that wants one sets it for its process.
+os.environ["TURNLOG_CONFIG"] = ""
+
 # Redis's default `databases` setting: numbers 0-15.
 REDIS_DATABASES = 16
 

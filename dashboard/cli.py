@@ -4,6 +4,9 @@
     turnlog daphne [DAPHNE OPTIONS]       one server process alone: Daphne serving the site with its websocket limits
     turnlog worker [OPTIONS]              the worker alone (`manage.py recovery_worker [OPTIONS]`)
     turnlog manage COMMAND [ARGS]         any management command (`manage.py COMMAND [ARGS]`)
+    turnlog check                         validate the configuration and the database, listing every problem
+
+Each reads the configuration file first (dashboard/config_file.py: TURNLOG_CONFIG, else /etc/turnlog.env).
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import signal
 import subprocess
 import sys
 
+from dashboard import config_file
+
 SETTINGS_MODULE = "dashboard.settings"
 APPLICATION = "dashboard.asgi:application"
 MANAGE = "turnlog manage"  # what the commands' help and messages call manage.py here
@@ -23,6 +28,8 @@ STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SI
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    # Before anything imports the settings (or prometheus-client, which reads PROMETHEUS_MULTIPROC_DIR at import).
+    loaded = config_file.load_or_exit()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", SETTINGS_MODULE)
     if argv[:1] == ["daphne"]:  # every argument after it is Daphne's
         return daphne(argv[1:])
@@ -41,7 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("daphne", help="run one server process alone: Daphne with the site's websocket limits [DAPHNE OPTIONS]")
     commands.add_parser("worker", help="run the worker alone: manage.py recovery_worker [--once] [--interval SECONDS]")
     commands.add_parser("manage", help="run a management command: manage.py COMMAND [ARGS]")
+    commands.add_parser("check", help="validate the configuration and the database, list every problem (exit 1 if any)")
     arguments = parser.parse_args(argv)
+    if arguments.command == "check":
+        from dashboard import config_check
+
+        return config_check.run(loaded)
     return serve(arguments.host, arguments.port)
 
 

@@ -61,7 +61,7 @@ def run_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "TURNLOG_", "PYTHON"))}
     env.pop("DATABASE_URL", None)
     env.pop("REDIS_URL", None)
-    return {**env, "TURNLOG_DATA_DIR": str(tmp_path / "data"), "TURNLOG_WORKER_INTERVAL_SECONDS": "1"}
+    return {**env, "TURNLOG_CONFIG": "", "TURNLOG_DATA_DIR": str(tmp_path / "data"), "TURNLOG_WORKER_INTERVAL_SECONDS": "1"}
 
 
 def turnlog(venv: Path, *args: str, env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
