@@ -25,6 +25,7 @@ from tests.conftest import ApiClient
 from tests.servers import PROJECT_DIR, TURNLOG, DaphneServer, database_url
 from tests.sessions_app import factories as f
 from tests.sessions_app.api.http import append, make_session
+from tests.test_docs import FENCE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
@@ -237,12 +238,14 @@ def test_a_backup_of_a_missing_sqlite_file_creates_nothing(tmp_path):
 
 
 def guide_commands() -> list[str]:
-    """The `turnlog` commands of the guide's "Backup and restore" and "Upgrading" sections, comments dropped."""
+    """The `turnlog` (and pg_dump, pg_restore) commands of the guide's "Backup and restore" and "Upgrading"
+    sections: the code blocks' lines, comments dropped, and those written inline in backquotes."""
     text = GUIDE.read_text()
     sections = [text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0] for title in ["Backup and restore", "Upgrading"]]
     blocks = [block for section in sections for block in re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)]
     lines = [line.split("#", 1)[0].strip() for block in blocks for line in block.splitlines()]
-    return [line for line in lines if re.match(r"(turnlog|pg_dump|pg_restore) ", line)]
+    inline = [" ".join(code.split()) for section in sections for code in re.findall(r"`([^`]+)`", FENCE.sub("", section))]
+    return [line for line in lines + inline if re.match(r"(turnlog|pg_dump|pg_restore) ", line)]
 
 
 def test_the_guide_s_backup_restore_and_upgrade_commands_run_as_written(written, source, new_database, tmp_path):
@@ -264,6 +267,7 @@ def test_the_guide_s_backup_restore_and_upgrade_commands_run_as_written(written,
     turnlog(f"turnlog restore {GUIDE_BACKUPS}/turnlog.backup", restored)
     turnlog(f"turnlog backup {GUIDE_BACKUPS}/before-upgrade.backup", restored)
     turnlog("turnlog manage migrate", restored)
+    turnlog("turnlog manage showmigrations", restored)
     turnlog("turnlog manage collectstatic --noinput", restored, TURNLOG_DATA_DIR=str(tmp_path / "data"))
     assert (tmp_path / "data" / "static").is_dir()
     turnlog(f"turnlog restore {GUIDE_BACKUPS}/before-upgrade.backup", restored, succeeds=False)  # not empty
@@ -272,4 +276,5 @@ def test_the_guide_s_backup_restore_and_upgrade_commands_run_as_written(written,
     assert stat.S_IMODE((tmp_path / "before-upgrade.backup").stat().st_mode) == 0o600
     documented = guide_commands()
     assert "turnlog manage migrate" in documented and f"turnlog restore {GUIDE_BACKUPS}/before-upgrade.backup" in documented
-    assert set(documented) <= set(ran), sorted(set(documented) - set(ran))
+    # `turnlog serve` (stopped before a restore on one machine) is run by tests/dashboard/test_cli.py.
+    assert set(documented) - {"turnlog serve"} <= set(ran), sorted(set(documented) - set(ran))
