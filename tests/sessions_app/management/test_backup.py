@@ -20,6 +20,7 @@ import pytest
 from django.db import connection
 
 from sessions_app.models import Role
+from sessions_app.management.database_copies import Database
 from tests.access import token_for
 from tests.conftest import ApiClient
 from tests.servers import PROJECT_DIR, TURNLOG, DaphneServer, database_url
@@ -132,7 +133,8 @@ def in_process(client: ApiClient):
 def over_http(server: DaphneServer, token: str):
     def request(path, body=None, headers=()):
         data = None if body is None else json.dumps(body).encode()
-        sent = urllib.request.Request(server.url + path, data=data, headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json", **dict(headers)})
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", **dict(headers)}
+        sent = urllib.request.Request(server.url + path, data=data, headers=headers)
         try:
             with urllib.request.urlopen(sent, timeout=30) as response:
                 return response.status, json.loads(response.read())
@@ -155,7 +157,7 @@ def test_a_restored_backup_answers_every_read_as_the_original_and_appends_at_the
     restored = manage("restore", str(backup), database=empty_database)
     assert restored.returncode == 0, restored.stderr
     assert empty_database["NAME"] in restored.stdout and "predates" not in restored.stdout
-    assert "PASSWORD" not in restored.stdout and (not source.get("PASSWORD") or source["PASSWORD"] not in restored.stdout)
+    assert not source.get("PASSWORD") or source["PASSWORD"] not in restored.stdout
 
     server = DaphneServer(empty_database, tmp_path / "daphne.log").start()
     try:
@@ -278,3 +280,12 @@ def test_the_guide_s_backup_restore_and_upgrade_commands_run_as_written(written,
     assert "turnlog manage migrate" in documented and f"turnlog restore {GUIDE_BACKUPS}/before-upgrade.backup" in documented
     # `turnlog serve` (stopped before a restore on one machine) is run by tests/dashboard/test_cli.py.
     assert set(documented) - {"turnlog serve"} <= set(ran), sorted(set(documented) - set(ran))
+
+
+def test_a_postgresql_database_is_named_without_its_password_which_only_pg_dump_s_environment_carries():
+    options = {"sslmode": "require", "pool": {}}
+    database = Database("postgresql", "turnlog", {"HOST": "db", "PORT": 5432, "USER": "turnlog", "PASSWORD": "s3cret", "OPTIONS": options})
+    assert str(database) == "the PostgreSQL database turnlog on db:5432, user turnlog"
+    env = database.libpq_environment()
+    assert (env["PGHOST"], env["PGPORT"], env["PGUSER"], env["PGPASSWORD"], env["PGSSLMODE"]) == ("db", "5432", "turnlog", "s3cret", "require")
+    assert str(Database("sqlite", "/var/lib/turnlog/turnlog.sqlite3", {})) == "the SQLite database /var/lib/turnlog/turnlog.sqlite3"
