@@ -11,6 +11,7 @@ import re
 import stat
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -175,6 +176,50 @@ def test_a_restored_backup_answers_every_read_as_the_original_and_appends_at_the
         server.stop()
     # The original never saw the restored database's append.
     assert in_process(written["client"])("/api/v1/sessions/crashed/events?limit=5000")[1] == first
+
+
+def test_a_backup_taken_while_a_server_appends_is_a_consistent_snapshot(written, source, empty_database, tmp_path):
+    """Appends go on through a Daphne on the source during the backup: the restored log is a prefix of the
+    source's, every session's counts agree with its events, and the log continues from there."""
+    server = DaphneServer(source, tmp_path / "source.log").start()
+    request = over_http(server, written["token"])
+    stop, answered = threading.Event(), []
+
+    def keep_appending():
+        while not stop.is_set():
+            answered.append(request("/api/v1/sessions/done/events", {"events": [f.user(str(len(answered)))]})[0])
+
+    appender = threading.Thread(target=keep_appending)
+    appender.start()
+    try:
+        while len(answered) < 5:
+            assert appender.is_alive()
+            threading.Event().wait(0.05)
+        backup = tmp_path / "live.backup"
+        made = manage("backup", str(backup), database=source)
+        during = len(answered)
+        threading.Event().wait(0.5)
+    finally:
+        stop.set()
+        appender.join(timeout=60)
+    final = request("/api/v1/sessions/done/events?limit=5000")[1]["events"]
+    server.stop()
+    assert made.returncode == 0, made.stderr
+    assert set(answered) == {201} and len(answered) > during  # the server kept appending through the backup
+    assert manage("restore", str(backup), database=empty_database).returncode == 0
+
+    restored = DaphneServer(empty_database, tmp_path / "restored.log").start()
+    try:
+        request = over_http(restored, written["token"])
+        events = request("/api/v1/sessions/done/events?limit=5000")[1]
+        session = request("/api/v1/sessions/done")[1]
+        assert 6 + 5 <= len(events["events"]) < len(final)  # some of the appends, not all of them
+        assert events["events"] == final[: len(events["events"])]
+        assert session["event_count"] == events["next_seq"] == len(events["events"])
+        status, appended = request("/api/v1/sessions/done/events", {"events": [f.user("after")]})
+        assert (status, appended["first_seq"]) == (201, events["next_seq"])
+    finally:
+        restored.stop()
 
 
 def test_a_restore_into_a_database_that_holds_anything_is_refused_and_changes_nothing(written, source, empty_database, tmp_path):
