@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
         from django.core.management import execute_from_command_line
 
         command = {"manage": [], "worker": ["recovery_worker"]}.get(argv[0], argv[:1])
-        execute_from_command_line([MANAGE, *command, *argv[1:]])
+        execute_from_command_line([MANAGE if argv[0] in ("manage", "worker") else "turnlog", *command, *argv[1:]])
         return 0
     parser = argparse.ArgumentParser(prog="turnlog", description="Turnlog: a live dashboard and API for AI-agent session logs.")
     commands = parser.add_subparsers(dest="command", required=True)
