@@ -5,6 +5,8 @@
     turnlog worker [OPTIONS]              the worker alone (`manage.py recovery_worker [OPTIONS]`)
     turnlog manage COMMAND [ARGS]         any management command (`manage.py COMMAND [ARGS]`)
     turnlog check                         validate the configuration and the database, listing every problem
+    turnlog backup [--force] PATH         back up the database to PATH (`manage.py backup`)
+    turnlog restore PATH                  restore a backup into an empty database (`manage.py restore`)
 
 Each reads the configuration file first (dashboard/config_file.py: TURNLOG_CONFIG, else /etc/turnlog.env).
 """
@@ -34,11 +36,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["daphne"]:  # every argument after it is Daphne's
         return daphne(argv[1:])
     # Every argument after `manage` or `worker` is Django's to parse (argparse would take their options as ours).
-    if argv[:1] in (["manage"], ["worker"]):
+    if argv[:1] in (["manage"], ["worker"], ["backup"], ["restore"]):
         from django.core.management import execute_from_command_line
 
-        command = [] if argv[0] == "manage" else ["recovery_worker"]
-        execute_from_command_line([MANAGE, *command, *argv[1:]])
+        command = {"manage": [], "worker": ["recovery_worker"]}.get(argv[0], argv[:1])
+        execute_from_command_line([MANAGE if argv[0] in ("manage", "worker") else "turnlog", *command, *argv[1:]])
         return 0
     parser = argparse.ArgumentParser(prog="turnlog", description="Turnlog: a live dashboard and API for AI-agent session logs.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -49,6 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("worker", help="run the worker alone: manage.py recovery_worker [--once] [--interval SECONDS]")
     commands.add_parser("manage", help="run a management command: manage.py COMMAND [ARGS]")
     commands.add_parser("check", help="validate the configuration and the database, list every problem (exit 1 if any)")
+    commands.add_parser("backup", help="back up the database to a new file of mode 0600: manage.py backup [--force] PATH")
+    commands.add_parser("restore", help="restore a backup into an empty database: manage.py restore PATH")
     arguments = parser.parse_args(argv)
     if arguments.command == "check":
         from dashboard import config_check
