@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,7 +20,7 @@ import pytest
 from django.db import connection
 
 from sessions_app.management.database_copies import Database
-from tests.servers import PROJECT_DIR, DaphneServer, database_url
+from tests.servers import PROJECT_DIR, TURNLOG, DaphneServer, database_url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(300)]
 
@@ -30,8 +29,9 @@ OLD = "0.1.0"
 
 
 def manage(*args: str, database: dict) -> subprocess.CompletedProcess:
+    """`turnlog manage ARGS` (as the guide and the migration unit run them) on `database`."""
     env = {**os.environ, "DATABASE_URL": database_url(database)}
-    return subprocess.run([sys.executable, "manage.py", *args], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run([TURNLOG, "manage", *args], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture
@@ -100,13 +100,17 @@ def test_a_database_written_by_the_last_release_reads_back_after_migrate_and_its
     shown = manage("showmigrations", "sessions_app", database=old_database)
     assert shown.returncode == 0, shown.stderr
     assert "[ ]" in shown.stdout  # today's code has migrations 0.1.0 did not: this is an upgrade
-    migrated = manage("migrate", database=old_database)
+    migrated = manage("migrate", "--noinput", database=old_database)  # the migration unit's command
     assert migrated.returncode == 0, migrated.stderr
     assert "Applying sessions_app." in migrated.stdout
     assert "[ ]" not in manage("showmigrations", database=old_database).stdout
 
     # Statuses are read by the server's clock: the open turn is stalled here as it was when the answers were kept.
     stall = str(expected["stall_seconds"])
+    # A token made after the upgrade, as the guide makes one by hand, works beside the old ones.
+    created = manage("tokens", "create", "--user", "vera", "--project", "billing", "--name", "after-upgrade", database=old_database)
+    assert created.returncode == 0, created.stderr
+    new_token = created.stdout.strip().splitlines()[-1]
     server = DaphneServer(old_database, tmp_path / "daphne.log", TURNLOG_STALL_SECONDS=stall).start()
     try:
         read = api(server, expected["tokens"]["reader"])
@@ -126,6 +130,10 @@ def test_a_database_written_by_the_last_release_reads_back_after_migrate_and_its
         status, events = read("/api/v1/sessions/crashed/events?limit=5000")
         assert events["events"][:count] == old_answers["/api/v1/sessions/crashed/events?limit=5000"]["events"]
         assert events["events"][count]["seq"] == count
+        done = old_answers["/api/v1/sessions/done"]["event_count"]
+        assert api(server, new_token)("/api/v1/sessions/done/events", {"events": [{"type": "user_message", "data": {"content": "hi"}}]}) == (
+            201, {"first_seq": done, "next_seq": done + 1}
+        )  # fmt: skip
         # The reader's token keeps its scope: it reads, it does not append.
         assert read("/api/v1/sessions/crashed/events", {"events": [result]})[0] == 403
         assert api(server, expected["tokens"]["writer"][:-2] + "xx")("/api/v1/sessions")[0] == 401
