@@ -74,9 +74,10 @@ def differences(old, new, where: str = "") -> list[str]:
 
 
 def api(server: DaphneServer, token: str):
-    def request(path, body=None):
+    def request(path, body=None, headers=()):
         data = None if body is None else json.dumps(body).encode()
-        sent = urllib.request.Request(server.url + path, data=data, headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", **dict(headers)}
+        sent = urllib.request.Request(server.url + path, data=data, headers=headers)
         try:
             with urllib.request.urlopen(sent, timeout=30) as response:
                 return response.status, json.loads(response.read())
@@ -105,12 +106,12 @@ def test_a_database_written_by_the_last_release_reads_back_after_migrate_and_its
     assert "Applying sessions_app." in migrated.stdout
     assert "[ ]" not in manage("showmigrations", database=old_database).stdout
 
-    # Statuses are read by the server's clock: the open turn is stalled here as it was when the answers were kept.
-    stall = str(expected["stall_seconds"])
     # A token made after the upgrade, as the guide makes one by hand, works beside the old ones.
     created = manage("tokens", "create", "--user", "vera", "--project", "billing", "--name", "after-upgrade", database=old_database)
     assert created.returncode == 0, created.stderr
     new_token = created.stdout.strip().splitlines()[-1]
+    # Statuses are read by the server's clock: the open turn is stalled here as it was when the answers were kept.
+    stall = str(expected["stall_seconds"])
     server = DaphneServer(old_database, tmp_path / "daphne.log", TURNLOG_STALL_SECONDS=stall).start()
     try:
         read = api(server, expected["tokens"]["reader"])
@@ -122,9 +123,12 @@ def test_a_database_written_by_the_last_release_reads_back_after_migrate_and_its
             assert differences(old, new) == [], path
         assert read("/api/v1/sessions/crashed")[1]["status"] == "stalled"  # 0.1.0 left its turn open
 
-        # The writer's token appends at the next seq; the interrupted turn's owed call gets its result.
+        # The writer's token appends at the next seq; the interrupted turn's owed call gets its result. Before
+        # that, 0.1.0's first batch sent again with its Idempotency-Key is answered from 0.1.0's receipt.
         write = api(server, expected["tokens"]["writer"])
         count = old_answers["/api/v1/sessions/crashed"]["event_count"]
+        again = write("/api/v1/sessions/crashed/events", {"events": expected["batches"]["first-batch"]}, {"Idempotency-Key": "first-batch"})
+        assert again == (201, {"first_seq": 0, "next_seq": count})
         result = {"type": "tool_result", "data": {"tool_call_id": "c1", "name": "tool_c1", "content": "wired", "metadata": {}}}
         assert write("/api/v1/sessions/crashed/events", {"events": [result]}) == (201, {"first_seq": count, "next_seq": count + 1})
         status, events = read("/api/v1/sessions/crashed/events?limit=5000")
