@@ -15,6 +15,8 @@ pgbouncer fails it.
 
 from __future__ import annotations
 
+import base64
+import configparser
 import importlib.util
 import os
 import pwd
@@ -33,7 +35,6 @@ import httpx
 import pytest
 from django.conf import settings
 from django.db import connection
-from websockets.sync.client import connect
 
 from sessions_app.models import Event
 from tests.access import token_for
@@ -42,8 +43,6 @@ from tests.deploy.test_nginx_site import Nginx, nginx_binary
 from tests.deploy.test_units import INSTALLED_TURNLOG, UNITS_DIR, values
 from tests.servers import PROJECT_DIR, RedisServer, TURNLOG, database_url, free_port
 from turnlog_client import Client
-
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 # The bounds the issue sets, not stretched for a busy machine: they are what a frozen Daphne may cost.
 REQUEST_LIMIT = 30  # s: the longest any HTTP request through nginx may wait
@@ -203,7 +202,7 @@ class TimedTransport(httpx.HTTPTransport):
 class Traffic:
     """Through nginx, all the while: the writer appending, a reader listing sessions, and websocket handshakes."""
 
-    def __init__(self, url: str, ws_url: str, token: str, tls, session_id: str):
+    def __init__(self, url: str, port: int, token: str, tls, session_id: str):
         self.requests: list = []  # (method, status or error, seconds) of every HTTP request
         self.handshakes: list = []  # (seconds, error or None) of every websocket opening
         self.given: list[str] = []  # what the writer was given, in order
@@ -211,7 +210,7 @@ class Traffic:
         self.errors: list[BaseException] = []
         self.writer_client = Client(url, token, transport=TimedTransport(self.requests, verify=tls))
         self.reader = httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=120, transport=TimedTransport(self.requests, verify=tls))
-        self.ws_url, self.token, self.tls, self.session_id = ws_url, token, tls, session_id
+        self.port, self.token, self.tls, self.session_id = port, token, tls, session_id
         self.writer = self.writer_client.writer(session_id, flush_interval=0.2, batch_size=20)
         self.threads = [threading.Thread(target=self.guarded(work), daemon=True) for work in (self.write, self.read, self.handshake)]
 
@@ -242,15 +241,40 @@ class Traffic:
             self.reader.get(f"/api/v1/sessions/{self.session_id}")
 
     def handshake(self) -> None:
-        headers = {"Authorization": f"Bearer {self.token}"}
-        while not self.stopping.wait(0.5):
-            started = time.monotonic()
-            try:
-                with connect(f"{self.ws_url}/ws/v1/sessions/{self.session_id}/events", additional_headers=headers, ssl=self.tls, open_timeout=120, max_size=None) as live:
-                    self.handshakes.append((time.monotonic() - started, None))
-                    live.recv(timeout=30)  # the stream answers: the stored events from the start
-            except Exception as error:  # noqa: BLE001 (recorded and asserted on)
-                self.handshakes.append((time.monotonic() - started, f"{type(error).__name__}: {error}"))
+        """A websocket opened every second, each on a thread of its own: one held by a frozen Daphne does not
+        keep the next from starting."""
+        openings = []
+        while not self.stopping.wait(1.0):
+            openings.append(threading.Thread(target=self.open_stream, daemon=True))
+            openings[-1].start()
+        for opening in openings:
+            opening.join(timeout=180)
+
+    def open_stream(self) -> None:
+        """A websocket handshake written out (RFC 6455), timed from the connect to nginx to its 101; then the
+        stream's first frame (the stored events from the start)."""
+        request = (
+            f"GET /ws/v1/sessions/{self.session_id}/events HTTP/1.1\r\nHost: 127.0.0.1:{self.port}\r\n"
+            f"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+            f"Sec-WebSocket-Key: {base64.b64encode(os.urandom(16)).decode()}\r\nAuthorization: Bearer {self.token}\r\n\r\n"
+        ).encode()
+        started = time.monotonic()
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=120) as raw, self.tls.wrap_socket(raw) as tls:
+                tls.sendall(request)
+                answer = b""
+                while b"\r\n\r\n" not in answer:
+                    chunk = tls.recv(65536)
+                    assert chunk, f"nginx closed the connection after {answer!r}"
+                    answer += chunk
+                opened = time.monotonic() - started
+                assert answer.startswith(b"HTTP/1.1 101 "), answer.split(b"\r\n")[0]
+                if not answer.split(b"\r\n\r\n", 1)[1]:
+                    tls.settimeout(60)
+                    assert tls.recv(1), "the stream sent nothing"
+            self.handshakes.append((opened, None))
+        except Exception as error:  # noqa: BLE001 (recorded and asserted on)
+            self.handshakes.append((time.monotonic() - started, f"{type(error).__name__}: {error}"))
 
     def stop(self) -> None:
         self.stopping.set()
@@ -338,11 +362,13 @@ def ready_daphne(supervisor: Supervisor, name: str, old_pid: int, since: float) 
         time.sleep(0.1)
 
 
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
 def test_a_frozen_or_killed_daphne_holds_no_request_past_30_s_and_the_writer_stores_each_event_once(recipe, plain_user):
     nginx, supervisor = recipe["nginx"], recipe["supervisor"]
     tls = nginx.tls_context()
     url = f"https://127.0.0.1:{nginx.https_port}"
-    traffic = Traffic(url, f"wss://127.0.0.1:{nginx.https_port}", token_for(plain_user), tls, "recipe").start()
+    traffic = Traffic(url, nginx.https_port, token_for(plain_user), tls, "recipe").start()
     restarts = {}
     try:
         time.sleep(2)  # appends flow before the first freeze
@@ -378,6 +404,8 @@ def test_a_frozen_or_killed_daphne_holds_no_request_past_30_s_and_the_writer_sto
     # Every handshake opened, none waiting past the watchdog's restart of the Daphne that held it.
     assert traffic.handshakes and not [h for h in traffic.handshakes if h[1] is not None], traffic.handshakes
     assert max(seconds for seconds, _ in traffic.handshakes) < RESTART_LIMIT, traffic.handshakes
+    # Some were held by a frozen Daphne until the watchdog killed it, and went on to the other.
+    assert max(seconds for seconds, _ in traffic.handshakes) > 5, traffic.handshakes
 
     # The stored log: every event the writer was given, once, in order, with seqs 0, 1, 2 ... and no gap.
     stored = list(Event.objects.filter(session_id="recipe").order_by("seq").values_list("seq", "data"))
@@ -389,3 +417,18 @@ def test_a_frozen_or_killed_daphne_holds_no_request_past_30_s_and_the_writer_sto
     assert not [name for name, text in logs.items() if "Traceback" in text], logs
     if recipe["pgbouncer"] is not None:  # the processes' connections went through PgBouncer, with SCRAM
         assert f"login attempt: db={connection.settings_dict['NAME']} user=" in recipe["pgbouncer"].log()
+
+
+def test_pgbouncers_pools_take_the_guides_largest_deployment_within_postgresqls_default_connections():
+    config = configparser.ConfigParser(inline_comment_prefixes=None)
+    config.read_string(PGBOUNCER_INI.read_text())
+    pgbouncer = config["pgbouncer"]
+    assert pgbouncer["pool_mode"] == "transaction"
+    guide = (PROJECT_DIR / "docs" / "guide" / "deploy.md").read_text()
+    table = guide.split("| Daphnes | `TURNLOG_DB_POOL_SIZE`")[1].split("\n\n")[0]
+    clients = [int(row.group(1)) for row in re.finditer(r"^\| \d+ \| [^|]+ \| (\d+) \|", table, flags=re.MULTILINE)]
+    assert clients and int(pgbouncer["max_client_conn"]) >= max(clients)  # every row of the table connects
+    servers = int(pgbouncer["max_db_connections"])
+    assert int(pgbouncer["default_pool_size"]) + int(pgbouncer["reserve_pool_size"]) <= servers
+    assert servers <= 100 - 3 - 5  # PostgreSQL's default max_connections, its superuser reserve, psql and backups
+    assert pgbouncer["auth_type"] == "scram-sha-256" and list(config["databases"]) == ["turnlog"]
