@@ -200,7 +200,7 @@ class TimedTransport(httpx.HTTPTransport):
 
 
 class Traffic:
-    """Through nginx, all the while: the writer appending, a reader listing sessions, and websocket handshakes."""
+    """Through nginx, all the while: the writer appending, a reader reading the session, and websocket handshakes."""
 
     def __init__(self, url: str, port: int, token: str, tls, session_id: str):
         self.requests: list = []  # (method, status or error, seconds) of every HTTP request
