@@ -233,6 +233,23 @@ class Child:
                 self.process.wait()
 
 
+def tend(children: list[Child]) -> bool:
+    """One round of the supervision, as systemd's Restart=always and WatchdogSec= act: a watched child silent past
+    its watchdog is killed, and any child that died is started again RESTART_DELAY after. True when one was
+    started again. tests/deploy/test_production_recipe.py supervises the units' commands with it too."""
+    changed = False
+    for child in children:
+        child.kill_if_silent()
+        code = child.process.poll() if child.process else None
+        if code is not None and child.died_at is None:
+            child.died_at = time.monotonic()
+            print(f"{child.name} exited with {code}; starting it again in {RESTART_DELAY:.0f} s", flush=True)
+        if child.died_at is not None and time.monotonic() - child.died_at >= RESTART_DELAY:
+            child.start()
+            changed = True
+    return changed
+
+
 class ScaleOut:
     """The run: prepares the database and the files, starts the processes, keeps them running, stops them."""
 
@@ -322,17 +339,7 @@ class ScaleOut:
 
     def supervise(self) -> None:
         while not self.stopping:
-            changed = False
-            for child in self.children:
-                child.kill_if_silent()
-                code = child.process.poll() if child.process else None
-                if code is not None and child.died_at is None:
-                    child.died_at = time.monotonic()
-                    print(f"{child.name} exited with {code}; starting it again in {RESTART_DELAY:.0f} s", flush=True)
-                if child.died_at is not None and time.monotonic() - child.died_at >= RESTART_DELAY:
-                    child.start()
-                    changed = True
-            if changed:
+            if tend(self.children):
                 self.write_state()
             time.sleep(0.2)
 

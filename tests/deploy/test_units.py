@@ -182,5 +182,6 @@ def test_every_systemctl_line_of_the_guide_names_units_that_exist():
     for line in lines:
         verb = line.split()[1]
         assert verb in {"daemon-reload", "enable", "start", "stop", "restart", "status", "reload"}, line
-        if verb not in {"daemon-reload"}:
+        # nginx's own service: the guide reloads it after installing the site file.
+        if verb not in {"daemon-reload"} and line.split("#")[0].split()[2:] != ["nginx"]:
             assert units_named(line), f"a `systemctl {verb}` line that names no Turnlog unit: {line}"
