@@ -161,7 +161,8 @@ def metrics_dir(settings) -> str:
 
 
 def migrate_if_needed() -> None:
-    """Apply the migrations this version has and the database has not (a first start, an upgrade)."""
+    """Apply the migrations this version has and the database has not (a first start, an upgrade), then the
+    TURNLOG_INIT_* variables' first start (migrate runs it after its migrations; `first_start` alone otherwise)."""
     from django.core.management import call_command
     from django.db import connections
     from django.db.migrations.executor import MigrationExecutor
@@ -169,3 +170,5 @@ def migrate_if_needed() -> None:
     executor = MigrationExecutor(connections["default"])
     if executor.migration_plan(executor.loader.graph.leaf_nodes()):
         call_command("migrate", interactive=False)
+    else:
+        call_command("first_start")
