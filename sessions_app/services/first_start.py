@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import connection, transaction
 
-from sessions_app.models import TOKEN_FORMAT, ApiToken, Project, Role, Scope, hash_token
+from sessions_app.models import TOKEN_FORMAT, ApiToken, Membership, Project, Role, Scope, hash_token
 from sessions_app.selectors import access
 
 from .access_admin import issue_token, set_membership
@@ -137,8 +137,8 @@ def apply_first_start(*, plan: FirstStart) -> list[str]:
             done.append(f"{'created' if created else 'found'} the project {project.slug!r}")
         else:
             project = Project.default()
-        held = access.Actor(user=user).roles().get(project.pk)
-        if held != Role.ADMIN:
+        # A member row even for a superuser (who could act without one): the project's members page names them.
+        if not Membership.objects.filter(project=project, user=user, role=Role.ADMIN).exists():
             set_membership(project=project, user=user, role=Role.ADMIN)
             done.append(f"made {plan.admin_username!r} an admin of {project.slug!r}")
         if plan.token:
