@@ -53,9 +53,6 @@ SOCKET_TIMEOUT_MARGIN = 300
 SITE_SOCKET_TIMEOUT = 3900
 # In the run directory: the settings its children get, for the commands an operator runs beside them.
 ENVIRONMENT_FILE = "turnlog.env"
-# Settings of its children's environment that are not named TURNLOG_* or DJANGO_*.
-SETTINGS = {"DATABASE_URL", "REDIS_URL", "PROMETHEUS_MULTIPROC_DIR"}
-NOT_SETTINGS = {"TURNLOG_CONFIG", "DJANGO_SETTINGS_MODULE"}
 
 
 def free_port() -> int:
@@ -154,7 +151,9 @@ http {{
 def environment_file(env: dict) -> str:
     """The Turnlog settings of `env` (those it sets, and any the caller's environment set) in the syntax of
     dashboard/config_file.py (systemd's EnvironmentFile=): double-quoted, with its four escapes."""
-    names = [name for name in env if name in SETTINGS or name.startswith(("TURNLOG_", "DJANGO_")) and name not in NOT_SETTINGS]
+    from dashboard.variables import VARIABLES  # every variable Turnlog reads
+
+    names = [name for name in env if name in VARIABLES]
     lines = ["# Written by deploy/run_scaleout.py at each start: the settings of its processes. Commands run beside it",
              "# read it with TURNLOG_CONFIG=<this file> in front, so they use its database, not var/turnlog.sqlite3."]  # fmt: skip
     for name in sorted(names):
