@@ -137,7 +137,8 @@ GROUPS: list[tuple[str, list[Variable]]] = [
 VARIABLES = {variable.name: variable for _, group in GROUPS for variable in group}
 # Read, but not settings of the file: TURNLOG_CONFIG names the file itself, DJANGO_SETTINGS_MODULE is the
 # commands' own; the client examples read TURNLOG_URL and TURNLOG_TOKEN (docs/settings.md, "Not settings").
-NOT_SETTINGS = {"TURNLOG_CONFIG", "DJANGO_SETTINGS_MODULE", "TURNLOG_URL", "TURNLOG_TOKEN"}
+# NOTIFY_SOCKET and WATCHDOG_USEC are systemd's, set by a Type=notify unit (sessions_app/lib/notify_systemd.py).
+NOT_SETTINGS = {"TURNLOG_CONFIG", "DJANGO_SETTINGS_MODULE", "TURNLOG_URL", "TURNLOG_TOKEN", "NOTIFY_SOCKET", "WATCHDOG_USEC"}
 # Django's own (createsuperuser --noinput, the terminal's colours, the autoreloader...): not unknown to `turnlog check`.
 DJANGO_OWN = {
     "DJANGO_SUPERUSER_USERNAME", "DJANGO_SUPERUSER_EMAIL", "DJANGO_SUPERUSER_PASSWORD", "DJANGO_COLORS",

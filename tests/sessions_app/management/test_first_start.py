@@ -21,10 +21,12 @@ from tests.conftest import ApiClient
 from tests.servers import PROJECT_DIR, TURNLOG, database_url
 from tests.sessions_app import factories as f
 from tests.sessions_app.api.http import append, make_session
+from tests.test_docs import FENCE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
 PASSWORD = "correct horse battery staple"
+GUIDE = PROJECT_DIR / "docs" / "guide" / "deploy.md"
 
 
 def new_token() -> str:
@@ -162,3 +164,29 @@ def test_with_a_first_start_admin_local_setup_makes_no_random_admin_and_prints_n
     assert not django_user_model.objects.filter(username="admin").exists()
     assert "log in as:  ops, with the password in" in out and "tl_" not in out
     assert not ApiToken.objects.exists()
+
+
+def guide_commands() -> list[str]:
+    """The `turnlog` commands of the deployment guide's "First start", in its code blocks and inline."""
+    section = GUIDE.read_text().split("\n## First start\n", 1)[1].split("\n## ", 1)[0]
+    fenced = [line.split("#", 1)[0].strip() for block in FENCE.finditer(section) for line in block.group(0).splitlines()]
+    inline = [" ".join(code.split()) for code in re.findall(r"`([^`]+)`", FENCE.sub("", section))]
+    return sorted({command for command in fenced + inline if command.startswith("turnlog ")})
+
+
+def test_the_guides_first_start_commands_run_as_written(init):
+    ran = []
+
+    def turnlog(command: str) -> subprocess.CompletedProcess:
+        ran.append(command)
+        done = run([TURNLOG, *command.split()[1:]], connection.settings_dict, **init)
+        assert done.returncode == 0, (command, done.stdout, done.stderr)
+        return done
+
+    assert "created the admin 'ops'" in turnlog("turnlog manage migrate").stdout  # what the migration unit runs
+    assert "not issued again" in turnlog("turnlog manage first_start").stdout
+    assert init["TURNLOG_INIT_TOKEN"][:10] in turnlog("turnlog manage tokens list").stdout
+    documented = guide_commands()
+    assert "turnlog manage first_start" in documented
+    # `turnlog serve` is run by tests/dashboard/test_cli.py.
+    assert set(documented) - {"turnlog serve"} <= set(ran), sorted(set(documented) - set(ran))
