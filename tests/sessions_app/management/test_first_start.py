@@ -149,6 +149,13 @@ def test_a_wrong_variable_stops_migrate_naming_it_and_changes_nothing(init, chan
     assert not ApiToken.objects.exists() and not Project.objects.filter(slug="team").exists()
 
 
+def test_a_wrong_variable_stops_migrate_on_a_new_database_before_any_migration(init, tmp_path):
+    database = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "new.sqlite3")}
+    result = migrate(database, **{**init, "TURNLOG_INIT_TOKEN_SCOPES": "everything"})
+    assert result.returncode == 1 and "TURNLOG_INIT_TOKEN_SCOPES: unknown 'everything'" in result.stderr
+    assert "Applying" not in result.stdout
+
+
 def test_a_weak_password_is_refused_naming_the_file(init, tmp_path):
     (tmp_path / "admin-password").write_text("ops\n")
     result = run([sys.executable, "manage.py", "first_start"], connection.settings_dict, **init)
