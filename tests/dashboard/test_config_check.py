@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.guide_commands import guide_commands
 from tests.servers import PROJECT_DIR, TURNLOG, database_url, free_port
 
 KEY = secrets.token_urlsafe(50)  # Django's deployment check warns about a weak one
@@ -151,19 +152,12 @@ def test_first_start_variables_that_migrate_would_refuse_are_listed(env, tmp_pat
 
 
 GUIDES = [PROJECT_DIR / "docs" / "guide" / "deploy.md", PROJECT_DIR / "docs" / "guide" / "running.md"]
-FENCE = re.compile(r"^```[a-z]*\n(.*?)^```", flags=re.MULTILINE | re.DOTALL)
 
 
 def guide_check_commands() -> list[str]:
-    """Every `turnlog check` line of the guides' code blocks, its comment dropped."""
-    found = []
-    for guide in GUIDES:
-        for block in FENCE.findall(guide.read_text()):
-            for line in block.splitlines():
-                command = line.split(" #")[0].strip()
-                if re.fullmatch(r"(?:[A-Z_]+=\S+ )*turnlog check", command):
-                    found.append(command)
-    return found
+    """Every `turnlog check` command of the guides, once each."""
+    found = [c for guide in GUIDES for c in guide_commands("turnlog", guide=guide)]
+    return list(dict.fromkeys(c for c in found if re.fullmatch(r"(?:[A-Z_]+=\S+ )*turnlog check", c)))
 
 
 def test_every_turnlog_check_command_of_the_guides_runs_clean(env, tmp_path):

@@ -32,10 +32,10 @@ from django.db import connection
 
 from tests.access import token_for
 from tests.conftest import running_in_ci
+from tests.guide_commands import guide_commands
 from tests.servers import PROJECT_DIR, DaphneServer, free_port
 
 SITE = PROJECT_DIR / "deploy" / "nginx-site.conf"
-GUIDE = PROJECT_DIR / "docs" / "guide" / "deploy.md"
 GUIDE_TLS_DIR = "/etc/turnlog/tls/"  # where the guide's openssl command writes; this test's directory instead
 TIMEOUT = 3  # s: the site's read timeout outside /ws/, shortened here (the file says 30 s)
 MARGIN = 5  # s: nginx's own work and a busy machine
@@ -48,12 +48,6 @@ def nginx_binary() -> str:
             pytest.fail("nginx is not installed; CI must install it (apt-get install nginx)")
         pytest.skip("nginx is not installed (apt-get install -y -qq nginx)")
     return binary
-
-
-def guide_commands(program: str) -> list[str]:
-    """The lines of the guide's shell blocks that run `program`."""
-    blocks = re.findall(r"```sh\n(.*?)```", GUIDE.read_text(), flags=re.DOTALL)
-    return [line.split("  #")[0].strip() for block in blocks for line in block.splitlines() if line.startswith(f"{program} ")]
 
 
 def render_site(*, upstreams: list[int], http_port: int, https_port: int, tls: Path, static_root: Path, timeout: int | None = None) -> str:
@@ -107,7 +101,7 @@ http {{
 
 def run_guide_openssl(tls: Path) -> None:
     """The guide's certificate command, writing into `tls` instead of /etc/turnlog/tls/."""
-    (command,) = guide_commands("openssl")
+    (command,) = set(guide_commands("openssl"))
     arguments = [argument.replace(GUIDE_TLS_DIR, f"{tls}/") for argument in shlex.split(command)]
     assert f"{tls}/fullchain.pem" in arguments and f"{tls}/privkey.pem" in arguments, command
     tls.mkdir(exist_ok=True)
@@ -116,7 +110,7 @@ def run_guide_openssl(tls: Path) -> None:
 
 def nginx_check(binary: str, run_dir: Path, config: Path) -> subprocess.CompletedProcess:
     """The guide's `nginx -t`, pointed at this test's main configuration instead of /etc/nginx/nginx.conf."""
-    (command,) = guide_commands("nginx")
+    (command,) = set(guide_commands("nginx"))  # in a block and named inline
     assert command == "nginx -t", command
     arguments = [binary, *shlex.split(command)[1:], "-p", str(run_dir), "-c", str(config), "-e", str(run_dir / "logs" / "error.log")]
     return subprocess.run(arguments, capture_output=True, text=True, timeout=60)

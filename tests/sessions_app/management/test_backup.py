@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import stat
 import subprocess
 import sys
@@ -24,14 +23,13 @@ from sessions_app.models import Role
 from sessions_app.management.database_copies import Database
 from tests.access import token_for
 from tests.conftest import ApiClient
+from tests.guide_commands import guide_commands
 from tests.servers import PROJECT_DIR, TURNLOG, DaphneServer, database_url
 from tests.sessions_app import factories as f
 from tests.sessions_app.api.http import append, make_session
-from tests.test_docs import FENCE
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
-GUIDE = PROJECT_DIR / "docs" / "guide" / "deploy.md"
 GUIDE_BACKUPS = "/var/backups/turnlog"  # the guide's backup directory, a temporary one here
 
 
@@ -284,17 +282,6 @@ def test_a_backup_of_a_missing_sqlite_file_creates_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-def guide_commands() -> list[str]:
-    """The `turnlog` (and pg_dump, pg_restore) commands of the guide's "Backup and restore" and "Upgrading"
-    sections: the code blocks' lines, comments dropped, and those written inline in backquotes."""
-    text = GUIDE.read_text()
-    sections = [text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0] for title in ["Backup and restore", "Upgrading"]]
-    blocks = [block for section in sections for block in re.findall(r"```sh\n(.*?)```", section, flags=re.DOTALL)]
-    lines = [line.split("#", 1)[0].strip() for block in blocks for line in block.splitlines()]
-    inline = [" ".join(code.split()) for section in sections for code in re.findall(r"`([^`]+)`", FENCE.sub("", section))]
-    return [line for line in lines + inline if re.match(r"(turnlog|pg_dump|pg_restore) ", line)]
-
-
 def test_the_guide_s_backup_restore_and_upgrade_commands_run_as_written(written, source, new_database, tmp_path):
     """An operator's round: back up the running database, restore it into a new one, upgrade (a backup, migrate,
     collectstatic), roll back by restoring that backup. Every `turnlog` command of the guide's sections is one of
@@ -321,7 +308,7 @@ def test_the_guide_s_backup_restore_and_upgrade_commands_run_as_written(written,
     done = turnlog(f"turnlog restore {GUIDE_BACKUPS}/before-upgrade.backup", rolled_back)
     assert rolled_back["NAME"] in done.stdout
     assert stat.S_IMODE((tmp_path / "before-upgrade.backup").stat().st_mode) == 0o600
-    documented = guide_commands()
+    documented = guide_commands("turnlog", "pg_dump", "pg_restore", sections=("Backup and restore", "Upgrading"))
     assert "turnlog manage migrate" in documented and f"turnlog restore {GUIDE_BACKUPS}/before-upgrade.backup" in documented
     # `turnlog serve` (stopped before a restore on one machine) is run by tests/dashboard/test_cli.py.
     assert set(documented) - {"turnlog serve"} <= set(ran), sorted(set(documented) - set(ran))
