@@ -21,12 +21,11 @@ from tests.conftest import ApiClient
 from tests.servers import PROJECT_DIR, TURNLOG, database_url
 from tests.sessions_app import factories as f
 from tests.sessions_app.api.http import append, make_session
-from tests.test_docs import FENCE
+from tests.guide_commands import guide_commands
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.timeout(180)]
 
 PASSWORD = "correct horse battery staple"
-GUIDE = PROJECT_DIR / "docs" / "guide" / "deploy.md"
 
 
 def new_token() -> str:
@@ -173,14 +172,6 @@ def test_with_a_first_start_admin_local_setup_makes_no_random_admin_and_prints_n
     assert not ApiToken.objects.exists()
 
 
-def guide_commands() -> list[str]:
-    """The `turnlog` commands of the deployment guide's "First start", in its code blocks and inline."""
-    section = GUIDE.read_text().split("\n## First start\n", 1)[1].split("\n## ", 1)[0]
-    fenced = [line.split("#", 1)[0].strip() for block in FENCE.finditer(section) for line in block.group(0).splitlines()]
-    inline = [" ".join(code.split()) for code in re.findall(r"`([^`]+)`", FENCE.sub("", section))]
-    return sorted({command for command in fenced + inline if command.startswith("turnlog ")})
-
-
 def test_the_guides_first_start_commands_run_as_written(init):
     ran = []
 
@@ -193,7 +184,7 @@ def test_the_guides_first_start_commands_run_as_written(init):
     assert "created the admin 'ops'" in turnlog("turnlog manage migrate").stdout  # what the migration unit runs
     assert "not issued again" in turnlog("turnlog manage first_start").stdout
     assert init["TURNLOG_INIT_TOKEN"][:10] in turnlog("turnlog manage tokens list").stdout
-    documented = guide_commands()
+    documented = guide_commands("turnlog", sections=("First start",))
     assert "turnlog manage first_start" in documented
     # `turnlog serve` is run by tests/dashboard/test_cli.py.
     assert set(documented) - {"turnlog serve"} <= set(ran), sorted(set(documented) - set(ran))
