@@ -10,4 +10,10 @@ if __name__ == "__main__":
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
     from django.core.management import execute_from_command_line
 
+    from dashboard import sqlite_guard
+
+    command = sys.argv[1] if len(sys.argv) > 1 else "help"
+    if command == "recovery_worker":
+        sqlite_guard.exit_if_missing()
+    sqlite_guard.refuse_to_create(command)
     execute_from_command_line(sys.argv)

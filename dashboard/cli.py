@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 
-from dashboard import config_file
+from dashboard import config_file, sqlite_guard
 
 SETTINGS_MODULE = "dashboard.settings"
 APPLICATION = "dashboard.asgi:application"
@@ -33,6 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     # Before anything imports the settings (or prometheus-client, which reads PROMETHEUS_MULTIPROC_DIR at import).
     loaded = config_file.load_or_exit()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", SETTINGS_MODULE)
+    # Only serve (which migrates) and restore create a SQLite database; the others stop on a missing one.
+    command = {"manage": argv[1] if len(argv) > 1 else "help", "worker": "recovery_worker"}.get(argv[0], argv[0]) if argv else "help"
+    if command in ("daphne", "recovery_worker"):
+        sqlite_guard.exit_if_missing()
+    if command not in ("serve", "check"):  # check reports a missing database itself, among the other problems
+        sqlite_guard.refuse_to_create(command)
     if argv[:1] == ["daphne"]:  # every argument after it is Daphne's
         return daphne(argv[1:])
     # Every argument after `manage` or `worker` is Django's to parse (argparse would take their options as ours).
@@ -161,7 +167,8 @@ def metrics_dir(settings) -> str:
 
 
 def migrate_if_needed() -> None:
-    """Apply the migrations this version has and the database has not (a first start, an upgrade)."""
+    """Apply the migrations this version has and the database has not (a first start, an upgrade), then the
+    TURNLOG_INIT_* variables' first start (migrate runs it after its migrations; `first_start` alone otherwise)."""
     from django.core.management import call_command
     from django.db import connections
     from django.db.migrations.executor import MigrationExecutor
@@ -169,3 +176,5 @@ def migrate_if_needed() -> None:
     executor = MigrationExecutor(connections["default"])
     if executor.migration_plan(executor.loader.graph.leaf_nodes()):
         call_command("migrate", interactive=False)
+    else:
+        call_command("first_start")

@@ -111,6 +111,12 @@ def check_settings_and_database(refused: set[str], report: Report) -> None:
         report.problems.append("the database was not checked (the settings did not load)")
         return
     check_django(settings, report)
+    from sessions_app.services import first_start
+
+    try:  # what migrate would refuse, found before it runs
+        first_start.plan_from(os.environ)
+    except first_start.InitError as error:
+        report.problems.append(f"first start: {error}")
     database = settings.DATABASES["default"]
     sqlite = database["ENGINE"] == "django.db.backends.sqlite3"
     if sqlite:

@@ -41,6 +41,16 @@ GROUPS: list[tuple[str, list[Variable]]] = [
           "PostgreSQL only: prepare the append's statements; 0 behind PgBouncer in transaction mode before 1.21"),
         V("DJANGO_CONN_MAX_AGE", "int", "0", "Seconds to keep a connection open instead (turns the PostgreSQL pool off)", minimum=0),
     ]),
+    ("First start (applied once, by migrate)", [
+        V("TURNLOG_INIT_ADMIN_USERNAME", "text", "unset: turnlog serve and make run create a user admin with a random password",
+          "The first admin (a superuser), created by the migration step unless the user exists"),
+        V("TURNLOG_INIT_ADMIN_PASSWORD_FILE", "text", "unset",
+          "A file holding the first admin's password (never the password in the environment); an existing admin's is not reset"),
+        V("TURNLOG_INIT_PROJECT", "text", "unset: the project default", "The slug of a project to create, the first admin its admin"),
+        V("TURNLOG_INIT_TOKEN", "text", "unset",
+          "An API token you chose for the first admin in that project: tl_ and 43 characters among A-Z a-z 0-9 - _"),
+        V("TURNLOG_INIT_TOKEN_SCOPES", "text", "read,append,fork,recover", "Comma-separated scopes of that token"),
+    ]),
     ("Security", [
         V("TURNLOG_ENV", "choice", "development",
           "production refuses to start without DJANGO_SECRET_KEY and turns on the HTTPS settings below",
@@ -127,7 +137,8 @@ GROUPS: list[tuple[str, list[Variable]]] = [
 VARIABLES = {variable.name: variable for _, group in GROUPS for variable in group}
 # Read, but not settings of the file: TURNLOG_CONFIG names the file itself, DJANGO_SETTINGS_MODULE is the
 # commands' own; the client examples read TURNLOG_URL and TURNLOG_TOKEN (docs/settings.md, "Not settings").
-NOT_SETTINGS = {"TURNLOG_CONFIG", "DJANGO_SETTINGS_MODULE", "TURNLOG_URL", "TURNLOG_TOKEN"}
+# NOTIFY_SOCKET and WATCHDOG_USEC are systemd's, set by a Type=notify unit (sessions_app/lib/notify_systemd.py).
+NOT_SETTINGS = {"TURNLOG_CONFIG", "DJANGO_SETTINGS_MODULE", "TURNLOG_URL", "TURNLOG_TOKEN", "NOTIFY_SOCKET", "WATCHDOG_USEC"}
 # Django's own (createsuperuser --noinput, the terminal's colours, the autoreloader...): not unknown to `turnlog check`.
 DJANGO_OWN = {
     "DJANGO_SUPERUSER_USERNAME", "DJANGO_SUPERUSER_EMAIL", "DJANGO_SUPERUSER_PASSWORD", "DJANGO_COLORS",

@@ -27,6 +27,7 @@ import getpass
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -50,6 +51,8 @@ START_SECONDS = 90.0
 # the site file's 3900 s, for the default renewal.
 SOCKET_TIMEOUT_MARGIN = 300
 SITE_SOCKET_TIMEOUT = 3900
+# In the run directory: the settings its children get, for the commands an operator runs beside them.
+ENVIRONMENT_FILE = "turnlog.env"
 
 
 def free_port() -> int:
@@ -143,6 +146,25 @@ http {{
     include {site};
 }}
 """
+
+
+def environment_file(env: dict) -> str:
+    """The Turnlog settings of `env` (those it sets, and any the caller's environment set) in the syntax of
+    dashboard/config_file.py (systemd's EnvironmentFile=): double-quoted, with its four escapes."""
+    from dashboard.variables import VARIABLES  # every variable Turnlog reads
+
+    names = [name for name in env if name in VARIABLES]
+    lines = ["# Written by deploy/run_scaleout.py at each start: the settings of its processes. Commands run beside it",
+             "# read it with TURNLOG_CONFIG=<this file> in front, so they use its database, not var/turnlog.sqlite3."]  # fmt: skip
+    for name in sorted(names):
+        value = re.sub(r'(["\\`$])', r"\\\1", env[name])  # a newline stays, kept inside the quotes
+        lines.append(f'{name}="{value}"')
+    return "\n".join(lines) + "\n"
+
+
+def config_prefix(path: Path) -> str:
+    """What goes in front of a command so that it reads the launcher's settings."""
+    return f"TURNLOG_CONFIG={shlex.quote(str(path))}"
 
 
 class Notifications:
@@ -277,6 +299,17 @@ class ScaleOut:
             "PROMETHEUS_MULTIPROC_DIR": str(self.run_dir / "prometheus"),
         }
 
+    def write_environment_file(self, env: dict) -> Path:
+        """The settings it gives its children, as a configuration file (TURNLOG_CONFIG) for the commands an
+        operator runs beside them: without it, `manage.py tokens create` would use var/turnlog.sqlite3."""
+        path = self.run_dir / ENVIRONMENT_FILE
+        path.unlink(missing_ok=True)
+        # Private from its first byte: DATABASE_URL may hold a password.
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as file:
+            file.write(environment_file(env))
+        return path
+
     def prepare(self) -> dict:
         for part in ("logs", "prometheus", "nginx-tmp"):
             shutil.rmtree(self.run_dir / part, ignore_errors=True)
@@ -292,13 +325,15 @@ class ScaleOut:
             self.children.append(redis.start())
             self.redis_url = f"redis://127.0.0.1:{redis_port}/0"
         env = self.environment()
+        config = self.write_environment_file(env)
         manage = [sys.executable, "manage.py"]
         subprocess.run([*manage, "migrate", "--noinput", "-v", "0"], cwd=PROJECT_DIR, env=env, check=True)
         subprocess.run([*manage, "collectstatic", "--noinput", "-v", "0"], cwd=PROJECT_DIR, env=env, check=True)
         if self.setup:
             subprocess.run([*manage, "seed_demo"], cwd=PROJECT_DIR, env=env, check=True)
             url = f"https://127.0.0.1:{self.port}"
-            subprocess.run([*manage, "local_setup", "--url", url], cwd=PROJECT_DIR, env=env, check=True)
+            hint = f"{config_prefix(config)} .venv/bin/python manage.py"
+            subprocess.run([*manage, "local_setup", "--url", url, "--manage-command", hint], cwd=PROJECT_DIR, env=env, check=True)
         return env
 
     def start(self) -> None:
@@ -324,6 +359,8 @@ class ScaleOut:
         print(f"Turnlog, {self.daphne_count} Daphne processes behind nginx: https://127.0.0.1:{self.port}/", flush=True)
         print(f"  its certificate is self-signed: {self.tls_dir / 'fullchain.pem'} (curl --cacert it; a browser asks once)", flush=True)
         print(f"  database {self.database_url}, Redis {self.redis_url}; logs in {logs}. Ctrl-C stops everything.", flush=True)
+        config = self.run_dir / ENVIRONMENT_FILE
+        print(f"  its settings: {config}; commands beside it: {config_prefix(config)} .venv/bin/python manage.py COMMAND", flush=True)
 
     def write_state(self) -> None:
         state = {

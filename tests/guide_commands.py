@@ -27,6 +27,7 @@ RUN_BY_TESTS = {
     r"turnlog manage (migrate|showmigrations)": "tests/sessions_app/management/test_backup.py::test_the_guide_s_backup_restore_and_upgrade_commands_run_as_written",
     r"turnlog (backup|restore) .*": "tests/sessions_app/management/test_backup.py::test_the_guide_s_backup_restore_and_upgrade_commands_run_as_written",
     r"(TURNLOG_CONFIG=\S+ )?turnlog check": "tests/dashboard/test_config_check.py::test_every_turnlog_check_command_of_the_guides_runs_clean",
+    r"turnlog manage (first_start|tokens list)": "tests/sessions_app/management/test_first_start.py::test_the_guides_first_start_commands_run_as_written",
     r"turnlog serve": "tests/dashboard/test_cli.py::test_the_installed_command_migrates_serves_and_stops",
     r"nginx -t": "tests/deploy/test_nginx_site.py::test_the_guides_openssl_and_nginx_t_commands_accept_the_site_file_in_a_minimal_main_config",
     r"openssl req .*": "tests/deploy/test_nginx_site.py::test_the_guides_openssl_and_nginx_t_commands_accept_the_site_file_in_a_minimal_main_config",

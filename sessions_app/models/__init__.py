@@ -7,7 +7,7 @@ resolve.
 """
 
 # Dependencies first (projects < sessions < recovery, audit, notes): Django registers the models in this order.
-from sessions_app.models.projects import ApiToken, Membership, Project, Role, Scope, hash_token
+from sessions_app.models.projects import TOKEN_FORMAT, ApiToken, Membership, Project, Role, Scope, hash_token
 from sessions_app.models.sessions import (
     REPLACE_BOUND_MAX,
     SESSION_ID_PATTERN,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 
 from django.conf import settings
@@ -82,6 +83,12 @@ class Membership(models.Model):
 def _usable_token(now, token_sha256):
     """The query usable_for compiles."""
     return ApiToken.objects.usable(now).filter(token_sha256=token_sha256).values_list("pk", "user_id", "project_id")
+
+
+# What ApiToken.issue makes ("tl_" and 32 random bytes in URL-safe base64): a token an operator chooses
+# (TURNLOG_INIT_TOKEN) must look the same, so that every door and the token list read it alike.
+TOKEN_PREFIX = "tl_"
+TOKEN_FORMAT = re.compile(r"tl_[A-Za-z0-9_-]{43}\Z")
 
 
 def hash_token(token: str) -> str:
@@ -193,12 +200,14 @@ class ApiToken(models.Model):
         name: str = "",
         expires_at=None,
         created_by=None,
+        secret: str | None = None,
     ) -> tuple["ApiToken", str]:
-        """Create a token; returns the row and the only copy of the secret.
+        """Create a token; returns the row and the only copy of the secret (a new random one unless given,
+        in TOKEN_FORMAT).
 
         Use services.issue_token, which also checks the scopes and audits it.
         """
-        secret = "tl_" + secrets.token_urlsafe(32)
+        secret = secret if secret is not None else TOKEN_PREFIX + secrets.token_urlsafe(32)
         row = cls.objects.create(
             user=user,
             project=project,

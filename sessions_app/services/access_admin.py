@@ -27,6 +27,7 @@ def issue_token(
     name: str = "",
     expires_at: datetime | None = None,
     created_by=None,
+    secret: str | None = None,
 ) -> tuple[ApiToken, str]:
     """A new token for `user` in `project` (None: site-level, `metrics` only); returns it and its only copy.
 
@@ -54,7 +55,7 @@ def issue_token(
         raise InvalidScopes("the expiry must be in the future")
     with transaction.atomic():
         row, secret = ApiToken.issue(
-            user, project=project, scopes=scopes, name=name, expires_at=expires_at, created_by=created_by
+            user, project=project, scopes=scopes, name=name, expires_at=expires_at, created_by=created_by, secret=secret
         )
         audit(
             project=project,

@@ -228,3 +228,21 @@ def running_with(variable: str) -> list[int]:
         except OSError:  # gone, or not ours to read
             pass
     return found
+
+
+def test_serve_applies_the_first_start_variables_once_and_makes_no_random_admin(installed: Path, run_env: dict[str, str], tmp_path: Path):
+    password, token = "correct horse battery staple", "tl_" + "A" * 43
+    (tmp_path / "admin-password").write_text(password + "\n")
+    env = {**run_env, "TURNLOG_INIT_ADMIN_USERNAME": "ops", "TURNLOG_INIT_ADMIN_PASSWORD_FILE": str(tmp_path / "admin-password"),
+           "TURNLOG_INIT_PROJECT": "team", "TURNLOG_INIT_TOKEN": token}  # fmt: skip
+    outputs = []
+    for _ in range(2):  # a first start (migrations pending), then a second (none: the first start alone)
+        with socket.socket() as taken:  # the server cannot start: serve returns once it has set up
+            taken.bind(("127.0.0.1", 0))
+            taken.listen()
+            served = turnlog(installed, "serve", "--port", str(taken.getsockname()[1]), env=env, cwd=tmp_path)
+        outputs.append(served.stdout + served.stderr)
+        assert password not in outputs[-1] and token not in outputs[-1] and "log in as:  admin" not in outputs[-1]
+        assert "log in as:  ops, with the password in" in outputs[-1]
+    assert "created the admin 'ops'" in outputs[0] and "issued the token tl_AAAAAAA..." in outputs[0]
+    assert "its password not reset" in outputs[1] and "not issued again" in outputs[1]

@@ -142,6 +142,15 @@ def test_without_a_file_the_environment_alone_is_checked(env, tmp_path):
     assert not (tmp_path / "absent.sqlite3").exists()
 
 
+def test_first_start_variables_that_migrate_would_refuse_are_listed(env, tmp_path):
+    text = f"DATABASE_URL=sqlite:///{tmp_path / 'absent.sqlite3'}\nTURNLOG_INIT_ADMIN_USERNAME=ops\n"
+    text += f"TURNLOG_INIT_ADMIN_PASSWORD_FILE={tmp_path / 'no-password'}\n"
+    code, problems, _ = check(env, text)
+    assert code == 1
+    assert f"problem: first start: TURNLOG_INIT_ADMIN_PASSWORD_FILE names {tmp_path / 'no-password'}, which does not exist" in problems
+    assert len(problems) == 2, problems  # and the missing database
+
+
 GUIDES = [PROJECT_DIR / "docs" / "guide" / "deploy.md", PROJECT_DIR / "docs" / "guide" / "running.md"]
 
 

@@ -23,6 +23,7 @@ import shutil
 import signal
 import socket
 import ssl
+import stat
 import subprocess
 import sys
 import time
@@ -298,6 +299,23 @@ def test_the_launcher_serves_https_and_redirects_plain_http_as_the_site_file_doe
     plain = httpx.get(f"{scaleout.state()['http_url']}/sessions/?x=1", timeout=30)
     assert plain.status_code == 308 and plain.headers["location"] == "https://127.0.0.1/sessions/?x=1"
     assert "include " in (scaleout.run_dir / "nginx.conf").read_text()  # a minimal main configuration around the site
+
+
+def test_its_environment_file_sends_the_commands_of_its_hint_to_its_database(scaleout, plain_user):
+    config = scaleout.run_dir / "turnlog.env"
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    hint = next(line for line in scaleout.log_path.read_text().splitlines() if "commands beside it:" in line)
+    command = hint.split("commands beside it: ", 1)[1].replace(".venv/bin/python", sys.executable).replace("COMMAND", "")
+    assert command.startswith(f"TURNLOG_CONFIG={config} ")
+    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "TURNLOG_DATA_DIR", "TURNLOG_CONFIG")}
+    created = subprocess.run(
+        f"{command} tokens create --user {plain_user.username} --project default", shell=True, cwd=PROJECT_DIR, env=env,
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    assert f"in the PostgreSQL database {connection.settings_dict['NAME']} on" in created.stderr
+    status, _ = request(f"{scaleout.url}/api/v1/sessions", token=created.stdout.strip())
+    assert status == 200
 
 
 def test_ctrl_c_stops_every_process_it_started(scaleout):

@@ -4,6 +4,7 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from sessions_app import services
+from sessions_app.management.database_copies import Database
 from sessions_app.models import Project, Role
 from sessions_app.selectors import access
 
@@ -48,7 +49,7 @@ class Command(BaseCommand):
             self.stderr.write(f"To log in to the admin, give {username!r} a password: python manage.py changepassword {username}")
         self.stderr.write(
             f"{'Created' if created else 'Found'} user {username!r}{' (staff)' if staff else ''},"
-            f" {wanted} of project {project.slug!r}; new token with scopes {', '.join(sorted(scopes))}:"
+            f" {wanted} of project {project.slug!r} in {Database.current()}; new token with scopes {', '.join(sorted(scopes))}:"
         )
         self.stdout.write(secret)
 

@@ -1,3 +1,4 @@
+import os
 import secrets
 
 from django.contrib.auth import get_user_model
@@ -36,8 +37,16 @@ class Command(BaseCommand):
 
     def handle(self, *args, host: str, port: int, url: str, manage_command: str, **options):
         url = url.rstrip("/") or served_url(host, port)
-        created = self.create_admin()
-        if created is not None:
+        # A headless first start names its own admin (migrate made it): no random one, no secret printed.
+        init_admin = os.environ.get("TURNLOG_INIT_ADMIN_USERNAME", "").strip()
+        created = None if init_admin else self.create_admin()
+        if init_admin:
+            lines = [
+                f"  log in as:  {init_admin}, with the password in {os.environ.get('TURNLOG_INIT_ADMIN_PASSWORD_FILE', '')}"
+                " (TURNLOG_INIT_ADMIN_PASSWORD_FILE)",
+                f"  API tokens: yours are listed on {url}/account/",
+            ]
+        elif created is not None:
             password, token = created
             lines = [
                 f"  log in as:  {ADMIN_USERNAME} / {password}",

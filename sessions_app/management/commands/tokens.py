@@ -10,6 +10,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from sessions_app import services
+from sessions_app.management.database_copies import Database
 from sessions_app.lib.params import BadParameter, decimal_int
 from sessions_app.models import ApiToken, Project, Scope, hash_token
 from sessions_app.selectors import access
@@ -109,8 +110,8 @@ class Command(BaseCommand):
         where = f"project {room.slug!r}" if room is not None else "the site (no project)"
         until = f", expires {minutes(expires_at)}" if expires_at else ""
         self.stderr.write(
-            f"New token {token.prefix} for {owner.get_username()!r} in {where}, scopes {', '.join(token.scopes)}{until}."
-            " It is shown once; only its hash is stored:"
+            f"New token {token.prefix} for {owner.get_username()!r} in {where}, scopes {', '.join(token.scopes)}{until},"
+            f" in {Database.current()}. It is shown once; only its hash is stored:"
         )
         self.stdout.write(secret)
 
@@ -122,7 +123,9 @@ class Command(BaseCommand):
         if not services.revoke_token(token=found, by=None):
             self.stdout.write(f"Token {was} was already revoked ({minutes(found.revoked_at)}).")
             return
-        self.stdout.write(f"Revoked token {was}: it answers 401 now, and its open streams close within seconds.")
+        self.stdout.write(
+            f"Revoked token {was} in {Database.current()}: it answers 401 now, and its open streams close within seconds."
+        )
 
 
 def find_user(username: str):
