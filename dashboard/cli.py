@@ -35,8 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", SETTINGS_MODULE)
     # Only serve (which migrates) and restore create a SQLite database; the others stop on a missing one.
     command = {"manage": argv[1] if len(argv) > 1 else "help", "worker": "recovery_worker"}.get(argv[0], argv[0]) if argv else "help"
-    if command in ("daphne", "recovery_worker"):
+    if command == "recovery_worker":
         sqlite_guard.exit_if_missing()
+    elif command == "daphne":
+        sqlite_guard.warn_if_missing()
     if command not in ("serve", "check"):  # check reports a missing database itself, among the other problems
         sqlite_guard.refuse_to_create(command)
     if argv[:1] == ["daphne"]:  # every argument after it is Daphne's

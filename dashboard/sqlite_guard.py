@@ -39,13 +39,26 @@ def exit_if_missing() -> None:
         sys.exit(f"turnlog: {missing(path)}")
 
 
+def warn_if_missing() -> None:
+    """For a server (`turnlog daphne`): say so now when the SQLite file is missing. It stays up, alive but
+    unavailable (/readyz: database unreachable), as with any database it cannot reach, and creates nothing."""
+    path = sqlite_file()
+    if path is not None and not path.exists():
+        print(f"turnlog: {missing(path)}", file=sys.stderr, flush=True)
+
+
 def refuse_to_create(command: str) -> None:
     """Unless `command` is one that creates the database: make opening a connection to a missing SQLite file a
-    CommandError naming it (printed, exit 1) instead of sqlite3's silent creation of an empty file."""
+    CommandError naming it (printed, exit 1) instead of sqlite3's silent creation of an empty file; for the
+    server, the database error a database it cannot reach gives (its /readyz reports it)."""
     if command in CREATING:
         return
+    import sqlite3
+
     from django.core.management.base import CommandError
     from django.db.backends.sqlite3 import base
+
+    refusal = sqlite3.OperationalError if command == "daphne" else CommandError
 
     original = base.DatabaseWrapper.get_new_connection
     if getattr(original, "refuses_to_create", False):
@@ -54,7 +67,7 @@ def refuse_to_create(command: str) -> None:
     def get_new_connection(self, conn_params):
         name = conn_params.get("database")
         if isinstance(name, str | Path) and str(name) not in ("", ":memory:") and not str(name).startswith("file:") and not Path(name).exists():
-            raise CommandError(missing(Path(name).resolve()))
+            raise refusal(missing(Path(name).resolve()))
         return original(self, conn_params)
 
     get_new_connection.refuses_to_create = True

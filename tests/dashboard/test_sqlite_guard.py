@@ -11,7 +11,7 @@ import sys
 import pytest
 from django.db import connection
 
-from tests.servers import PROJECT_DIR, TURNLOG, database_url
+from tests.servers import PROJECT_DIR, TURNLOG, database_url, free_port
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -30,10 +30,9 @@ def run(command: list, database_file, **env: str) -> subprocess.CompletedProcess
         [TURNLOG, "manage", "create_token", "ops"],
         [TURNLOG, "manage", "tokens", "list"],
         [TURNLOG, "worker", "--once"],
-        [TURNLOG, "daphne", "-b", "127.0.0.1", "-p", "0"],
     ],
     ids=["manage.py tokens create", "manage.py create_token", "manage.py recovery_worker", "turnlog manage create_token",
-         "turnlog manage tokens list", "turnlog worker", "turnlog daphne"],
+         "turnlog manage tokens list", "turnlog worker"],
 )  # fmt: skip
 def test_a_command_against_a_missing_sqlite_file_exits_non_zero_naming_it_and_creates_nothing(tmp_path, command):
     missing = tmp_path / "nowhere" / "turnlog.sqlite3"
@@ -78,3 +77,32 @@ def test_token_commands_on_postgresql_name_the_database_and_host_never_the_passw
     assert f"in the PostgreSQL database {settings['NAME']} on {settings['HOST'] or '127.0.0.1'}" in result.stderr
     if settings.get("PASSWORD"):
         assert settings["PASSWORD"] not in result.stderr
+
+
+def test_daphne_against_a_missing_sqlite_file_says_so_stays_unavailable_and_creates_nothing(tmp_path):
+    """A server stays up, alive but unavailable, as with any database it cannot reach (test_health.py)."""
+    import time
+
+    import httpx
+
+    missing = tmp_path / "nowhere" / "turnlog.sqlite3"
+    missing.parent.mkdir()
+    port = free_port()
+    env = {**os.environ, "TURNLOG_CONFIG": "", "DATABASE_URL": f"sqlite:///{missing}"}
+    server = subprocess.Popen([TURNLOG, "daphne", "-b", "127.0.0.1", "-p", str(port)], cwd=PROJECT_DIR, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                ready = httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and server.poll() is None, "Daphne did not answer"
+                time.sleep(0.2)
+        assert ready.status_code == 503 and ready.json()["checks"]["database"] == "unreachable"
+        assert httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=5).status_code == 200
+    finally:
+        server.terminate()
+        _, stderr = server.communicate(timeout=30)
+    assert f"the SQLite database {missing} does not exist, and this command does not create one" in stderr
+    assert not list(missing.parent.iterdir())
