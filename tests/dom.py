@@ -4,7 +4,8 @@ Enough of a DOM (html.parser, no dependency) to apply a live frame to the page a
 socket's client loaded and compare the result with a fresh load: `hx-swap-oob="true"`
 replaces the element with the same id; `hx-swap-oob="beforeend:#id"` appends the
 wrapper's children to that element, an element already there with the same id first
-removed (static/turnlog/turnlog.js makes appends idempotent so); `delete` removes it.
+removed (static/turnlog/turnlog.js makes appends idempotent so); `afterbegin:#id` puts them first, and a
+row's older copy further down goes (as turnlog.js keeps a list's rows unique); `delete` removes it.
 """
 
 from __future__ import annotations
@@ -113,6 +114,15 @@ def apply(page: Node, message: str) -> list[str]:
                     _detach(existing)
                 child.parent = target
                 target.children.append(child)
+        elif style == "afterbegin":  # a list's new rows; turnlog.js then drops a row's older copy further down
+            for child in reversed([c for c in swap.children if c.tag]):
+                child.parent = target
+                target.children.insert(0, child)
+            kept = set()
+            for row in [c for c in target.children if c.tag and c.attrs.get("id")]:
+                if row.attrs["id"] in kept:
+                    _detach(row)
+                kept.add(row.attrs["id"])
         elif style == "delete":
             _detach(target)
         else:

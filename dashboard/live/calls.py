@@ -53,6 +53,14 @@ class FleetCallsConsumer(SessionListConsumer):
     def render(self, row, context: dict, *, oob: str = "") -> str:
         return render_to_string("calls.html#call-row", {"row": row, "oob": oob, **context}).strip()
 
+    def caught_up(self, seen_at) -> list[str]:
+        """When a session of the list's projects changed, or a verdict was recorded or withdrawn, since the page read
+        its rows (dashboard/live/seen.py): every row listed again, at the top (turnlog.js drops the copies they replace)."""
+        if not selectors.changed_since(projects=self.readable, since=seen_at):
+            return []
+        self.shown = {}
+        return self.changed_rows()
+
     async def session_changed(self, message):
         if self.shown is not None:
             self._changed.set()

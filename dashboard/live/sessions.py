@@ -19,6 +19,7 @@ import contextlib
 import functools
 import itertools
 import logging
+import uuid
 from collections.abc import Callable
 from urllib.parse import parse_qs
 
@@ -27,9 +28,10 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.core.exceptions import ObjectDoesNotExist
 from django.template.loader import render_to_string
+from django.utils import timezone
 
 from dashboard import json_logs, outage
-from dashboard.live import credentials, stream
+from dashboard.live import credentials, seen, stream
 from dashboard.live.consumers import (
     CLOSE_BAD_REQUEST,
     CLOSE_FORBIDDEN_ORIGIN,
@@ -111,13 +113,15 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
             first = decimal_int(query.get("first", ""), name="first")
             # The timeline tab (of the whole session, or of one turn) follows the log as a whole drawing.
             self.timeline, self.turn = query.get("view") == "timeline", decimal_int(query.get("turn", ""), name="turn")
-        except BadParameter as bad:
-            return await self.close(code=CLOSE_BAD_REQUEST, reason=str(bad))
+            seen_at = seen.read(query)
+        except (BadParameter, seen.BadSeenAt) as bad:
+            return await self.close(code=CLOSE_BAD_REQUEST, reason=str(bad)[:120])
         self.raw_from = (first or 0) if query.get("view") == "raw" else None
         self.all_calls = ledger_panel.wants_all(query.get("calls"))  # the ledger panel's switch, as the page shows it
         # What the page's header shows (its data-state): a socket opened after it changed sets it right.
         self.page_state = query.get("state", "")[:200] or None
         actor = access.Actor(user=self.scope["user"])
+        joined_at = timezone.now()
         await self.connect_stream(actor)
         # Frames are shared by viewers with the same rights (fork controls show only to those who may fork).
         self.can_fork = self._stream is not None and actor.can(self._stream.project_id, access.FORK)
@@ -125,7 +129,25 @@ class SessionPageConsumer(RenewedSocket, SessionEventsConsumer):
         self.note_rights = notes.note_rights(actor, self._stream.project_id) if self._stream is not None else None
         if self._stream is not None:
             self._status_watch = asyncio.create_task(self.refresh_status(self._stream.session_id))
+            if seen_at is not None:
+                await self._catch_up(seen_at, joined_at)
         self.renew_later()
+
+    async def _catch_up(self, seen_at, joined_at) -> None:
+        """Notes, verdicts and reconciler attempts changed between the page's read and this join, sent as their
+        live messages would have been; then the page's instant moves to the join. (Events catch up by `after`.)"""
+        stream_ = self._stream
+        try:
+            seqs = await database_sync_to_async(selectors.annotated_seqs_since)(
+                session_id=stream_.session_id, project_id=stream_.project_id, since=seen_at
+            )
+        except DATABASE_UNAVAILABLE as error:  # the instant stays: the next connect catches up
+            outage.database_outage.failed(error)
+            return
+        if seqs:
+            await self._notes_changed({"seqs": seqs, "change": uuid.uuid4().hex})
+        if self._stream is not None:  # still open
+            await self.send(text_data=seen.marker(joined_at))
 
     async def _send_events(self, wires: list[dict]) -> None:
         session_id, shown_through = self._stream.session_id, wires[0]["seq"] - 1
@@ -330,8 +352,10 @@ class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocke
         self.projects = None
         try:  # the page's model, tag, time and order filters, read as the page reads them
             self.view = list_view.read_view(query)
-        except list_view.BadFilter as bad:
+            seen_at = seen.read(query)
+        except (list_view.BadFilter, seen.BadSeenAt) as bad:
             return await self.close(code=CLOSE_BAD_REQUEST, reason=str(bad)[:120])
+        joined_at = timezone.now()
         # Joined before the first read (a change during it is handled after connect() returns, as
         # messages are), and only once authenticated: a refused socket gets no updates.
         await self.channel_layer.group_add(services.SESSIONS_GROUP, self.channel_name)
@@ -339,9 +363,14 @@ class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocke
         try:
             await database_sync_to_async(self.choose_projects)(query.get("project", ""))
             self.shown = await database_sync_to_async(self.first_page_ids)()
+            self.statuses: dict[str, str] = {}
+            caught_up = await database_sync_to_async(self.caught_up)(seen_at) if seen_at is not None else []
         except DATABASE_UNAVAILABLE as error:
             return await close_without_database(self, error)
-        self.statuses: dict[str, str] = {}
+        for frame in caught_up:
+            await self.send(text_data=frame)
+        if seen_at is not None:
+            await self.send(text_data=seen.marker(joined_at))
         self._refresh = asyncio.create_task(self.refresh_statuses())
         self.credential = self._access = credentials.register(
             credentials.Registration(
@@ -372,6 +401,15 @@ class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocke
     def first_page_ids(self) -> set[str]:
         page = selectors.list_sessions(status=self.status, q=self.q, projects=self.projects, limit=50, sort=self.view.sort, narrow=self.view.narrow)
         return {s.id for s in page.items}
+
+    def caught_up(self, seen_at) -> list[str]:
+        """The rows of sessions created or appended to since the page read them (dashboard/live/seen.py), as the live
+        frames would have sent them: in the newest-first list each goes to the top (turnlog.js drops the copy it
+        replaces), in a sorted one a shown row is replaced in place."""
+        changed = selectors.sessions_active_since(projects=self.projects, since=seen_at)
+        # Unsorted, every changed row goes to the top; sorted, only those the page may show are replaced.
+        self.shown.difference_update(sid for sid, created_at in changed if not self.view.sort or created_at >= seen_at)
+        return [frame for session_id, _ in changed if (frame := self.render_row(session_id))]
 
     async def session_changed(self, message):
         if self.shown is None:  # closed before its first read (4503): nothing to update

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from django.contrib.auth.decorators import login_required
 from django.shortcuts import render
+from django.utils import timezone
 
 from dashboard.pages import refusals
 from sessions_app import selectors
@@ -123,12 +124,13 @@ def without_cursor(params) -> str:
 
 @login_required
 def fleet_page(request):
+    seen_at = timezone.now()  # before the reads: the live socket catches up from here (dashboard/live/seen.py)
     query = fleet_query(request.user, request.GET)
     try:
         page = query.listing(cursor=request.GET.get("cursor") or None)
     except selectors.InvalidCursor as exc:
         return refusals.bad_request(request, parameter="cursor", detail=str(exc))
-    context = {"page": page, "base_query": without_cursor(request.GET), **query.context()}
+    context = {"page": page, "base_query": without_cursor(request.GET), "seen_at": seen_at, **query.context()}
     if request.htmx.target in ROWS_TARGETS:
         return render(request, "calls.html#rows", context)
     return render(request, "calls.html", context)

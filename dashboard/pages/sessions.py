@@ -11,6 +11,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_http_methods
 
 from dashboard.pages import (
@@ -79,6 +80,7 @@ HITS_TARGETS = {"search-hits": "search-hits", "more-hits": "hit-items"}
 
 @login_required
 def session_list(request):
+    seen_at = timezone.now()  # before the reads: the live socket catches up from here (dashboard/live/seen.py)
     status = request.GET.get("status") if request.GET.get("status") in selectors.STATUSES else None
     q = request.GET.get("q", "").strip()
     projects = list(access.projects(access.actor_of(request)))
@@ -93,7 +95,7 @@ def session_list(request):
     context = {
         "status": status, "q": q, "statuses": selectors.STATUSES, "projects": projects, "project": project, "ignored": ignored,
         "models": list_view.models_seen(scope), "ranges": list_view.RANGE_NAMES, "view": list_view.ListView(),
-        "sort_columns": list_view.SORT_COLUMNS, "base_query": list_view.base_query(status, q, project),
+        "sort_columns": list_view.SORT_COLUMNS, "base_query": list_view.base_query(status, q, project), "seen_at": seen_at,
     }  # fmt: skip
     try:
         context["view"] = view = list_view.read_view(request.GET)
@@ -124,12 +126,14 @@ def session_list(request):
 
 @login_required
 def session_detail(request, session_id: str):
+    seen_at = timezone.now()  # before the reads: the live socket catches up from here (dashboard/live/seen.py)
     session = session_or_404(request, session_id)
     view = session_page.RAW if request.GET.get("view") == "raw" else session_page.TRANSCRIPT
     rights = session_rights(request, session)
     # The header and tab bar's inputs, as every live frame of this page computes them.
     context = {
         **session_page.header_context(session, can_fork=rights["can_fork"], tab=view),
+        "seen_at": seen_at,
         "highlight": highlighted_seqs(request),
         **rights,
         **ledger_panel.panel_context(

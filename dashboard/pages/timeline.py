@@ -146,9 +146,10 @@ def slowest_rows(drawn: log_timeline.Timeline, detail: str) -> dict:
 
 @login_required
 def session_timeline(request, session_id: str):
+    seen_at = timezone.now()  # before the reads: the live socket catches up from here (dashboard/live/seen.py)
     session = session_or_404(request, session_id)
     rights = session_rights(request, session)
-    context = {**session_page.header_context(session, can_fork=rights["can_fork"], tab=TAB), **rights}
+    context = {**session_page.header_context(session, can_fork=rights["can_fork"], tab=TAB), **rights, "seen_at": seen_at}
     asked = request.GET.get("turn", "")
     turn = decimal_int(asked, name="turn")
     if asked and (turn is None or not timeline_reads.turn_exists(session, turn)):

@@ -116,6 +116,10 @@
       var withCursor = new URL(url);
       if (seq !== null && Number(seq) >= 0) withCursor.searchParams.set("after", seq);
       if (state) withCursor.searchParams.set("state", state);
+      // What changed beside the log since the page (or the socket's last join) read it is caught up from this instant.
+      var seen = document.getElementById("live-seen");
+      var seenAt = seen && seen.getAttribute("data-seen-at");
+      if (seenAt) withCursor.searchParams.set("seen_at", seenAt);
       url = withCursor.toString();
       return create ? create(url) : new WebSocket(url);
     };
@@ -269,6 +273,18 @@
       }
     }
     document.body.addEventListener("htmx:wsAfterMessage", function () { arrangeLedger(true); });
+    // A row caught up at a (re)connect is put at the top of its list (dashboard/live/seen.py): its older copy goes.
+    document.body.addEventListener("htmx:wsAfterMessage", function () {
+      ["session-rows", "call-rows"].forEach(function (id) {
+        var body = document.getElementById(id);
+        if (!body) return;
+        var kept = {};
+        Array.prototype.slice.call(body.children).forEach(function (row) {
+          if (!row.id) return;
+          if (kept[row.id]) row.remove(); else kept[row.id] = true;
+        });
+      });
+    });
     // Fetched rows are appended: put in order once swapped in. Not on htmx.ajax's promise, which htmx resolves at
     // once for a request it queues behind one under way.
     document.body.addEventListener("htmx:afterRequest", function () { arrangeLedger(false); });

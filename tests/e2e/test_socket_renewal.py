@@ -75,7 +75,7 @@ def test_a_renewed_session_list_socket_reconnects_and_shows_new_sessions(browser
     page = open_page(browser, renewing_server, plain_user, "/sessions/older/")
     page.add_init_script(RECORD_SOCKETS)
     page.goto(f"{renewing_server.url}/")
-    wait_for_opens(page, 2)  # renewed once; a change while it reconnects would be missed, so only now:
+    wait_for_opens(page, 2)  # renewed once (a change while it reconnects is caught up: test_live_catch_up.py)
     status, _ = api_post(renewing_server, plain_user, "/api/v1/sessions", {"id": "newer"})
     assert status == 201
     expect(page.locator("#session-rows")).to_contain_text("newer", timeout=LIVE)
