@@ -6,7 +6,8 @@ from dashboard.live.calls import FleetCallsConsumer
 from dashboard.live.consumers import CLOSE_NOT_FOUND, SessionEventsConsumer
 from dashboard.live.metered import metered
 from dashboard.live.recovery import RecoveryPageConsumer
-from dashboard.live.sessions import SessionListConsumer, SessionPageConsumer
+from dashboard.live.session_list import SessionListConsumer
+from dashboard.live.sessions import SessionPageConsumer
 
 
 class NoSuchSession(WebsocketConsumer):

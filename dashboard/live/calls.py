@@ -18,7 +18,7 @@ from django.template.loader import render_to_string
 
 from dashboard import outage
 from dashboard.live import sessions as live_sessions
-from dashboard.live.sessions import SessionListConsumer
+from dashboard.live.session_list import SessionListConsumer
 from dashboard.outage import DATABASE_UNAVAILABLE
 from dashboard.pages.calls import FleetQuery, fleet_query
 from dashboard.templatetags.turnlog import dom_id

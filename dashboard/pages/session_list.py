@@ -1,5 +1,5 @@
 """The session list's view of the sessions: its filters and order read from the URL (so a view can be bookmarked),
-and each row's usage, the same for a page load and for the live socket's rows (dashboard.live.sessions).
+and each row's usage, the same for a page load and for the live socket's rows (dashboard.live.session_list).
 
 Every filter is a query parameter: `sort` (selectors.SORT_CHOICES), `model`, `tag` (`key` or `key:value` on the
 session's metadata), `note_tag`, and a time range, `range` = hour, day or week, or `from` / `to` (UTC instants,

@@ -1,6 +1,8 @@
 """The pages as a person uses them, in a real Chromium against a real Daphne."""
 
 import re
+from datetime import datetime
+from urllib.parse import unquote
 
 import pytest
 from playwright.sync_api import expect
@@ -57,8 +59,11 @@ def test_the_raw_log_follows_new_events_and_marks_what_a_summary_shadows(browser
     expect(page.locator("#seq-0")).to_contain_text("shadowed by 2")
     expect(page.locator("#seq-1")).to_contain_text("shadowed by 2")
     assert page.locator("#raw-rows .raw-row").count() == 3
-    # One per page, told the header's state as the page shows it.
-    assert sockets == [f"{server.url.replace('http', 'ws')}/ws/sessions/raw/live?view=raw&first=0&after=0&state=clean+0+-"]
+    # One per page, told the header's state as the page shows it and the instant the page was read.
+    assert len(sockets) == 1
+    url, _, seen_at = sockets[0].partition("&seen_at=")
+    assert url == f"{server.url.replace('http', 'ws')}/ws/sessions/raw/live?view=raw&first=0&after=0&state=clean+0+-"
+    assert datetime.fromisoformat(unquote(seen_at)).tzinfo is not None
     expect(page.locator("#session-summary")).to_contain_text("3 events")
 
 

@@ -1,4 +1,4 @@
-"""The session list's live rows (dashboard.live.sessions.SessionListConsumer) with its usage columns and filters:
+"""The session list's live rows (dashboard.live.session_list.SessionListConsumer) with its usage columns and filters:
 a live row is the reload's row, a filter the page applies the socket applies, a sorted list gets no new rows on top."""
 
 from __future__ import annotations

@@ -18,6 +18,7 @@ from websockets.exceptions import ConnectionClosed
 
 from dashboard.asgi import application
 from dashboard.live import sessions as live
+from dashboard.live.session_list import SessionListConsumer
 from dashboard.live.consumers import CLOSE_RENEW
 from dashboard.pages import raw_log
 from sessions_app import services
@@ -504,16 +505,16 @@ async def test_the_list_without_the_database_closes_4503_and_skips_a_change_it_c
     def down(*args, **kwargs):
         raise OperationalError("connection refused")
 
-    render_row = live.SessionListConsumer.render_row
-    monkeypatch.setattr(live.SessionListConsumer, "render_row", down)
+    render_row = SessionListConsumer.render_row
+    monkeypatch.setattr(SessionListConsumer, "render_row", down)
     await append_events(sid, [{"type": "turn_start", "data": {"turn": 1}}])
     assert await listing.receive_nothing(QUIET)  # and the socket is still open:
-    monkeypatch.setattr(live.SessionListConsumer, "render_row", render_row)
+    monkeypatch.setattr(SessionListConsumer, "render_row", render_row)
     await append_events(sid, [{"type": "turn_end", "data": {"turn": 1}}])
     assert sid in await listing.receive_from(timeout=WAIT)
     await listing.disconnect()
 
-    monkeypatch.setattr(live.SessionListConsumer, "first_page_ids", down)
+    monkeypatch.setattr(SessionListConsumer, "first_page_ids", down)
     assert await closed_with(await browser_socket("/ws/sessions/live", session_cookie)) == 4503
 
 
