@@ -5,7 +5,8 @@ socket's client loaded and compare the result with a fresh load: `hx-swap-oob="t
 replaces the element with the same id; `hx-swap-oob="beforeend:#id"` appends the
 wrapper's children to that element, an element already there with the same id first
 removed (static/turnlog/turnlog.js makes appends idempotent so); `afterbegin:#id` puts them first, and a
-row's older copy further down goes (as turnlog.js keeps a list's rows unique); `delete` removes it.
+row's older copy further down goes (as turnlog.js keeps a list's rows unique); `innerHTML` replaces its
+children; `delete` removes it.
 """
 
 from __future__ import annotations
@@ -112,6 +113,12 @@ def apply(page: Node, message: str) -> list[str]:
             for child in list(swap.children):
                 if child.tag and child.attrs.get("id") and (existing := page.by_id(child.attrs["id"])) is not None:
                     _detach(existing)
+                child.parent = target
+                target.children.append(child)
+        elif style == "innerHTML":  # a list's rows as a reload lists them
+            for child in list(target.children):
+                _detach(child)
+            for child in list(swap.children):
                 child.parent = target
                 target.children.append(child)
         elif style == "afterbegin":  # a list's new rows; turnlog.js then drops a row's older copy further down

@@ -17,10 +17,11 @@ from django.http import QueryDict
 from django.template.loader import render_to_string
 
 from dashboard import outage
+from dashboard.live import seen
 from dashboard.live import sessions as live_sessions
 from dashboard.live.session_list import SessionListConsumer
 from dashboard.outage import DATABASE_UNAVAILABLE
-from dashboard.pages.calls import FleetQuery, fleet_query
+from dashboard.pages.calls import FleetQuery, fleet_query, without_cursor
 from dashboard.templatetags.turnlog import dom_id
 from sessions_app import selectors
 from sessions_app.models import LedgerCall
@@ -54,12 +55,16 @@ class FleetCallsConsumer(SessionListConsumer):
         return render_to_string("calls.html#call-row", {"row": row, "oob": oob, **context}).strip()
 
     def caught_up(self, seen_at) -> list[str]:
-        """When a session of the list's projects changed, or a verdict was recorded or withdrawn, since the page read
-        its rows (dashboard/live/seen.py): every row listed again, at the top (turnlog.js drops the copies they replace)."""
+        """When anything the list shows changed since the page read its rows (dashboard/live/seen.py): the rows as a
+        reload lists them, in the page's place (its "Older calls" pages too, as a reload would)."""
         if not selectors.changed_since(projects=self.readable, since=seen_at):
             return []
-        self.shown = {}
-        return self.changed_rows()
+        context, page = self.query.context(), self.query.listing()
+        self.shown = {row_key(row): self.render(row, context) for row in page.items}
+        params = QueryDict(self.scope.get("query_string", b"").decode("latin-1"), mutable=True)
+        params.pop(seen.PARAM, None)
+        rows = render_to_string("calls.html#rows", {"page": page, "base_query": without_cursor(params), **context})
+        return [f'<tbody id="call-rows" hx-swap-oob="innerHTML">{rows}</tbody>']
 
     async def session_changed(self, message):
         if self.shown is not None:

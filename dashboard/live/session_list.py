@@ -97,11 +97,18 @@ class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocke
     def caught_up(self, seen_at) -> list[str]:
         """The rows of sessions created or appended to since the page read them (dashboard/live/seen.py), as the live
         frames would have sent them: in the newest-first list each goes to the top (turnlog.js drops the copy it
-        replaces), in a sorted one a shown row is replaced in place."""
+        replaces), in a sorted one a shown row is replaced in place; so are the rows changed with no event."""
         changed = selectors.sessions_active_since(projects=self.projects, since=seen_at)
         # Unsorted, every changed row goes to the top; sorted, only those the page may show are replaced.
         self.shown.difference_update(sid for sid, created_at in changed if not self.view.sort or created_at >= seen_at)
-        return [frame for session_id, _ in changed if (frame := self.render_row(session_id))]
+        frames = [frame for session_id, _ in changed if (frame := self.render_row(session_id))]
+        # A row changed with no event (a verdict, a reconciler's attempt, recovery held for a person) stays where it is.
+        active = {session_id for session_id, _ in changed}
+        quiet = selectors.sessions_annotated_since(session_ids=sorted(self.shown - active), since=seen_at)
+        frames += [frame for session_id in sorted(quiet) if (frame := self.render_row(session_id))]
+        # A deleted session's row goes (the page may show it; this socket's first read no longer can).
+        gone = [sid for sid in selectors.sessions_deleted_since(projects=self.projects, since=seen_at) if sid not in self.shown]
+        return frames + [removed_row(session_id) for session_id in gone]
 
     async def session_changed(self, message):
         if self.shown is None:  # closed before its first read (4503): nothing to update
@@ -123,7 +130,7 @@ class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocke
             if session_id in self.shown and not selectors.event_counts([session_id]):  # deleted (sessions_app/services/retention)
                 self.shown.discard(session_id)
                 self.statuses.pop(session_id, None)
-                return f'<tr id="session-{dom_id(session_id)}" hx-swap-oob="delete"></tr>'
+                return removed_row(session_id)
             return None
         session = matches[0]
         selectors.mark_unknown_settled([session])  # as the page's rows read it
@@ -174,3 +181,7 @@ class SessionListConsumer(RenewedSocket, credentials.CheckedSends, AsyncWebsocke
                 await self.channel_layer.group_discard(services.SESSIONS_GROUP, self.channel_name)
             except Exception:  # the layer is down: the group entry expires on its own
                 logger.warning("leaving group %s failed", services.SESSIONS_GROUP, exc_info=True)
+
+
+def removed_row(session_id: str) -> str:
+    return f'<tr id="session-{dom_id(session_id)}" hx-swap-oob="delete"></tr>'

@@ -16,7 +16,7 @@ from sessions_app.selectors.agents import (
 )
 from sessions_app.selectors.audit import audit_entries, audit_targets
 from sessions_app.selectors.calls import CHECKED_CLASSES, CallRow, patch_seqs, session_calls
-from sessions_app.selectors.changes import annotated_seqs_since, changed_since, sessions_active_since
+from sessions_app.selectors.changes import annotated_seqs_since, changed_since, sessions_active_since, sessions_annotated_since, sessions_deleted_since
 from sessions_app.selectors.compare import SessionComparison, compare_sessions
 from sessions_app.selectors.events import (
     call_lookups,

@@ -17,6 +17,7 @@ from django.db.models import Q
 from sessions_app.models import AuditEntry, CheckAttempt, LedgerCall, Note, Session, Verdict
 
 CLOCK_MARGIN = timedelta(seconds=2)
+IN_BATCH = 500  # values per IN (...) list: SQLite's variable limit
 
 
 def sessions_active_since(*, projects: list[int], since: datetime, limit: int = 50) -> list[tuple[str, datetime]]:
@@ -30,12 +31,37 @@ def sessions_active_since(*, projects: list[int], since: datetime, limit: int = 
     return list(reversed(rows))
 
 
+def sessions_deleted_since(*, projects: list[int], since: datetime, limit: int = 500) -> list[str]:
+    """The sessions of `projects` deleted since `since` (retention, `turnlog manage delete_session`), as audited."""
+    deleted = AuditEntry.objects.filter(project_id__in=projects, created_at__gte=since - CLOCK_MARGIN, action=AuditEntry.SESSION_DELETED)
+    return list(deleted.order_by("created_at", "id").values_list("target", flat=True)[:limit])
+
+
+def sessions_annotated_since(*, session_ids: list[str], since: datetime) -> set[str]:
+    """Those of `session_ids` whose list row changed with no event since `since`: a verdict recorded or withdrawn, a
+    reconciler's attempt, automatic recovery held for a person."""
+    after = since - CLOCK_MARGIN
+    found: set[str] = set()
+    for start in range(0, len(session_ids), IN_BATCH):
+        ids = session_ids[start : start + IN_BATCH]
+        verdicts = Verdict.objects.filter(Q(at__gte=after) | Q(withdrawn_at__gte=after), session_id__in=ids)
+        found.update(verdicts.values_list("session_id", flat=True))
+        found.update(CheckAttempt.objects.filter(session_id__in=ids, at__gte=after).values_list("session_id", flat=True))
+        found.update(Session.objects.filter(pk__in=ids, repeated_failures_at__gte=after).values_list("id", flat=True))
+    return found
+
+
 def changed_since(*, projects: list[int], since: datetime) -> bool:
-    """Whether a session of `projects` was created or appended to, or a verdict on one of its calls recorded or
-    withdrawn, since `since`."""
+    """Whether a session of `projects` was created, appended to or deleted, a verdict on one of its calls recorded
+    or withdrawn, or a reconciler's attempt made, since `since`."""
     after = since - CLOCK_MARGIN
     verdicts = Verdict.objects.filter(Q(at__gte=after) | Q(withdrawn_at__gte=after), session__project_id__in=projects)
-    return bool(sessions_active_since(projects=projects, since=since, limit=1)) or verdicts.exists()
+    attempts = CheckAttempt.objects.filter(at__gte=after, session__project_id__in=projects)
+    return (
+        bool(sessions_active_since(projects=projects, since=since, limit=1) or sessions_deleted_since(projects=projects, since=since, limit=1))
+        or verdicts.exists()
+        or attempts.exists()
+    )
 
 
 def annotated_seqs_since(*, session_id: str, project_id: int, since: datetime) -> list[int | None]:

@@ -273,16 +273,14 @@
       }
     }
     document.body.addEventListener("htmx:wsAfterMessage", function () { arrangeLedger(true); });
-    // A row caught up at a (re)connect is put at the top of its list (dashboard/live/seen.py): its older copy goes.
+    // A session caught up at a (re)connect is put at the top of the list (dashboard/live/seen.py): its older row goes.
     document.body.addEventListener("htmx:wsAfterMessage", function () {
-      ["session-rows", "call-rows"].forEach(function (id) {
-        var body = document.getElementById(id);
-        if (!body) return;
-        var kept = {};
-        Array.prototype.slice.call(body.children).forEach(function (row) {
-          if (!row.id) return;
-          if (kept[row.id]) row.remove(); else kept[row.id] = true;
-        });
+      var body = document.getElementById("session-rows");
+      if (!body) return;
+      var kept = {};
+      Array.prototype.slice.call(body.children).forEach(function (row) {
+        if (!row.id) return;
+        if (kept[row.id]) row.remove(); else kept[row.id] = true;
       });
     });
     // Fetched rows are appended: put in order once swapped in. Not on htmx.ajax's promise, which htmx resolves at

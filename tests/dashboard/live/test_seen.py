@@ -4,17 +4,19 @@ or while the socket was away, reaches the page as a reload shows it; then the pa
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import pytest
 from channels.db import database_sync_to_async
 from django.test import Client
+from django.utils import timezone
 from django.utils.http import urlencode
 
 from sessions_app import services
 from sessions_app.services import verdicts
+from sessions_app.services.retention.deletion import delete_session
 from sessions_app.log.events import validate_batch
-from sessions_app.models import Role
+from sessions_app.models import Role, Session
 from sessions_app.selectors import access
 from tests import dom
 from tests.access import member
@@ -161,6 +163,45 @@ async def test_sessions_created_or_appended_to_before_the_list_socket_joined_go_
     assert await listing.receive_nothing(QUIET)
 
 
+@database_sync_to_async
+def quiet_for_an_hour(*session_ids: str) -> None:
+    Session.objects.filter(pk__in=session_ids).update(last_activity_at=timezone.now() - timedelta(hours=1))
+
+
+def status_cell(html: str, session_id: str) -> str:
+    return dom.normalized(next(c for c in dom.parse(html).by_id(f"session-{session_id}").elements() if "col-status" in c.attrs.get("class", "")))
+
+
+async def test_a_row_changed_with_no_event_before_the_list_socket_joined_is_replaced_where_it_stands(session_cookie, user, operator):
+    await create("s-crashed")
+    await append_events("s-crashed", [{"type": "turn_start", "data": {"turn": 1}}, CALL[0], {"type": "tool_call", "data": {"id": "c1", "name": "charge_card"}}])
+    await create("s-newer", 1)
+    await quiet_for_an_hour("s-crashed", "s-newer")  # stalled: c1's outcome is unknown
+    html = await page_html(user, "/")
+    await verdict(operator, "s-crashed", "c1")  # settles the session's last unknown call: its row says so
+    listing = await browser_socket(f"/ws/sessions/live?{urlencode({'seen_at': seen_at(html)})}", session_cookie)
+    kept = dom.parse(html)
+    for frame in await frames_until_marker(listing):
+        assert dom.apply(kept, frame) == []
+    reloaded = await page_html(user, "/")
+    assert list_rows(kept.html()) == list_rows(html) == list_rows(reloaded)  # nothing moved
+    assert "all unknown calls settled" in status_cell(kept.html(), "s-crashed")
+    assert status_cell(kept.html(), "s-crashed") == status_cell(reloaded, "s-crashed")
+
+
+async def test_a_session_deleted_before_the_list_socket_joined_leaves_the_list(session_cookie, user):
+    await create("s-kept", 1)
+    await create("s-deleted", 1)
+    await quiet_for_an_hour("s-kept", "s-deleted")
+    html = await page_html(user, "/")
+    await database_sync_to_async(delete_session)(session_id="s-deleted")
+    listing = await browser_socket(f"/ws/sessions/live?{urlencode({'seen_at': seen_at(html)})}", session_cookie)
+    kept = dom.parse(html)
+    for frame in await frames_until_marker(listing):
+        assert dom.apply(kept, frame) == []
+    assert list_rows(kept.html()) == list_rows(await page_html(user, "/")) == ["session-s-kept"]
+
+
 async def test_a_sorted_list_socket_replaces_the_rows_it_shows_and_puts_none_on_top(session_cookie, user):
     await create("s-shown", 1)
     html = await page_html(user, "/?sort=-tokens")
@@ -185,3 +226,20 @@ async def test_the_calls_list_lists_again_when_a_session_changed_before_its_sock
     fresh = await page_html(user, "/calls/")
     assert len(rows(fresh)) == 1 and "charge_card" in rows(fresh)[0]
     assert rows(kept.html()) == rows(fresh)
+
+
+async def test_a_call_settled_before_the_calls_socket_joined_leaves_the_list(session_cookie, user, operator, settings):
+    settings.TURNLOG_STALL_SECONDS = 0
+    for name in ("s-settled", "s-owed"):
+        await create(name)
+        await append_events(name, [{"type": "turn_start", "data": {"turn": 1}}, CALL[0], {"type": "tool_call", "data": {"id": "c1", "name": "charge_card"}}])
+    html = await page_html(user, "/calls/")
+    await verdict(operator, "s-settled", "c1")  # the list shows calls without a verdict
+    listing = await browser_socket(f"/ws/calls/live?{urlencode({'seen_at': seen_at(html)})}", session_cookie)
+    kept = dom.parse(html)
+    for frame in await frames_until_marker(listing):
+        assert dom.apply(kept, frame) == []
+    rows = lambda page: [r.attrs["id"] for r in dom.parse(page).by_id("call-rows").elements() if r.attrs.get("id", "").startswith("call-")]  # noqa: E731
+    assert rows(html) == ["call-s-owed--c1", "call-s-settled--c1"] or rows(html) == ["call-s-settled--c1", "call-s-owed--c1"]
+    assert rows(kept.html()) == rows(await page_html(user, "/calls/")) == ["call-s-owed--c1"]
+

@@ -13,6 +13,7 @@ from sessions_app.log.events import validate_batch
 from sessions_app.models import CheckAttempt, Note, Project, Role, Session
 from sessions_app.selectors import access
 from sessions_app.services import verdicts
+from sessions_app.services.retention.deletion import delete_session
 from tests.access import member
 
 pytestmark = pytest.mark.django_db
@@ -99,3 +100,22 @@ def test_sessions_active_since_are_the_latest_of_the_projects_oldest_activity_fi
     assert [sid for sid, _ in selectors.sessions_active_since(projects=[default], since=since, limit=1)] == ["busy"]
     assert selectors.changed_since(projects=[other.pk], since=since)
     assert not selectors.changed_since(projects=[other.pk], since=since + timedelta(hours=1))
+
+
+def test_rows_changed_with_no_event_are_those_with_a_verdict_an_attempt_recovery_held_or_a_deletion(actor):
+    for name in ("verdict", "attempt", "held", "untouched"):
+        session_with_calls(name)
+    since = timezone.now()
+    verdicts.record_verdict(actor=actor, session_id="verdict", call_id="c1", outcome="not_happened", evidence="no charge at the bank")
+    CheckAttempt.objects.create(session_id="attempt", call_id="c1", pattern="charge_card", at=timezone.now(), status=503, error="busy")
+    Session.objects.filter(pk="held").update(repeated_failures_at=timezone.now())
+    session_with_calls("deleted")
+    project = Session.objects.get(pk="deleted").project_id
+    delete_session(session_id="deleted")
+    everyone = ["verdict", "attempt", "held", "untouched"]
+    assert selectors.sessions_annotated_since(session_ids=everyone, since=since) == {"verdict", "attempt", "held"}
+    assert selectors.sessions_annotated_since(session_ids=["untouched", "held"], since=since) == {"held"}
+    assert selectors.sessions_annotated_since(session_ids=everyone, since=since + timedelta(hours=1)) == set()
+    assert selectors.sessions_deleted_since(projects=[project], since=since) == ["deleted"]
+    assert selectors.sessions_deleted_since(projects=[project + 1000], since=since) == []
+    assert selectors.sessions_deleted_since(projects=[project], since=since + timedelta(hours=1)) == []
