@@ -57,3 +57,25 @@ def test_a_note_written_before_the_page_socket_joined_shows_on_the_page(browser,
     assert status == 201
     held.release()
     expect(page.locator("#seq-0")).to_contain_text("Billing confirmed the charge.", timeout=LIVE)
+
+
+def test_the_list_socket_follows_the_search_and_status_chosen_after_the_page_loaded(browser, server, plain_user):
+    store([("user_message", {"content": "hi"})], session_id="older")
+    page = open_page(browser, server, plain_user, "/")
+    sockets = []
+    page.on("websocket", lambda socket: sockets.append(socket.url) if "/ws/sessions/live" in socket.url else None)
+    page.fill("#q", "alpha")
+    expect(page.locator("#session-rows")).to_contain_text("No session matches", timeout=LIVE)
+    expect(page.locator("#q")).to_be_focused()  # the table was swapped, not the form
+    page.wait_for_url("**q=alpha**")
+    deadline = time.monotonic() + LIVE / 1000
+    while not any("q=alpha" in url for url in sockets):
+        assert time.monotonic() < deadline, f"no socket with the search: {sockets}"
+        page.wait_for_timeout(50)
+    api_post(server, plain_user, "/api/v1/sessions", {"id": "beta-1"})
+    api_post(server, plain_user, "/api/v1/sessions", {"id": "alpha-2"})
+    expect(page.locator("#session-alpha-2")).to_have_count(1, timeout=LIVE)
+    expect(page.locator("#session-beta-1")).to_have_count(0)  # outside the search: the old socket would have listed it
+    page.select_option("select[name=status]", "clean")
+    page.wait_for_url("**status=clean**")
+    expect(page.locator("#session-alpha-2")).to_have_count(1, timeout=LIVE)
