@@ -10,11 +10,13 @@ in its place, so a reconnect asks only for what came after.
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import UTC, datetime, timedelta
 
 from django.template.loader import render_to_string
 
 PARAM = "seen_at"
+INSTANT = re.compile(r"[0-9T:.+Z-]{10,40}")
 
 
 class BadSeenAt(ValueError):
@@ -26,9 +28,12 @@ def read(query: dict[str, str]) -> datetime | None:
     text = query.get(PARAM, "")
     if not text:
         return None
-    try:
-        instant = datetime.fromisoformat(text[:64])
-    except ValueError:
+    try:  # the characters of an ISO 8601 instant alone (fromisoformat lets a trailing NUL by), and one that
+        # moves back by a day without leaving the calendar (the catch-up reads a little before it)
+        instant = datetime.fromisoformat(text) if INSTANT.fullmatch(text) else None
+        if instant is not None and instant.tzinfo is not None:
+            instant.astimezone(UTC) - timedelta(days=1)
+    except (ValueError, OverflowError):
         instant = None
     if instant is None or instant.tzinfo is None:
         raise BadSeenAt(f"{PARAM} must be an ISO 8601 instant with its offset, as the page gives it; {text[:40]!r} is not")

@@ -136,7 +136,7 @@ async def test_a_page_socket_without_an_instant_sends_no_catch_up(sid, session_c
 
 
 @pytest.mark.parametrize("path", ["/ws/sessions/{sid}/live?after=0", "/ws/sessions/live?", "/ws/calls/live?"])
-@pytest.mark.parametrize("bad", ["yesterday", "2026-12-06T10:00:00", "9" * 5000])
+@pytest.mark.parametrize("bad", ["yesterday", "2026-12-06T10:00:00", "9" * 5000, "0001-01-01T00:00:00+00:00", "0001-01-01T00:00:00+01:00", "2026-12-06T10:00:00+00:00\x00"])
 async def test_an_instant_that_is_not_one_closes_the_socket_4400(sid, session_cookie, path, bad):
     await create(sid, 1)
     socket = await browser_socket(path.format(sid=sid) + "&" + urlencode({"seen_at": bad}), session_cookie)
